@@ -1,0 +1,30 @@
+# Everything a fresh machine needs: Python 3.11, Java 17, the package registries.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv test test-fast demo bench-quick clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m unit
+
+demo: $(STAMP)
+	$(PY) -m ingest.demo
+
+bench-quick: $(STAMP)
+	for b in bench/*.py; do $(PY) $$b --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store

@@ -1,0 +1,56 @@
+"""The one console script, ``commitlog``, and its subcommands.
+
+Each package contributes its own subcommands through ``add_commands(subparsers)`` so that
+``store`` stays free of Spark and Kafka imports: ``commitlog dump`` never starts a JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+
+def _add_broker_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu, in memory) "
+                                      "in the foreground and print its bootstrap address")
+    p.add_argument("--port", type=int, default=None, help="listen port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--log-dir", default=None, help="where the broker's log goes (default: a temp dir)")
+
+    def run(args: argparse.Namespace) -> int:
+        from ingest.broker import run_foreground
+        return run_foreground(port=args.port, log_dir=args.log_dir)
+
+    p.set_defaults(func=run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="commitlog",
+        description="Kafka to Apache RocketMQ CommitLog, exactly once (Spark Structured Streaming).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_broker_command(sub)
+    from ingest import commands as ingest_commands
+    from store import cli as store_cli
+
+    ingest_commands.add_commands(sub)
+    store_cli.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Every constant of the RocketMQ CommitLog format, in one place (../shared/golden/FORMAT.md).
+
+Names follow RocketMQ's so a RocketMQ engineer finds their way.
+"""
+
+from __future__ import annotations
+
+# --- magic codes (FORMAT.md §4) -------------------------------------------------------------
+MESSAGE_MAGIC_CODE = 0xDAA320A7          # V1: 1-byte topic length
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB       # V2: 2-byte topic length
+BLANK_MAGIC_CODE = 0xCBD43194            # end-of-segment filler
+END_FILE_MIN_BLANK_LENGTH = 4 + 4        # TOTALSIZE + MAGICCODE of a BLANK record
+
+# --- record layout (FORMAT.md §3), positions for IPv4 hosts --------------------------------
+POS_TOTALSIZE = 0
+POS_MAGICCODE = 4
+POS_BODYCRC = 8
+POS_QUEUEID = 12
+POS_FLAG = 16
+POS_QUEUEOFFSET = 20
+POS_PHYSICALOFFSET = 28
+POS_SYSFLAG = 36
+POS_BORNTIMESTAMP = 40
+POS_BORNHOST = 48
+IPV4_HOST_LENGTH = 8                     # 4-byte address + int32 port
+IPV6_HOST_LENGTH = 20                    # 16-byte address + int32 port
+# STORETIMESTAMP follows BORNHOST: 56 with an IPv4 born host, 68 with an IPv6 one.
+POS_STORETIMESTAMP_V4 = POS_BORNHOST + IPV4_HOST_LENGTH
+POS_STORETIMESTAMP_V6 = POS_BORNHOST + IPV6_HOST_LENGTH
+MIN_RECORD_LENGTH = 91                   # empty body/topic/properties, V1, IPv4 hosts
+FIXED_PART_LENGTH = 91                   # TOTALSIZE = 91 + body + topic + props + 12/v6 host + 1 if V2
+
+# --- SYSFLAG bits (FORMAT.md §5) ------------------------------------------------------------
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_TYPE_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_LZ4 = 0x100
+COMPRESSION_ZSTD = 0x200
+COMPRESSION_ZLIB = 0x300
+
+# --- properties (FORMAT.md §7) --------------------------------------------------------------
+NAME_VALUE_SEPARATOR = "\u0001"
+PROPERTY_SEPARATOR = "\u0002"
+MAX_PROPERTIES_LENGTH = 32767
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_CRC32 = "__CRC32#"
+CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1   # name, \u0001, 10 digits, \u0002
+
+# --- limits and defaults (FORMAT.md §9, MessageStoreConfig) --------------------------------
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024               # maxMessageSize: largest BODY
+MAX_RECORD_OVERHEAD = 64 * 1024                          # a whole record <= maxMessageSize + 64 KiB
+MAX_TOPIC_LENGTH_V1 = 127
+MAX_TOPIC_LENGTH_V2 = 32767
+DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024         # mappedFileSizeCommitLog
+OS_PAGE_SIZE = 4096
+FILE_NAME_DIGITS = 20                                    # UtilAll.offset2FileName
+
+# --- consume queue (FORMAT.md §12) ----------------------------------------------------------
+CQ_STORE_UNIT_SIZE = 20
+DEFAULT_CONSUME_QUEUE_UNITS = 300_000
+DEFAULT_CONSUME_QUEUE_FILE_SIZE = DEFAULT_CONSUME_QUEUE_UNITS * CQ_STORE_UNIT_SIZE
+CQ_BLANK_UNIT = (0, 2147483647, 0)                       # pre-fill before a queue's first offset
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+# --- checkpoint (FORMAT.md §13) -------------------------------------------------------------
+CHECKPOINT_FILE_SIZE = OS_PAGE_SIZE
+CHECKPOINT_POS_PHYSIC_MSG_TIMESTAMP = 0
+CHECKPOINT_POS_LOGICS_MSG_TIMESTAMP = 8
+CHECKPOINT_POS_INDEX_MSG_TIMESTAMP = 16
+CHECKPOINT_POS_MASTER_FLUSHED_OFFSET = 24
+CHECKPOINT_POS_CONFIRM_PHY_OFFSET = 32
+
+# --- flush (MessageStoreConfig defaults) ----------------------------------------------------
+FLUSH_INTERVAL_COMMITLOG_MS = 500
+FLUSH_COMMITLOG_LEAST_PAGES = 4
+FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS = 10_000
+
+# --- store directory layout -----------------------------------------------------------------
+COMMITLOG_DIR = "commitlog"
+CONSUMEQUEUE_DIR = "consumequeue"
+CHECKPOINT_FILE = "checkpoint"
+ABORT_FILE = "abort"
+LOCK_FILE = "lock"

@@ -1,0 +1,63 @@
+"""The store's exceptions. Each message says what was wrong and what the user can do."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error the store raises."""
+
+
+class FieldLimitError(StoreError, ValueError):
+    """A message field is over its format limit; nothing was written."""
+
+    def __init__(self, field: str, size: int, limit: int, detail: str = "") -> None:
+        self.field, self.size, self.limit = field, size, limit
+        msg = f"{field} is {size} bytes, over the limit of {limit}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class InvalidTopicError(StoreError, ValueError):
+    """A topic name that cannot be a directory of the store (empty, '..', '/', NUL)."""
+
+
+class CorruptRecordError(StoreError):
+    """A record that fails validation (magic, CRC, length, physical offset)."""
+
+    def __init__(self, offset: int, kind: str, detail: str, segment: str | None = None) -> None:
+        self.offset, self.kind, self.detail, self.segment = offset, kind, detail, segment
+        where = f" in segment {segment}" if segment else ""
+        super().__init__(f"{kind} error at offset {offset}{where}: {detail}")
+
+
+class CommittedDataCorruptError(CorruptRecordError):
+    """Corruption below the commit point: committed data is damaged. Refuse to open unless asked
+    to truncate there (``truncate_on_corruption=True``), which loses everything after it."""
+
+
+class SegmentSizeError(StoreError):
+    """A segment file whose size is not the store's segment size."""
+
+
+class StoreLockedError(StoreError):
+    """Another writer holds the store's lock file."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path, self.pid = path, pid
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(f"store {path} is locked by {holder}; one writer per store")
+
+
+class StoreReadOnlyError(StoreError):
+    """The store refuses writes (after a failed flush, or disk too full) until reopened."""
+
+
+class FlushError(StoreError):
+    """Flushing to disk failed (EIO, ENOSPC); the store now refuses writes until reopened."""
+
+
+class DiskFullError(StoreReadOnlyError):
+    """Disk usage is past the hard limit; writes are refused until space is back."""
+
+
+class NotARecordStartError(StoreError, ValueError):
+    """A physical offset that is not the start of a message record."""

@@ -1,0 +1,49 @@
+"""Session-wide fixtures: one Kafka broker and one SparkSession for the whole test run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
+    """The broker every Kafka test uses: $KAFKA_BOOTSTRAP_SERVERS, else a testcontainers Kafka
+    when a Docker engine answers, else the embedded Tansu broker."""
+    from ingest.broker import broker
+
+    with broker(log_dir=tmp_path_factory.mktemp("broker")) as b:
+        print(f"\n[kafka_broker] {b.describe()}", file=sys.stderr)
+        yield b
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(kafka_broker: "object") -> str:
+    return kafka_broker.bootstrap_servers  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator["object"]:
+    """One local SparkSession per test session: the JVM starts once."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from ingest.spark_session import build_session
+
+    session = build_session(master="local[2]", app_name="commitlog-tests", extra_conf={
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+    })
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def golden_dir() -> Path:
+    return Path(os.environ.get("COMMITLOG_GOLDEN_DIR", ROOT.parent / "shared" / "golden"))

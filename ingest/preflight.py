@@ -1,0 +1,139 @@
+"""Refuse to start on a store path that cannot keep a store: checked once, before Spark starts.
+
+The job is exactly once only if the store survives the driver: a store on memory (tmpfs, ramfs)
+or on a container's throwaway writable layer (overlay, aufs) is lost with the machine or the
+container, and the next run would start from Kafka offsets the store no longer has. A filesystem
+that cannot lock files (some NFS setups) would let two drivers write one store.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.errors import StoreError
+
+ENV_ALLOW_EPHEMERAL = "COMMITLOG_ALLOW_EPHEMERAL_STORE"
+
+# Filesystems whose content is gone when the machine or the container goes: memory-backed, or a
+# container's copy-on-write layer (a path there is not on a volume).
+EPHEMERAL_FS_TYPES = frozenset({"tmpfs", "ramfs", "devtmpfs", "overlay", "overlayfs", "aufs"})
+
+PROBE_NAME = ".commitlog-preflight"
+
+
+class StorePathError(StoreError):
+    """The store path cannot hold a durable, single-writer store."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"store path {path}: {reason}")
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_point: str
+    fs_type: str
+    source: str
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts escapes space, tab, newline and backslash as octal (\040 ...).
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def read_mounts(mounts_file: str = "/proc/mounts") -> list[Mount]:
+    """The mount table, or [] where there is none (not Linux)."""
+    try:
+        with open(mounts_file, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3:
+            mounts.append(Mount(_unescape(parts[1]), parts[2], _unescape(parts[0])))
+    return mounts
+
+
+def mount_of(path: str, mounts: list[Mount]) -> Mount | None:
+    """The mount that holds ``path`` (the longest mount point above it; the last one mounted wins)."""
+    best: Mount | None = None
+    for m in mounts:
+        mp = m.mount_point.rstrip("/") or "/"
+        if path == mp or path.startswith(mp if mp.endswith("/") else mp + "/"):
+            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
+                best = m
+    return best
+
+
+def _check_locking(root: Path) -> None:
+    # The store's own lock file lives in the store; probe a separate file so this check never
+    # collides with a lock the store (or another driver) holds.
+    probe = root / PROBE_NAME
+    try:
+        fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StorePathError(str(root), f"cannot create a file there ({exc.strerror}); "
+                                        "the job needs write access") from exc
+    try:
+        for name, lock, unlock in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
+                                    lambda: fcntl.flock(fd, fcntl.LOCK_UN)),
+                                   ("fcntl", lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
+                                    lambda: fcntl.lockf(fd, fcntl.LOCK_UN))):
+            try:
+                lock()
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise StorePathError(
+                        str(root), f"another process holds a {name} lock on {probe}: is another "
+                                   "job starting on this store? one driver per store") from exc
+                raise StorePathError(
+                    str(root), f"the filesystem refuses {name} locks ({exc.strerror}); the store's "
+                               "single-writer lock would not hold there: use a local disk or a "
+                               "volume that supports POSIX locks") from exc
+            unlock()
+    finally:
+        os.close(fd)
+        try:
+            probe.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/mounts") -> None:
+    """Raise StorePathError unless ``path`` can hold the store: creatable and writable, on a
+    filesystem that outlives the process and its container (not tmpfs/ramfs/overlay, unless
+    $COMMITLOG_ALLOW_EPHEMERAL_STORE=1), and able to take the file locks the store relies on."""
+    raw = os.fspath(path)
+    if not raw:
+        raise StorePathError("''", "empty path; pass --store DIR")
+    root = Path(raw).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise StorePathError(raw, "exists and is not a directory") from exc
+    except OSError as exc:
+        raise StorePathError(raw, f"cannot be created ({exc.strerror})") from exc
+    if not root.is_dir():
+        raise StorePathError(raw, "exists and is not a directory")
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise StorePathError(raw, f"not writable by uid {os.getuid()}")
+
+    real = os.path.realpath(root)
+    mount = mount_of(real, read_mounts(mounts_file))
+    if mount is not None and mount.fs_type in EPHEMERAL_FS_TYPES \
+            and os.environ.get(ENV_ALLOW_EPHEMERAL) != "1":
+        where = ("a container's writable layer (not a volume)" if mount.fs_type in
+                 {"overlay", "overlayfs", "aufs"} else "memory")
+        raise StorePathError(
+            raw, f"is on {mount.fs_type} at {mount.mount_point}, i.e. {where}: the store and the "
+                 "exactly-once state would be lost with it. Mount a persistent volume there "
+                 f"(docker volume, PersistentVolumeClaim, local disk), or set "
+                 f"{ENV_ALLOW_EPHEMERAL}=1 for a throwaway run")
+    _check_locking(root)

@@ -61,3 +61,13 @@ class DiskFullError(StoreReadOnlyError):
 
 class NotARecordStartError(StoreError, ValueError):
     """A physical offset that is not the start of a message record."""
+
+
+class ConsumeQueueError(StoreError):
+    """A consume-queue file that cannot be used as it is (wrong size, units out of order); the
+    message names the file. Rebuild it from the commit log: delete the queue's directory and
+    reopen the store, which redispatches the missing units."""
+
+
+class ConsumeQueueGapError(ConsumeQueueError):
+    """Units for a queue arrived with a queue offset past the queue's next one (a hole)."""

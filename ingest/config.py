@@ -1,0 +1,177 @@
+"""Settings of ``commitlog run`` / ``commitlog replay``: command line over config file over defaults."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from store.constants import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_MESSAGE_SIZE
+
+
+class JobConfigError(ValueError):
+    """A setting of the job that cannot work; the message names it."""
+
+
+@dataclass
+class JobConfig:
+    """Everything ``commitlog run`` needs. Field names are the long options with '_' for '-'."""
+
+    bootstrap_servers: str = ""
+    subscribe: str | None = None
+    subscribe_pattern: str | None = None
+    assign: str | None = None
+    store: str = ""
+    checkpoint: str = ""
+    trigger: str = "1s"                      # a processing-time interval, or "available-now"
+    max_offsets_per_trigger: int | None = 200_000
+    starting_offsets: str = "earliest"       # used only when the store has no Kafka offsets yet
+    fail_on_data_loss: bool = True
+    flush: str = "sync"                      # "sync" | "async"
+    segment_size: int = DEFAULT_COMMITLOG_FILE_SIZE
+    consume_queue_units: int = 300_000
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    master: str | None = "local[*]"          # None: leave it to spark-submit
+    shuffle_partitions: int = 4
+    source: str = "kafka-python"             # or "spark-kafka" (Spark's own, when on the classpath)
+    topic_map: dict[str, str] = field(default_factory=dict)
+    queue_mode: str = "partition"
+    queue_count: int = 4
+    store_host: str = "127.0.0.1:10911"
+    born_host: str = "127.0.0.1:0"
+    born_host_header: str = "bornHost"
+    envelope: bool = False
+    kafka_option: dict[str, str] = field(default_factory=dict)   # any other kafka.* client setting
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    truncate_on_corruption: bool = False
+    skip_preflight: bool = False
+
+    def validate(self) -> None:
+        if not self.bootstrap_servers:
+            raise JobConfigError("--bootstrap-servers is required (host:port[,host:port])")
+        chosen = [n for n in ("subscribe", "subscribe_pattern", "assign") if getattr(self, n)]
+        if len(chosen) != 1:
+            raise JobConfigError("give exactly one of --subscribe, --subscribe-pattern, --assign "
+                                 f"(got {', '.join(chosen) or 'none'})")
+        if not self.store:
+            raise JobConfigError("--store DIR is required")
+        if self.flush not in ("sync", "async"):
+            raise JobConfigError(f"--flush {self.flush!r}: use sync or async")
+        if self.segment_size <= 0 or self.segment_size % 4096:
+            raise JobConfigError(f"--segment-size {self.segment_size}: a positive multiple of 4096")
+        if self.source not in ("kafka-python", "spark-kafka"):
+            raise JobConfigError(f"--source {self.source!r}: use kafka-python or spark-kafka")
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
+            raise JobConfigError("--max-offsets-per-trigger must be positive")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _size(text: str) -> int:
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> None:
+    """Options shared by run and replay. Defaults are None so a config file can fill them."""
+    S = argparse.SUPPRESS
+    p.add_argument("--config", help="a TOML file of these settings (keys as the long options); "
+                                    "the command line wins")
+    p.add_argument("--bootstrap-servers", default=S, help="Kafka bootstrap servers, host:port[,...]")
+    p.add_argument("--store", default=S, help="the CommitLog store directory (created if missing)")
+    p.add_argument("--checkpoint", default=S, help="Spark checkpoint directory")
+    p.add_argument("--flush", choices=["sync", "async"], default=S,
+                   help="SYNC_FLUSH (each batch durable before commit; default) or ASYNC_FLUSH")
+    p.add_argument("--segment-size", type=_size, default=S, help="commit-log segment size (default 1g)")
+    p.add_argument("--consume-queue-units", type=int, default=S, help="units per consume-queue file")
+    p.add_argument("--max-message-size", type=int, default=S, help="largest body, bytes (default 4 MiB)")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=S, help="records per micro-batch, at most")
+    p.add_argument("--master", default=S, help="Spark master (default local[*]; 'none' under spark-submit)")
+    p.add_argument("--shuffle-partitions", type=int, default=S, help="spark.sql.shuffle.partitions")
+    p.add_argument("--source", choices=["kafka-python", "spark-kafka"], default=S,
+                   help="our Python Kafka source (default) or Spark's own kafka format when on the classpath")
+    p.add_argument("--topic-map", action="append", type=_key_value, default=S, metavar="KAFKA=ROCKETMQ",
+                   help="rename a topic (repeatable)")
+    p.add_argument("--queue-mode", choices=["partition", "key-hash"], default=S,
+                   help="queueId = Kafka partition (default) or hash of the key over --queue-count queues")
+    p.add_argument("--queue-count", type=int, default=S)
+    p.add_argument("--store-host", default=S, help="STOREHOST written in every record, ip:port")
+    p.add_argument("--born-host", default=S, help="BORNHOST when a record has no born-host header")
+    p.add_argument("--born-host-header", default=S, help="header holding the born host (default bornHost)")
+    p.add_argument("--envelope", action="store_true", default=S,
+                   help="the Kafka value is a JSON envelope setting RocketMQ fields")
+    p.add_argument("--kafka-option", action="append", type=_key_value, default=S, metavar="KEY=VALUE",
+                   help="any other kafka.* client setting, e.g. security.protocol=SSL (repeatable)")
+    p.add_argument("--spark-conf", action="append", type=_key_value, default=S, metavar="KEY=VALUE")
+    p.add_argument("--fail-on-data-loss", choices=["true", "false"], default=S)
+    p.add_argument("--truncate-on-corruption", action="store_true", default=S,
+                   help="open a store with damaged committed data by cutting it at the damage (loses data)")
+    p.add_argument("--skip-preflight", action="store_true", default=S,
+                   help="do not check that the store path is persistent and lockable")
+    if streaming:
+        p.add_argument("--subscribe", default=S, help="topics, comma separated")
+        p.add_argument("--subscribe-pattern", default=S, help="a Java regex of topics")
+        p.add_argument("--assign", default=S, help='JSON {"topic":[0,1]}')
+        p.add_argument("--trigger", default=S, help="processing-time interval (1s, 500ms) or available-now")
+        p.add_argument("--starting-offsets", default=S,
+                       help="earliest | latest | JSON, when the store has no Kafka offsets yet")
+
+
+def config_from_args(args: argparse.Namespace) -> JobConfig:
+    """Defaults, then the --config file, then the command line."""
+    values: dict[str, Any] = {}
+    config_path = getattr(args, "config", None)
+    if config_path:
+        try:
+            raw = tomllib.loads(Path(config_path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise JobConfigError(f"config file {config_path}: {exc}") from exc
+        values.update({k.replace("-", "_"): v for k, v in raw.items()})
+    cli = {k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "verbose")}
+    for name in ("topic_map", "kafka_option", "spark_conf"):
+        if name in cli:
+            cli[name] = dict(values.get(name, {}), **dict(cli[name]))
+    values.update(cli)
+    if "fail_on_data_loss" in values and isinstance(values["fail_on_data_loss"], str):
+        values["fail_on_data_loss"] = values["fail_on_data_loss"] == "true"
+    if values.get("master") in ("none", ""):
+        values["master"] = None
+    if isinstance(values.get("segment_size"), str):
+        values["segment_size"] = _size(values["segment_size"])
+    known = {f.name for f in fields(JobConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise JobConfigError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    cfg = JobConfig(**values)
+    cfg.validate()
+    return cfg
+
+
+def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, Any]) -> dict[str, str]:
+    """The Kafka source options (the same names Spark's own kafka source takes)."""
+    import json
+
+    opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers,
+            "failOnDataLoss": str(cfg.fail_on_data_loss).lower(),
+            "startingOffsets": starting_offsets if isinstance(starting_offsets, str) else json.dumps(starting_offsets)}
+    for name, opt in (("subscribe", "subscribe"), ("subscribe_pattern", "subscribePattern"), ("assign", "assign")):
+        if getattr(cfg, name):
+            opts[opt] = getattr(cfg, name)
+    if cfg.max_offsets_per_trigger:
+        opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
+    for key, value in cfg.kafka_option.items():
+        opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
+    return opts
+
+

@@ -1,0 +1,143 @@
+"""``commitlog run``: the streaming job, Kafka to CommitLog, exactly once.
+
+The driver holds the one writer of the store. Spark reads Kafka (one task per partition), maps,
+numbers and encodes in the executors; each ordered micro-batch comes to the driver as Arrow and is
+appended and committed by the sink. SIGTERM/SIGINT let the batch in progress commit, then stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from ingest.config import JobConfig, kafka_reader_options
+from ingest.mapping import MappingConfig
+from ingest.prepare import prepare_batch
+from sink import CommitLogWriter
+from sink.foreach_batch import ForeachBatchSink
+from store import StoreConfig
+from store.codec import CodecConfig
+
+log = logging.getLogger("commitlog.run")
+
+
+def store_config(cfg: JobConfig) -> StoreConfig:
+    return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
+                       consume_queue_units=cfg.consume_queue_units,
+                       codec=CodecConfig(max_message_size=cfg.max_message_size))
+
+
+def mapping_config(cfg: JobConfig) -> MappingConfig:
+    return MappingConfig(topic_map=dict(cfg.topic_map), queue_mode=cfg.queue_mode, queue_count=cfg.queue_count,
+                         store_host=cfg.store_host, born_host=cfg.born_host,
+                         born_host_header=cfg.born_host_header, envelope=cfg.envelope,
+                         max_message_size=cfg.max_message_size)
+
+
+def spark_session(cfg: JobConfig) -> Any:
+    from ingest.spark_session import build_session
+
+    conf = {"spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+            "spark.ui.enabled": "false"}
+    conf.update(cfg.spark_conf)
+    return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
+
+
+def source_format(cfg: JobConfig, spark: Any) -> str:
+    if cfg.source == "spark-kafka":
+        from ingest.kafka_source import spark_kafka_available
+
+        if not spark_kafka_available(spark):
+            raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
+                               "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
+        return "kafka"
+    return "kafka-python"
+
+
+def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
+    """Continue from the Kafka offsets the store recorded, whatever the Spark checkpoint says: a lost
+    or reset checkpoint then re-reads nothing the store holds."""
+    recorded = writer.state.starting_offsets_json()
+    return recorded if recorded else cfg.starting_offsets
+
+
+class StopSignal:
+    """SIGTERM/SIGINT set a flag the main loop polls; a second signal is not special-cased."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after the current batch", signum)
+        self.event.set()
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any | None = None,
+               on_batch: Callable[..., None] | None = None, available_now: bool = False) -> int:
+    """Run the job until ``stop`` is set (or the available data is in, with ``available_now``)."""
+    if not cfg.skip_preflight:
+        from ingest.preflight import check_store_path
+
+        check_store_path(cfg.store)
+    writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
+    own_spark = spark is None
+    query = None
+    try:
+        spark = spark or spark_session(cfg)
+        options = kafka_reader_options(cfg, starting_offsets(writer, cfg))
+        df = spark.readStream.format(source_format(cfg, spark)).options(**options).load()
+        codec = CodecConfig(max_message_size=cfg.max_message_size)
+        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec),
+                                checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch)
+        stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
+        if cfg.checkpoint:
+            stream = stream.option("checkpointLocation", cfg.checkpoint)
+        if available_now or cfg.trigger == "available-now":
+            stream = stream.trigger(availableNow=True)
+        else:
+            stream = stream.trigger(processingTime=cfg.trigger)
+        query = stream.start()
+        log.info("streaming %s into %s (flush %s, checkpoint %s)", options.get("subscribe") or
+                 options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
+        stop = stop or threading.Event()
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(0.25)
+        if stop.is_set():
+            sink.request_stop()
+        if query.isActive:
+            query.stop()
+        failure = query.exception()
+        if failure is not None and not stop.is_set():
+            raise RuntimeError(f"the streaming query failed: {failure}")
+        return 0
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        writer.close()
+        log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
+        if own_spark and spark is not None:
+            spark.stop()
+
+
+def run(cfg: JobConfig) -> int:
+    """The ``commitlog run`` command."""
+    stop = StopSignal()
+    stop.install()
+    try:
+        return run_stream(cfg, stop=stop.event)
+    finally:
+        stop.restore()

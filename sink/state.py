@@ -1,0 +1,68 @@
+"""What one commit records besides the store's own offsets: the sink's exactly-once state.
+
+It rides in the store's commit point (``MessageStore.commit(offset, metadata=...)``), so the commit-log
+end offset, the queue offsets, the batch id and the Kafka offsets are made durable in ONE atomic step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+STATE_VERSION = 1
+
+
+def tp_key(topic: str, partition: int) -> str:
+    """Kafka topic names cannot contain '/', so it separates topic and partition unambiguously."""
+    return f"{topic}/{partition}"
+
+
+def parse_tp_key(key: str) -> tuple[str, int]:
+    topic, _, partition = key.rpartition("/")
+    return topic, int(partition)
+
+
+@dataclass(frozen=True)
+class SinkState:
+    """The sink's view of the last commit."""
+
+    batch_id: int = -1
+    query_id: str | None = None                      # the Spark checkpoint's query id
+    kafka_offsets: Mapping[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset
+    dead_letter_bytes: int = 0                       # committed length of the dead-letter file
+    dead_letters: int = 0                            # dead letters committed so far
+    records: int = 0                                 # messages committed so far
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {"sink": {"version": STATE_VERSION, "batchId": self.batch_id, "queryId": self.query_id,
+                         "kafkaOffsets": dict(sorted(self.kafka_offsets.items())),
+                         "deadLetterBytes": self.dead_letter_bytes, "deadLetters": self.dead_letters,
+                         "records": self.records}}
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> "SinkState":
+        sink = (metadata or {}).get("sink")
+        if not sink:
+            return cls()
+        return cls(batch_id=int(sink["batchId"]), query_id=sink.get("queryId"),
+                   kafka_offsets={str(k): int(v) for k, v in sink.get("kafkaOffsets", {}).items()},
+                   dead_letter_bytes=int(sink.get("deadLetterBytes", 0)),
+                   dead_letters=int(sink.get("deadLetters", 0)), records=int(sink.get("records", 0)))
+
+    def advanced(self, batch_id: int, query_id: str | None, kafka_next: Mapping[str, int],
+                 dead_letter_bytes: int, dead_letters: int, records: int) -> "SinkState":
+        offsets = dict(self.kafka_offsets)
+        for key, nxt in kafka_next.items():
+            offsets[key] = max(offsets.get(key, 0), nxt)
+        return replace(self, batch_id=batch_id, query_id=query_id, kafka_offsets=offsets,
+                       dead_letter_bytes=dead_letter_bytes, dead_letters=self.dead_letters + dead_letters,
+                       records=self.records + records)
+
+    def starting_offsets_json(self) -> dict[str, dict[str, int]]:
+        """The Kafka source's ``startingOffsets`` JSON that continues exactly after this state."""
+        out: dict[str, dict[str, int]] = {}
+        for key, nxt in self.kafka_offsets.items():
+            topic, partition = parse_tp_key(key)
+            out.setdefault(topic, {})[str(partition)] = nxt
+        return out

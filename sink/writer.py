@@ -1,0 +1,112 @@
+"""The one driver-side writer of a store, and the exactly-once protocol around each batch.
+
+Per batch: append the ordered, encoded records; append the dead letters; flush; then ONE atomic commit
+holding the batch id, the commit-log end offset (the store's commit point), every queue's next offset
+and every Kafka partition's next offset. A crash anywhere before the commit leaves bytes that the
+store's recovery (and the dead-letter log) cut away on the next open; Spark re-runs the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sink.deadletter import DeadLetterLog
+from sink.state import SinkState, tp_key
+from store import EncodedBatch, MessageStore, StoreConfig
+
+log = logging.getLogger(__name__)
+
+# Columns of a prepared batch (what ingest hands the sink): the encoded record and what the store
+# needs to dispatch it, the Kafka coordinates, and for dead rows the reason and the raw record.
+RECORD_COLUMNS = ("record", "topic", "queue_id", "sys_flag", "tags_code", "delay_level", "queue_offset")
+COORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one batch did: the figures of its log line."""
+
+    batch_id: int
+    records: int
+    dead_letters: int
+    skipped: int
+    append_ms: float
+    flush_ms: float
+    commit_ms: float
+    commit_offset: int
+
+
+def kafka_next_offsets(table: pa.Table) -> dict[str, int]:
+    """Next offset per Kafka partition seen in ``table`` (valid and dead rows alike)."""
+    if table.num_rows == 0:
+        return {}
+    grouped = table.select(list(COORD_COLUMNS)).group_by(["kafka_topic", "kafka_partition"]).aggregate(
+        [("kafka_offset", "max")])
+    topics = grouped.column("kafka_topic").to_pylist()
+    parts = grouped.column("kafka_partition").to_pylist()
+    maxes = grouped.column("kafka_offset_max").to_pylist()
+    return {tp_key(t, p): m + 1 for t, p, m in zip(topics, parts, maxes)}
+
+
+class CommitLogWriter:
+    """Owns the MessageStore and the dead-letter log of one store; one per store, on the driver."""
+
+    def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None,
+                 truncate_on_corruption: bool = False) -> None:
+        self.root = Path(root)
+        self.store = MessageStore.open(self.root, config or StoreConfig(),
+                                       truncate_on_corruption=truncate_on_corruption)
+        self.state = SinkState.from_metadata(self.store.last_commit.metadata)
+        self.dead_letters = DeadLetterLog(self.root, self.state.dead_letter_bytes)
+        log.info("store %s open: committed offset %d, batch %d, %d records, %d dead letters",
+                 self.root, self.store.committed_offset, self.state.batch_id, self.state.records,
+                 self.state.dead_letters)
+
+    def should_skip(self, batch_id: int, query_id: str | None) -> bool:
+        """Spark re-runs the last batch after a crash: one at or below the committed id is done."""
+        return query_id is not None and query_id == self.state.query_id and batch_id <= self.state.batch_id
+
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        return self.store.next_queue_offsets()
+
+    def write_batch(self, batch_id: int, query_id: str | None, table: pa.Table) -> BatchStats:
+        """Append one prepared, ordered batch and commit it. ``table`` rows are in commit-log order."""
+        dead_mask = pc.is_valid(table.column("dead_reason"))
+        dead = table.filter(dead_mask)
+        valid = table.filter(pc.invert(dead_mask))
+
+        t0 = time.perf_counter()
+        if valid.num_rows:
+            batch = EncodedBatch.from_arrow(valid.select(list(RECORD_COLUMNS)))
+            self.store.append_encoded(batch)
+        dl_size = self.dead_letters.append(dead, batch_id)
+        t1 = time.perf_counter()
+        self.store.flush()
+        t2 = time.perf_counter()
+        new_state = self.state.advanced(batch_id, query_id, kafka_next_offsets(table), dl_size,
+                                        dead.num_rows, valid.num_rows)
+        point = self.store.commit(None, metadata=new_state.to_metadata())
+        t3 = time.perf_counter()
+        self.state = new_state
+        return BatchStats(batch_id, valid.num_rows, dead.num_rows, 0, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                          (t3 - t2) * 1e3, point.offset)
+
+    def close(self) -> None:
+        self.dead_letters.close()
+        self.store.close()
+
+    def __enter__(self) -> "CommitLogWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+

@@ -1,0 +1,113 @@
+"""Kafka record -> RocketMQ message mapping, on Arrow batches, without Spark."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from ingest.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, map_kafka_batch, uniq_key
+from store.hosts import HostAddress
+from store.properties import string_to_properties, tags_code
+
+pytestmark = pytest.mark.unit
+
+TS = datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+
+
+def kafka_rows(*rows: dict) -> pa.RecordBatch:
+    base = {"key": None, "value": b"v", "topic": "orders", "partition": 0, "offset": 0,
+            "timestamp": TS, "timestampType": 0, "headers": []}
+    return pa.RecordBatch.from_pylist([{**base, **r} for r in rows], schema=KAFKA_SCHEMA)
+
+
+def one(batch: pa.RecordBatch, cfg: MappingConfig | None = None) -> dict:
+    return map_kafka_batch(batch, cfg or MappingConfig()).to_pylist()[0]
+
+
+def test_a_record_becomes_a_message_with_its_source_coordinates() -> None:
+    row = one(kafka_rows({"key": b"order-7", "value": b"payload", "partition": 3, "offset": 41,
+                          "headers": [{"key": "TAGS", "value": b"TagA"}, {"key": "trace", "value": b"abc"}]}))
+    props = string_to_properties(row["properties"])
+    assert row["dead_reason"] is None
+    assert (row["topic"], row["queue_id"], row["body"]) == ("orders", 3, b"payload")
+    assert props == {"KEYS": "order-7", "TAGS": "TagA", "trace": "abc", "KAFKA_TOPIC": "orders",
+                     "KAFKA_PARTITION": "3", "KAFKA_OFFSET": "41", "UNIQ_KEY": uniq_key("orders", 3, 41)}
+    assert row["tags"] == "TagA"
+    assert row["born_timestamp"] == int(TS.timestamp() * 1000)
+    assert row["store_host"] == HostAddress.parse("127.0.0.1:10911").to_bytes()
+    assert (row["raw_key"], row["raw_value"], row["raw_headers"]) == (None, None, None)
+
+
+def test_uniq_key_is_32_upper_hex_and_stable() -> None:
+    k = uniq_key("orders", 3, 41)
+    assert len(k) == 32 and k == k.upper() and int(k, 16) >= 0
+    assert k == uniq_key("orders", 3, 41) != uniq_key("orders", 3, 42)
+
+
+def test_topic_map_and_born_host_header() -> None:
+    cfg = MappingConfig(topic_map={"orders": "OrderTopic"})
+    row = one(kafka_rows({"headers": [{"key": "bornHost", "value": b"10.1.2.3:5555"}]}), cfg)
+    assert row["topic"] == "OrderTopic"
+    assert row["born_host"] == HostAddress.parse("10.1.2.3:5555").to_bytes()
+    assert "bornHost" not in string_to_properties(row["properties"])
+
+
+def test_key_hash_queues_follow_rocketmq_select_by_hash() -> None:
+    cfg = MappingConfig(queue_mode="key-hash", queue_count=8)
+    row = one(kafka_rows({"key": b"customer-42", "partition": 5}), cfg)
+    assert row["queue_id"] == abs(tags_code("customer-42")) % 8
+
+
+def test_binary_key_is_kept_losslessly_not_as_keys() -> None:
+    props = string_to_properties(one(kafka_rows({"key": b"\xff\x00\x01"}))["properties"])
+    assert "KEYS" not in props and props["KAFKA_KEY_BASE64"] == "/wAB"
+
+
+def test_a_header_cannot_forge_the_source_coordinates() -> None:
+    props = string_to_properties(one(kafka_rows({"offset": 9, "headers": [
+        {"key": "KAFKA_OFFSET", "value": b"1"}]}))["properties"])
+    assert props["KAFKA_OFFSET"] == "9"
+
+
+@pytest.mark.parametrize("record, reason", [
+    ({"value": b"x" * 101}, "body is 101 bytes, over the limit of 100"),
+    ({"topic": "bad topic"}, "characters outside"),
+    ({"headers": [{"key": "big", "value": b"y" * 33000}]}, "over the limit of 32767"),
+    ({"headers": [{"key": "h", "value": b"a\x02b"}]}, "separator"),
+    ({"headers": [{"key": "h", "value": b"\xff"}]}, "not valid UTF-8"),
+])
+def test_bad_records_are_dead_letters_with_a_reason_and_the_raw_record(record: dict, reason: str) -> None:
+    row = one(kafka_rows({"key": b"k", **record}), MappingConfig(max_message_size=100))
+    assert reason in row["dead_reason"]
+    assert row["raw_key"] == b"k"
+    assert row["raw_value"] == record.get("value", b"v")
+
+
+def test_envelope_sets_rocketmq_fields() -> None:
+    env = {"topic": "Payments", "tags": "paid", "keys": ["a", "b"], "flag": 7,
+           "properties": {"region": "eu"}, "body": "hello"}
+    row = one(kafka_rows({"value": json.dumps(env).encode()}), MappingConfig(envelope=True))
+    props = string_to_properties(row["properties"])
+    assert (row["topic"], row["flag"], row["body"], row["tags"]) == ("Payments", 7, b"hello", "paid")
+    assert props["KEYS"] == "a b" and props["TAGS"] == "paid" and props["region"] == "eu"
+
+
+def test_envelope_that_does_not_parse_is_a_dead_letter() -> None:
+    row = one(kafka_rows({"value": b"{not json"}), MappingConfig(envelope=True))
+    assert row["dead_reason"].startswith("envelope is not JSON")
+
+
+def test_order_and_row_count_are_kept() -> None:
+    rows = [{"offset": i, "partition": i % 2, "value": b"v" * (i % 5)} for i in range(50)]
+    out = map_kafka_batch(kafka_rows(*rows), MappingConfig()).to_pylist()
+    assert [r["kafka_offset"] for r in out] == list(range(50))
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(MappingConfigError, match="queue mode"):
+        MappingConfig(queue_mode="round-robin")
+    with pytest.raises(MappingConfigError, match="store_host"):
+        MappingConfig(store_host="nowhere")

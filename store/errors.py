@@ -71,3 +71,29 @@ class ConsumeQueueError(StoreError):
 
 class ConsumeQueueGapError(ConsumeQueueError):
     """Units for a queue arrived with a queue offset past the queue's next one (a hole)."""
+
+
+class InvalidMessageError(StoreError, ValueError):
+    """A message whose fields contradict each other or do not fit their type (e.g. an int32 field
+    out of range, a SYSFLAG IPv6 bit with an IPv4 host); nothing was written."""
+
+
+class QueueOffsetMismatchError(StoreError, ValueError):
+    """A batch carries queue offsets that do not continue its queue (engine); nothing was written."""
+
+    def __init__(self, topic: str, queue_id: int, expected: int, got: int, row: int) -> None:
+        self.topic, self.queue_id, self.expected, self.got, self.row = topic, queue_id, expected, got, row
+        super().__init__(
+            f"row {row}: queue offset {got} for {topic}/{queue_id} does not continue the queue, "
+            f"whose next offset is {expected}; batch refused, nothing written (replaying an "
+            f"already stored batch, or a gap?)")
+
+
+class SegmentAllocationError(StoreError):
+    """A new commit-log segment could not be created (disk full, file size limit); nothing of
+    the batch was written (engine)."""
+
+
+class CommitPointError(StoreError):
+    """commitpoint.json is unreadable; it is only ever replaced atomically, so this is damage
+    from outside the store (engine)."""

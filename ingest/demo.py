@@ -1,0 +1,199 @@
+"""``make demo``: the main job end to end on the embedded broker, checked.
+
+Starts ``commitlog broker``, creates 3 topics of 4 partitions, produces ~200,000 sample events (tags,
+keys, headers, bodies of many sizes, a few bad records), runs ``commitlog run`` until every event is in
+the store (as a message or a dead letter), stops it with SIGTERM, then prints ``commitlog stat``, the
+dead-letter count and ``commitlog verify``. Exits non-zero when verify is not clean or a count differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TOPICS = ("demo-orders", "demo-payments", "demo-clicks")
+PARTITIONS = 4
+DEMO_MAX_MESSAGE_SIZE = 256 * 1024     # small enough that the demo can show oversize dead letters
+
+
+@dataclass
+class Produced:
+    """What the producer sent: the counts the store must end with."""
+
+    total: int = 0
+    bad: int = 0
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def good(self) -> int:
+        return self.total - self.bad
+
+
+def create_topics(bootstrap: str, topics: tuple[str, ...] = TOPICS, partitions: int = PARTITIONS) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="commitlog-demo")
+    try:
+        admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+
+
+def body_sizes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Mostly small bodies, some kilobytes, a few up to 64 KiB, and some empty ones."""
+    kind = rng.random(n)
+    sizes = rng.integers(10, 512, n)
+    sizes = np.where(kind < 0.02, 0, sizes)
+    sizes = np.where(kind > 0.93, rng.integers(1024, 8192, n), sizes)
+    sizes = np.where(kind > 0.998, rng.integers(16384, 65536, n), sizes)
+    return sizes
+
+
+def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topics: tuple[str, ...] = TOPICS,
+                          bad_each: int = 3) -> Produced:
+    """Produce ``n`` events (``3 * bad_each`` of them bad) across ``topics``; returns what was sent."""
+    from kafka import KafkaProducer
+
+    rng = np.random.default_rng(seed)
+    sizes = body_sizes(rng, n)
+    pool = rng.integers(0, 256, 65536 + 1024, dtype=np.uint8).tobytes()
+    tags = ["TagA", "TagB", "TagC", "", "order-created", "paid"]
+    bad_at = set(rng.choice(n, size=3 * bad_each, replace=False).tolist())
+    bad_kinds = {i: k for k, i in enumerate(sorted(bad_at))}
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
+                             max_request_size=4 * 1024 * 1024, acks=1, client_id="commitlog-demo")
+    produced = Produced()
+    for i in range(n):
+        topic = topics[i % len(topics)]
+        start = int(rng.integers(0, 1024))
+        value = pool[start:start + int(sizes[i])]
+        headers = [("TAGS", tags[i % len(tags)].encode()), ("source", b"demo"), ("seq", str(i).encode())]
+        if i in bad_at:
+            kind = bad_kinds[i] % 3
+            produced.bad += 1
+            if kind == 0:
+                value = b"x" * (DEMO_MAX_MESSAGE_SIZE + 1)          # over maxMessageSize
+            elif kind == 1:
+                headers.append(("note", b"bad\x02separator"))        # would corrupt the properties
+            else:
+                headers.append(("note", b"\xff\xfe not utf-8"))      # properties are text
+        key = f"key-{i % 5000}".encode() if i % 10 else None
+        producer.send(topic, key=key, value=value, headers=headers, partition=i % PARTITIONS)
+        produced.per_topic[topic] = produced.per_topic.get(topic, 0) + 1
+        produced.total += 1
+    producer.flush()
+    producer.close()
+    return produced
+
+
+def committed_counts(store: Path) -> tuple[int, int]:
+    """(messages, dead letters) the store has committed so far, from its commit point."""
+    from sink.state import SinkState
+    from store.commit_point import read_commit_point
+
+    try:
+        point = read_commit_point(store)
+    except (OSError, ValueError):
+        return 0, 0
+    state = SinkState.from_metadata(point.metadata if point else None)
+    return state.records, state.dead_letters
+
+
+def commitlog(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ingest.cli", *args], text=True, capture_output=True)
+
+
+def start_broker() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "broker"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("bootstrap.servers="):
+        proc.kill()
+        raise SystemExit(f"demo: the broker did not start: {line!r}")
+    return proc, line.split("=", 1)[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--store", default="demo-store")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every event")
+    args = ap.parse_args(argv)
+
+    store = Path(args.store).resolve()
+    checkpoint = store.with_name(store.name + "-checkpoint")
+    for path in (store, checkpoint):
+        shutil.rmtree(path, ignore_errors=True)
+    broker, bootstrap = start_broker()
+    job = None
+    try:
+        print(f"demo: broker at {bootstrap}", flush=True)
+        create_topics(bootstrap)
+        t0 = time.time()
+        produced = produce_sample_events(bootstrap, args.events)
+        print(f"demo: produced {produced.total} events ({produced.bad} bad) to {', '.join(TOPICS)} "
+              f"in {time.time() - t0:.1f} s", flush=True)
+        job = subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", bootstrap,
+                                "--subscribe", ",".join(TOPICS), "--store", str(store),
+                                "--checkpoint", str(checkpoint), "--segment-size", "64m",
+                                "--max-message-size", str(DEMO_MAX_MESSAGE_SIZE), "--flush", "sync",
+                                "--trigger", "500ms", "--max-offsets-per-trigger", "100000",
+                                "--master", "local[2]"])
+        deadline = time.time() + args.timeout
+        while True:
+            messages, dead = committed_counts(store)
+            if messages + dead >= produced.total:
+                break
+            if job.poll() is not None:
+                raise SystemExit(f"demo: commitlog run exited with {job.returncode} before every event was in")
+            if time.time() > deadline:
+                raise SystemExit(f"demo: only {messages + dead} of {produced.total} events in after {args.timeout:.0f} s")
+            time.sleep(1.0)
+        job.send_signal(signal.SIGTERM)
+        job.wait(timeout=120)
+        print(f"demo: commitlog run stopped with SIGTERM (exit {job.returncode}), "
+              f"abort file left: {(store / 'abort').exists()}", flush=True)
+    finally:
+        if job is not None and job.poll() is None:
+            job.kill()
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(timeout=30)
+
+    stat = commitlog("stat", str(store))
+    print(stat.stdout, end="")
+    messages, dead = committed_counts(store)
+    print(f"demo: dead letters: {dead} (in {store / 'deadletter' / 'deadletter.jsonl'})")
+    verify = commitlog("verify", str(store))
+    print(verify.stdout, end="", flush=True)
+    problems = []
+    if verify.returncode != 0:
+        problems.append(f"verify exited {verify.returncode}: {verify.stderr.strip()}")
+    if messages != produced.good:
+        problems.append(f"{messages} messages in the store, {produced.good} good events produced")
+    if dead != produced.bad:
+        problems.append(f"{dead} dead letters, {produced.bad} bad events produced")
+    if (store / "abort").exists():
+        problems.append("abort file left: the job did not close the store cleanly")
+    if problems:
+        print("demo: FAILED: " + "; ".join(problems))
+        return 1
+    print(f"demo: OK: {messages} messages, {dead} dead letters, verify clean")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.exit(main())

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sink.deadletter import DeadLetterLog
+from sink.faults import CrashPoints
 from sink.state import SinkState, tp_key
 from store import EncodedBatch, MessageStore, StoreConfig
 
@@ -66,6 +67,7 @@ class CommitLogWriter:
                                        truncate_on_corruption=truncate_on_corruption)
         self.state = SinkState.from_metadata(self.store.last_commit.metadata)
         self.dead_letters = DeadLetterLog(self.root, self.state.dead_letter_bytes)
+        self.crash = CrashPoints()
         log.info("store %s open: committed offset %d, batch %d, %d records, %d dead letters",
                  self.root, self.store.committed_offset, self.state.batch_id, self.state.records,
                  self.state.dead_letters)
@@ -88,14 +90,17 @@ class CommitLogWriter:
             batch = EncodedBatch.from_arrow(valid.select(list(RECORD_COLUMNS)))
             self.store.append_encoded(batch)
         dl_size = self.dead_letters.append(dead, batch_id)
+        self.crash.reached("after-append")
         t1 = time.perf_counter()
         self.store.flush()
+        self.crash.reached("after-flush")
         t2 = time.perf_counter()
         new_state = self.state.advanced(batch_id, query_id, kafka_next_offsets(table), dl_size,
                                         dead.num_rows, valid.num_rows)
         point = self.store.commit(None, metadata=new_state.to_metadata())
         t3 = time.perf_counter()
         self.state = new_state
+        self.crash.reached("after-commit")
         return BatchStats(batch_id, valid.num_rows, dead.num_rows, 0, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                           (t3 - t2) * 1e3, point.offset)
 

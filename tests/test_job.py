@@ -1,0 +1,123 @@
+"""The streaming job, Kafka to CommitLog, against the real broker and a real SparkSession."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from ingest.config import JobConfig
+from ingest.job import run_stream
+from ingest.mapping import uniq_key
+from sink import read_dead_letters
+from store.properties import string_to_properties
+from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
+
+pytestmark = pytest.mark.integration
+
+
+def job_config(bootstrap: str, topics: list[str], tmp: Path, **overrides: object) -> JobConfig:
+    cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=",".join(topics), store=str(tmp / "store"),
+                    checkpoint=str(tmp / "checkpoint"), segment_size=1024 * 1024, consume_queue_units=1000,
+                    max_offsets_per_trigger=700, master=None, flush="sync")
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    cfg.validate()
+    return cfg
+
+
+def run_until_caught_up(cfg: JobConfig, spark: object) -> None:
+    run_stream(cfg, stop=threading.Event(), spark=spark, available_now=True)
+
+
+def sample(topics: list[str], n: int) -> list[tuple[str, int, bytes | None, bytes, list[tuple[str, bytes]]]]:
+    out = []
+    for i in range(n):
+        headers = [("TAGS", f"tag{i % 3}".encode()), ("seq", str(i).encode())]
+        key = f"key-{i}".encode() if i % 4 else None
+        out.append((topics[i % len(topics)], i % 4, key, f"body-{i}-".encode() * (i % 7), headers))
+    return out
+
+
+def assert_exactly_once(store: str, sent: list[Sent]) -> dict:
+    found = store_by_coordinates(store)
+    dupes = {k: len(v) for k, v in found.items() if len(v) > 1}
+    assert not dupes, f"duplicated in the store: {list(dupes.items())[:5]}"
+    missing = [(s.topic, s.partition, s.offset) for s in sent if (s.topic, s.partition, s.offset) not in found]
+    assert not missing, f"{len(missing)} records missing, e.g. {missing[:5]}"
+    return found
+
+
+def assert_queues_contiguous_in_partition_order(found: dict) -> None:
+    queues: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    for (topic, partition, offset), [(phys, msg)] in found.items():
+        queues.setdefault((msg.topic, msg.queue_id), []).append((phys, msg.queue_offset, offset))
+    for queue, rows in queues.items():
+        rows.sort()
+        assert [q for _, q, _ in rows] == list(range(len(rows))), f"queue {queue} offsets not contiguous from 0"
+        assert [o for _, _, o in rows] == sorted(o for _, _, o in rows), f"queue {queue} not in partition order"
+
+
+def test_every_event_lands_once_with_its_fields(bootstrap_servers: str, spark: object, tmp_path: Path) -> None:
+    topics = [unique_topic("job-a"), unique_topic("job-b")]
+    create_topics(bootstrap_servers, topics)
+    sent = produce(bootstrap_servers, sample(topics, 3000))
+    cfg = job_config(bootstrap_servers, topics, tmp_path)
+    run_until_caught_up(cfg, spark)
+
+    found = assert_exactly_once(cfg.store, sent)
+    for s in sent:
+        [(phys, msg)] = found[(s.topic, s.partition, s.offset)]
+        props = msg.properties
+        assert (msg.topic, msg.queue_id, bytes(msg.body)) == (s.topic, s.partition, s.value)
+        assert msg.born_timestamp == s.timestamp_ms
+        assert props.get("KEYS") == (s.key.decode() if s.key else None)
+        assert props["TAGS"] == dict(s.headers)["TAGS"].decode() and props["seq"] == dict(s.headers)["seq"].decode()
+        assert props["UNIQ_KEY"] == uniq_key(s.topic, s.partition, s.offset)
+        assert msg.physical_offset == phys
+    assert_queues_contiguous_in_partition_order(found)
+    assert not (Path(cfg.store) / "abort").exists(), "the job left the store open"
+
+
+def test_a_second_run_continues_and_a_lost_checkpoint_writes_nothing_twice(
+        bootstrap_servers: str, spark: object, tmp_path: Path) -> None:
+    topics = [unique_topic("job-restart")]
+    create_topics(bootstrap_servers, topics)
+    first = produce(bootstrap_servers, sample(topics, 1500))
+    cfg = job_config(bootstrap_servers, topics, tmp_path)
+    run_until_caught_up(cfg, spark)
+
+    shutil.rmtree(cfg.checkpoint)                     # the Spark checkpoint is lost
+    second = produce(bootstrap_servers, sample(topics, 1000))
+    run_until_caught_up(cfg, spark)                   # starts from the store's Kafka offsets
+    run_until_caught_up(cfg, spark)                   # and a run with nothing new adds nothing
+
+    found = assert_exactly_once(cfg.store, first + second)
+    assert len(found) == len(first) + len(second)
+    assert_queues_contiguous_in_partition_order(found)
+
+
+def test_bad_records_go_to_dead_letters_and_the_stream_goes_on(
+        bootstrap_servers: str, spark: object, tmp_path: Path) -> None:
+    topics = [unique_topic("job-dlq")]
+    create_topics(bootstrap_servers, topics)
+    good = sample(topics, 400)
+    bad = [(topics[0], 1, b"big", b"x" * 5000, []),
+           (topics[0], 2, b"sep", b"v", [("h", b"a\x02b")]),
+           (topics[0], 3, b"utf", b"v", [("h", b"\xff")])]
+    sent = produce(bootstrap_servers, good[:200] + bad + good[200:])
+    cfg = job_config(bootstrap_servers, topics, tmp_path, max_message_size=4096)
+    run_until_caught_up(cfg, spark)
+
+    bad_sent = [s for s in sent if s.key in (b"big", b"sep", b"utf")]
+    good_sent = [s for s in sent if s not in bad_sent]
+    found = assert_exactly_once(cfg.store, good_sent)
+    assert len(found) == len(good_sent)
+    assert_queues_contiguous_in_partition_order(found)
+    letters = {(d["topic"], d["partition"], d["offset"]): d for d in read_dead_letters(cfg.store)}
+    assert set(letters) == {(s.topic, s.partition, s.offset) for s in bad_sent}
+    reasons = " | ".join(d["reason"] for d in letters.values())
+    assert "body is 5000 bytes, over the limit of 4096" in reasons
+    assert "separator" in reasons and "UTF-8" in reasons

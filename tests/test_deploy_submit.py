@@ -1,0 +1,141 @@
+"""deploy/spark-submit.sh against a real Spark standalone cluster on 127.0.0.1.
+
+The executors run a Python that has the project's dependencies but not the project, and the
+cluster daemons run with no PYTHONPATH in a scratch directory: an executor can import `store`
+only from what spark-submit.sh shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spark_cluster import SparkCluster, daemon_env, standalone_cluster
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMIT = ROOT / "deploy" / "spark-submit.sh"
+
+
+def deps_only_python(where: Path) -> Path:
+    """A venv whose site-packages reach the test venv's site-packages through a plain path line
+    in a .pth file: pyspark, numpy, pyarrow... import, but the project's editable-install hook
+    (itself a .pth there) is not run, so `import store` fails."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    py = where / "bin" / "python"
+    site_dir = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    deps = {p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()}
+    Path(site_dir, "deps-from-test-venv.pth").write_text("".join(f"{p}\n" for p in sorted(deps)))
+    return py
+
+
+def run_python(py: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(py), "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    scratch = tmp_path_factory.mktemp("scratch")
+    py = deps_only_python(tmp_path_factory.mktemp("exec-venv") / "venv")
+    deps = run_python(py, "import pyspark, numpy, pyarrow, pandas, kafka; print('ok')", scratch)
+    assert deps.returncode == 0, f"the executor python lacks the project's dependencies: {deps.stderr}"
+    project = run_python(py, "import store", scratch)
+    assert project.returncode != 0 and "No module named 'store'" in project.stderr, (
+        "the executor python can import the project without shipping; the test would prove nothing")
+    return py
+
+
+def submit(cluster: SparkCluster, py: Path, workdir: Path, app_args: list[str],
+           driver_script: Path | None = None, extra_env: dict[str, str] | None = None,
+           timeout_s: float = 300) -> subprocess.CompletedProcess:
+    env = daemon_env(cluster.spark_home, workdir)
+    env.update({
+        "PYTHON": str(py),
+        "COMMITLOG_EXECUTOR_PYTHON": str(py),
+        "COMMITLOG_DRIVER_PYTHON": str(py),
+        "COMMITLOG_BUILD_DIR": str(workdir / "build"),
+    })
+    if driver_script is not None:
+        env["COMMITLOG_DRIVER_SCRIPT"] = str(driver_script)
+    env.update(extra_env or {})
+    cmd = ["bash", str(SUBMIT), "--master", cluster.master_url,
+           "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", "spark.executor.memory=512m", "--driver-memory", "1g",
+           "--", *app_args]
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+PROBE = textwrap.dedent('''
+    import json, os, sys
+    from pyspark.sql import SparkSession
+
+    def where(_rows):
+        # find_spec locates a package without running its __init__; store.constants is really
+        # imported (it imports nothing of ours).
+        import importlib, importlib.util
+        found = {pkg: importlib.util.find_spec(pkg).origin for pkg in ("ingest", "sink", "store")}
+        found["constants"] = importlib.import_module("store.constants").__file__
+        yield {"pid": os.getpid(), "python": sys.executable, "cwd": os.getcwd(), **found}
+
+    spark = SparkSession.builder.getOrCreate()
+    sc = spark.sparkContext
+    import importlib.util
+    executors = sc.parallelize(range(2), 2).mapPartitions(where).collect()
+    print("PROBE " + json.dumps({"driver_pid": os.getpid(), "driver_store": importlib.util.find_spec("store").origin,
+                                 "master": sc.master, "argv": sys.argv[1:],
+                                 "executors": executors}), flush=True)
+    spark.stop()
+''')
+
+
+def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster, executor_python: Path,
+                                                          tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    result = submit(cluster, executor_python, tmp_path, ["run", "--store", "/somewhere"],
+                    driver_script=probe)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
+    assert result.returncode == 0 and lines, (
+        f"spark-submit.sh failed ({result.returncode})\n{result.stdout[-3000:]}\n"
+        f"{result.stderr[-5000:]}\n{cluster.logs()}")
+    report = json.loads(lines[-1][len("PROBE "):])
+    zip_path = str(tmp_path / "build" / "commitlog_ingest.zip")
+
+    assert report["master"] == cluster.master_url
+    assert report["argv"] == ["run", "--store", "/somewhere"], "arguments after -- reach the app"
+    # The client-mode driver imports the shipped zip too (SparkContext's copy of it).
+    assert "/commitlog_ingest.zip/store/" in report["driver_store"], report["driver_store"]
+    assert Path(zip_path).is_file()
+    assert len(report["executors"]) == 2
+    for ex in report["executors"]:
+        assert ex["pid"] != report["driver_pid"]
+        assert ex["python"] == str(executor_python)
+        assert Path(ex["cwd"]).is_relative_to(cluster.work_dir), "runs in a Worker's executor dir"
+        for pkg in ("store", "ingest", "sink", "constants"):
+            # The executor fetched the zip into its own work dir and imports from inside it.
+            assert "commitlog_ingest.zip" in ex[pkg] and not ex[pkg].startswith(str(ROOT)), ex
+    apps = cluster.state()["completedapps"]
+    assert any(app["name"] == "commitlog-ingest" for app in apps), apps
+
+
+def test_submit_without_commitlog_arguments_prints_usage(tmp_path: Path) -> None:
+    result = subprocess.run(["bash", str(SUBMIT), "--master", "local[1]"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr and "-- run" in result.stderr

@@ -7,6 +7,7 @@ appended and committed by the sink. SIGTERM/SIGINT let the batch in progress com
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -15,10 +16,12 @@ from functools import partial
 from typing import Any
 
 from ingest.config import JobConfig, kafka_reader_options
+from ingest.kafka_admin import earliest_offsets
 from ingest.mapping import MappingConfig
 from ingest.prepare import prepare_batch
 from sink import CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
+from sink.state import parse_tp_key
 from store import StoreConfig
 from store.codec import CodecConfig
 
@@ -61,9 +64,26 @@ def source_format(cfg: JobConfig, spark: Any) -> str:
 
 def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
     """Continue from the Kafka offsets the store recorded, whatever the Spark checkpoint says: a lost
-    or reset checkpoint then re-reads nothing the store holds."""
-    recorded = writer.state.starting_offsets_json()
-    return recorded if recorded else cfg.starting_offsets
+    or reset checkpoint then re-reads nothing the store holds. Like Spark's source, the JSON form must
+    name every partition read; partitions the store has not seen start per ``--starting-offsets``."""
+    recorded = writer.state.kafka_offsets
+    if not recorded:
+        return cfg.starting_offsets
+    if cfg.assign:
+        partitions = [(t, int(p)) for t, ps in json.loads(cfg.assign).items() for p in ps]
+    else:
+        partitions = sorted(earliest_offsets(cfg.bootstrap_servers, topics=cfg.subscribe,
+                                             pattern=cfg.subscribe_pattern, kafka_params=cfg.kafka_option))
+    default = {"earliest": -2, "latest": -1}.get(cfg.starting_offsets.strip().lower())
+    named: dict[str, dict[str, int]] = {}
+    given = {}
+    if default is None:  # per-partition JSON given by the user: used where the store has nothing
+        given = {(t, int(p)): int(o) for t, ps in json.loads(cfg.starting_offsets).items() for p, o in ps.items()}
+    stored = {parse_tp_key(k): v for k, v in recorded.items()}
+    for topic, partition in partitions:
+        off = stored.get((topic, partition), given.get((topic, partition), -2 if default is None else default))
+        named.setdefault(topic, {})[str(partition)] = off
+    return named
 
 
 class StopSignal:

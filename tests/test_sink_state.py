@@ -1,0 +1,64 @@
+"""The sink's exactly-once state and its dead-letter log, without Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ingest.mapping import HEADER_TYPE
+from sink.deadletter import DeadLetterLog, read_dead_letters
+from sink.state import SinkState, parse_tp_key, tp_key
+from sink.writer import kafka_next_offsets
+
+pytestmark = pytest.mark.unit
+
+
+def dead_rows(*offsets: int) -> pa.Table:
+    n = len(offsets)
+    return pa.table({
+        "kafka_topic": ["t"] * n, "kafka_partition": pa.array([0] * n, pa.int32()),
+        "kafka_offset": pa.array(list(offsets), pa.int64()), "raw_timestamp": pa.array([1] * n, pa.int64()),
+        "dead_reason": ["too big"] * n, "raw_key": pa.array([b"k"] * n), "raw_value": pa.array([b"\xff"] * n),
+        "raw_headers": pa.array([[{"key": "h", "value": b"v"}]] * n, HEADER_TYPE),
+    })
+
+
+def test_state_round_trips_through_commit_metadata() -> None:
+    state = SinkState().advanced(3, "q1", {"orders/0": 10, "orders/1": 5}, 120, 2, 40)
+    again = SinkState.from_metadata(state.to_metadata())
+    assert again == state
+    assert again.starting_offsets_json() == {"orders": {"0": 10, "1": 5}}
+
+
+def test_kafka_offsets_only_move_forward() -> None:
+    state = SinkState(kafka_offsets={"t/0": 10}).advanced(1, None, {"t/0": 7, "t/1": 3}, 0, 0, 0)
+    assert state.kafka_offsets == {"t/0": 10, "t/1": 3}
+
+
+def test_topic_partition_keys_survive_topics_with_dots_and_dashes() -> None:
+    assert parse_tp_key(tp_key("a.b-c_d", 12)) == ("a.b-c_d", 12)
+
+
+def test_next_offsets_cover_live_and_dead_rows() -> None:
+    table = pa.table({"kafka_topic": ["t", "t", "u"], "kafka_partition": pa.array([0, 0, 2], pa.int32()),
+                      "kafka_offset": pa.array([4, 9, 1], pa.int64())})
+    assert kafka_next_offsets(table) == {"t/0": 10, "u/2": 2}
+
+
+def test_dead_letters_beyond_the_commit_are_cut_on_open(tmp_path: Path) -> None:
+    log = DeadLetterLog(tmp_path, 0)
+    committed = log.append(dead_rows(1, 2), batch_id=0)
+    log.append(dead_rows(3), batch_id=1)          # a crash before this batch committed
+    log.close()
+    DeadLetterLog(tmp_path, committed).close()
+    letters = read_dead_letters(tmp_path)
+    assert [d["offset"] for d in letters] == [1, 2]
+    assert letters[0]["reason"] == "too big" and letters[0]["valueBase64"] == "/w=="
+
+
+def test_a_dead_letter_file_shorter_than_committed_is_an_error(tmp_path: Path) -> None:
+    DeadLetterLog(tmp_path, 0).close()
+    with pytest.raises(OSError, match="committed"):
+        DeadLetterLog(tmp_path, 100)

@@ -6,9 +6,9 @@ Broker quirks handled here (pinned in tests/test_kafka_source.py):
   not the log end, when producers batch records. A fetch response's high watermark is right on
   both Tansu and Kafka, so ``latest`` fetches once from (reported end - 1) and takes
   max(reported end, high watermark): one small fetch per non-empty partition.
-- Tansu answers ListOffsets by timestamp with offset 0 and timestamp -1 for every partition.
-  An answer whose timestamp is below the one asked for is impossible per the protocol, so
-  ``for_timestamp`` then finds the offset by scanning the partition's records instead.
+- Tansu answers ListOffsets by timestamp with offset 0 (timestamp -1 or the first batch's append
+  time) whatever the timestamp asked. ``for_timestamp`` checks every answer against the records
+  at and just before it and scans the partition when they contradict it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
@@ -138,40 +138,74 @@ class OffsetReader:
 
     def for_timestamp(self, tps: Sequence[TopicPartitionKey], timestamps: Mapping[TopicPartitionKey, int]
                       ) -> dict[TopicPartitionKey, int | None]:
-        """The earliest offset whose record timestamp is >= the given one, None when there is none."""
+        """The earliest offset whose record timestamp is >= the given one, None when there is none.
+
+        The broker's answer is checked against the records around it (one small fetch): Tansu
+        answers offset 0 whatever the timestamp, and a wrong start offset would silently replay
+        or skip data. An answer that fails the check is replaced by a scan of the partition."""
         if not tps:
             return {}
         asked = {TopicPartition(*tp): int(timestamps[tp]) for tp in tps}
         got = self.meta.offsets_for_times(dict(asked), timeout_ms=self._timeout_ms)
+        earliest = self.earliest(list(tps))
         out: dict[TopicPartitionKey, int | None] = {}
         for part, ts in asked.items():
             answer = got.get(part)
             tp = (part.topic, part.partition)
             if answer is None:
                 out[tp] = None
-            elif answer.timestamp < ts:  # impossible per protocol: Tansu's placeholder answer
-                out[tp] = self._scan_for_timestamp(tp, ts)
+                continue
+            off = int(answer.offset)
+            around = list(self._records(tp, max(earliest[tp], off - 1), max_count=2, stop_at=off + 1))
+            before = [t for o, t in around if o == off - 1]
+            at = [t for o, t in around if o == off]
+            if at and at[0] >= ts and not (before and before[0] >= ts):
+                out[tp] = off
             else:
-                out[tp] = int(answer.offset)
+                log.warning("broker answered offset %d for timestamp %d on %s-%d, which the records "
+                            "contradict; scanning the partition", off, ts, *tp)
+                out[tp] = self._scan_for_timestamp(tp, ts, earliest[tp])
         return out
 
-    def _scan_for_timestamp(self, tp: TopicPartitionKey, ts: int) -> int | None:
-        log.warning("broker gave no usable offset for timestamp %d on %s-%d; scanning the partition", ts, *tp)
-        start, end = self.earliest([tp])[tp], self.latest([tp])[tp]
-        c = _consumer(self._params, auto_offset_reset="earliest", max_poll_records=100_000,
-                      fetch_max_wait_ms=_PROBE_WAIT_MS)
-        try:
-            part = TopicPartition(*tp)
-            c.assign([part])
-            c.seek(part, start)
-            deadline = time.monotonic() + self._timeout_ms / 1000
-            while c.position(part) < end and time.monotonic() < deadline:
-                for rec in c.poll(timeout_ms=200).get(part, ()):
-                    if rec.timestamp >= ts and rec.offset < end:
-                        return int(rec.offset)
-            return None
-        finally:
-            c.close(autocommit=False)
+    def _records(self, tp: TopicPartitionKey, start: int, max_count: int | None = None,
+                 stop_at: int | None = None) -> Iterator[tuple[int, int]]:
+        """(offset, timestamp) of records from ``start`` up to the true end (or ``stop_at``)."""
+        end = self.latest([tp])[tp]
+        if stop_at is not None:
+            end = min(end, stop_at)
+        if start >= end:
+            return iter(())
+        return _iter_records(self._params, tp, start, end, max_count, self._timeout_ms)
+
+    def _scan_for_timestamp(self, tp: TopicPartitionKey, ts: int, start: int) -> int | None:
+        for off, rec_ts in self._records(tp, start):
+            if rec_ts >= ts:
+                return off
+        return None
+
+
+def _iter_records(params: Mapping[str, Any], tp: TopicPartitionKey, start: int, end: int,
+                  max_count: int | None, timeout_ms: int) -> Iterator[tuple[int, int]]:
+    c = _consumer(params, auto_offset_reset="earliest", max_poll_records=100_000,
+                  fetch_max_wait_ms=_PROBE_WAIT_MS)
+    try:
+        part = TopicPartition(*tp)
+        c.assign([part])
+        c.seek(part, start)
+        deadline = time.monotonic() + timeout_ms / 1000
+        count = 0
+        while c.position(part) < end:
+            if time.monotonic() > deadline:
+                raise KafkaSourceError(f"reading {tp[0]}-{tp[1]} offsets {start}..{end} took over {timeout_ms} ms")
+            for rec in c.poll(timeout_ms=200).get(part, ()):
+                if rec.offset >= end:
+                    return
+                yield rec.offset, rec.timestamp
+                count += 1
+                if max_count is not None and count >= max_count:
+                    return
+    finally:
+        c.close(autocommit=False)
 
 
 def _topics_arg(topics: str | Sequence[str] | None, pattern: str | None) -> dict[str, Any]:

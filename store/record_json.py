@@ -131,22 +131,20 @@ def dispatch_check(decoded: DecodedMessage, record: memoryview | None = None,
     }
 
 
-def _layout(decoded: DecodedMessage) -> tuple[int, int, int, int]:
-    """(topic length position, topic length, properties length position, properties length)."""
-    p = 88 + (12 if decoded.sys_flag & BORNHOST_V6_FLAG else 0) \
+def _topic_length_pos(decoded: DecodedMessage) -> int:
+    return 88 + (12 if decoded.sys_flag & BORNHOST_V6_FLAG else 0) \
         + (12 if decoded.sys_flag & STOREHOSTADDRESS_V6_FLAG else 0) + len(decoded.body)
-    return p, 0, 0, 0
 
 
 def _topic_length(decoded: DecodedMessage, record: memoryview) -> int:
-    p = _layout(decoded)[0]
+    p = _topic_length_pos(decoded)
     if decoded.version == 2:
         return int.from_bytes(record[p:p + 2], "big", signed=True)
     return int.from_bytes(record[p:p + 1], "big", signed=True)
 
 
 def _props_length(decoded: DecodedMessage, record: memoryview) -> int:
-    p = _layout(decoded)[0] + decoded.version + _topic_length(decoded, record)
+    p = _topic_length_pos(decoded) + decoded.version + _topic_length(decoded, record)
     return int.from_bytes(record[p:p + 2], "big", signed=True)
 
 
@@ -159,7 +157,7 @@ def message_to_json(decoded: DecodedMessage, offset: int, segment: str, segment_
     body = decoded.body
     computed = body_crc(body)
     if rec is not None:
-        p = _layout(decoded)[0]
+        p = _topic_length_pos(decoded)
         topic_len = _topic_length(decoded, rec)
         topic_raw = bytes(rec[p + decoded.version:p + decoded.version + topic_len])
         q = p + decoded.version + topic_len

@@ -1,0 +1,128 @@
+"""The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.codec import CodecConfig, Message, encode_message
+from store.hosts import HostAddress
+from store.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
+
+pytestmark = pytest.mark.unit
+
+BASE = 1 << 20
+SEGMENT = 16384
+
+
+def build_segment(n: int, *, base: int = BASE, size: int = SEGMENT, blank: bool = False,
+                  config: CodecConfig | None = None) -> tuple[bytearray, list[int]]:
+    """n records of varied shapes (V1/V2, IPv4/IPv6, empty bodies) at their real offsets."""
+    buf = bytearray(size)
+    pos, starts = 0, []
+    for i in range(n):
+        m = Message(topic="T" * (130 if i % 5 == 4 else 1 + i % 7), body=bytes([i % 256]) * (i * 13 % 150),
+                    properties=f"TAGS\x01t{i}\x02KEYS\x01k{i}\x02" if i % 3 else "",
+                    born_host=HostAddress.parse("[2001:db8::1]:1" if i % 4 == 1 else "10.0.0.1:1"),
+                    store_host=HostAddress.parse("[::2]:10911" if i % 6 == 2 else "10.0.0.2:10911"),
+                    physical_offset=base + pos, queue_offset=i)
+        rec = encode_message(m, config)
+        if pos + len(rec) + 8 > size:
+            break
+        buf[pos:pos + len(rec)] = rec
+        starts.append(pos)
+        pos += len(rec)
+    if blank:
+        buf[pos:pos + 8] = (size - pos).to_bytes(4, "big") + bytes.fromhex("CBD43194")
+    return buf, starts
+
+
+def slow_scan(buf, base: int, end: int, config: CodecConfig | None = None) -> list[RecordCheck]:
+    out, pos = [], 0
+    while True:
+        c = check_record(buf, pos, end, base, config)
+        out.append(c)
+        if c.kind != "message":
+            return out
+        pos += c.size
+
+
+def test_a_clean_segment_scans_to_its_end() -> None:
+    buf, starts = build_segment(60)
+    checks = list(scan_segment(buf, BASE, len(buf)))
+    assert [c.offset - BASE for c in checks[:-1]] == starts
+    assert checks[-1].kind == "end" and checks[-1].offset == BASE + starts[-1] + checks[-2].size
+
+
+def test_a_blank_closes_the_segment() -> None:
+    buf, starts = build_segment(1000, blank=True)
+    stop = list(scan_segment(buf, BASE, len(buf)))[-1]
+    assert stop.kind == "blank" and stop.offset + stop.size == BASE + SEGMENT
+
+
+@pytest.mark.parametrize("where, value, kind", [
+    (4, b"\x00\x00\x00\x01", "magic"),
+    (0, b"\x00\x00\x00\x10", "size"),
+    (0, b"\x00\x01\x00\x00", "truncated"),
+    (29, b"\x01", "physicalOffset"),
+    (95, b"\xff", "crc"),
+])
+def test_the_first_broken_record_stops_the_scan_with_its_reason(where: int, value: bytes, kind: str) -> None:
+    buf, starts = build_segment(30)
+    victim = starts[6]
+    buf[victim + where:victim + where + len(value)] = value
+    result = scan_segment_fast(buf, BASE, len(buf))
+    assert len(result.offsets) == 6 and result.end_offset == BASE + victim
+    assert (result.stop.kind, result.stop.error_kind, result.stop.offset) == ("error", kind, BASE + victim)
+    assert result.stop.detail
+
+
+def test_crc_failures_are_ignored_when_check_crc_on_recover_is_off() -> None:
+    buf, starts = build_segment(30)
+    buf[starts[6] + 95] ^= 0xFF
+    assert scan_segment_fast(buf, BASE, len(buf), CodecConfig(check_crc_on_recover=False)).stop.kind == "end"
+
+
+def test_force_verify_prop_crc_checks_the_whole_record_crc_instead_of_the_body_crc() -> None:
+    config = CodecConfig(enabled_append_prop_crc=True, force_verify_prop_crc=True)
+    buf, starts = build_segment(20, config=config)
+    assert scan_segment_fast(buf, BASE, len(buf), config).stop.kind == "end"
+    buf[starts[3] + 17] ^= 0x01                          # FLAG: outside the body, only the prop CRC sees it
+    assert scan_segment_fast(buf, BASE, len(buf), CodecConfig()).stop.kind == "end"
+    stop = scan_segment_fast(buf, BASE, len(buf), config).stop
+    assert (stop.error_kind, stop.offset) == ("propCrc", BASE + starts[3])
+    # a record without the property fails when verification is forced
+    plain, _ = build_segment(3)
+    assert scan_segment_fast(plain, BASE, len(plain), config).stop.error_kind == "propCrc"
+
+
+def test_a_torn_tail_is_truncated_and_a_short_zero_tail_is_the_end() -> None:
+    buf, starts = build_segment(10)
+    end = starts[5] + 50
+    stop = scan_segment_fast(buf, BASE, end).stop
+    assert (stop.error_kind, stop.offset) == ("truncated", BASE + starts[5])
+    assert check_record(bytes(5), 0, 5, 0).kind == "end"
+    assert check_record(b"\x00\x00\x00\x01\x00", 0, 5, 0).error_kind == "truncated"
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), victim=st.integers(0, 39), at=st.integers(0, 300), byte=st.integers(0, 255),
+       cut=st.integers(0, 3000))
+def test_fast_scan_agrees_with_the_record_by_record_check(n: int, victim: int, at: int, byte: int, cut: int) -> None:
+    buf, starts = build_segment(n, size=8192)
+    if victim < len(starts):
+        buf[starts[victim] + at] = byte
+    end = max(0, len(buf) - cut)
+    fast = list(scan_segment(buf, BASE, end))
+    assert fast == slow_scan(buf, BASE, end)
+
+
+def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    import store.scan as scan
+    buf, starts = build_segment(200, blank=True)
+    buf[starts[150] + 100] ^= 0x55
+    whole = list(scan_segment(buf, BASE, len(buf)))
+    monkeypatch.setattr(scan, "_WALK_CHUNK_BYTES", 700)
+    assert list(scan_segment(buf, BASE, len(buf))) == whole == slow_scan(buf, BASE, len(buf))
+    assert whole[-1].offset == BASE + starts[150]

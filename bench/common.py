@@ -1,0 +1,443 @@
+"""What every benchmark script shares: the command line, timing, the figures, machine facts,
+and the records (generated with numpy from fixed seeds, so every run measures the same bytes).
+
+Each script answers one question and measures, in the same run and on the same data, a ceiling
+or a peer; ``Report`` prints the figures as a table (or, with ``--json``, as one JSON object
+whose names are stable across versions, ratios included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+OUT_DIR = BENCH_DIR / "out"
+if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+SEED = 20260101
+TOPIC = "BenchTopic"          # 10 bytes, as the issue asks
+QUEUES = 4
+SCHEMA_VERSION = 1
+
+
+# --- command line --------------------------------------------------------------------------
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, under a minute: the smoke test `make test` runs")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object of the figures on stdout (the table goes to stderr)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="measured runs per figure (default 3; the median is reported)")
+    p.add_argument("--out", default=str(OUT_DIR),
+                   help="scratch directory for stores and files (emptied after the run)")
+    p.add_argument("--keep", action="store_true", help="leave the scratch files in --out")
+    return p
+
+
+def runs_of(args: argparse.Namespace) -> int:
+    return max(3, args.runs) if args.runs else 3
+
+
+# --- figures -------------------------------------------------------------------------------
+@dataclass
+class Stat:
+    """One figure over several runs."""
+
+    values: list[float]
+    unit: str
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    @property
+    def min(self) -> float:
+        return float(min(self.values))
+
+    @property
+    def max(self) -> float:
+        return float(max(self.values))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.min, "max": self.max, "unit": self.unit,
+                "runs": len(self.values)}
+
+
+@dataclass
+class Report:
+    """The figures of one script run, printed as a table or as one JSON object."""
+
+    bench: str
+    args: argparse.Namespace
+    figures: dict[str, Stat] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def add(self, name: str, values: Sequence[float] | float, unit: str) -> Stat:
+        vals = [float(v) for v in (values if isinstance(values, Sequence) else [values])]
+        st = Stat(vals, unit)
+        self.figures[name] = st
+        self.log(f"  {name:<58} {fmt(st.median):>12} {unit:<8} (min {fmt(st.min)}, max {fmt(st.max)}, "
+                 f"n={len(vals)})")
+        return st
+
+    def ratio(self, name: str, numerator: str, denominator: str) -> float:
+        """``numerator``'s median over ``denominator``'s median, under a stable name."""
+        a, b = self.figures[numerator].median, self.figures[denominator].median
+        r = a / b if b else float("nan")
+        self.ratios[name] = r
+        self.log(f"  {name:<58} {r:>12.3f} ratio    ({numerator} / {denominator})")
+        return r
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        self.log(f"  note: {text}")
+
+    def log(self, text: str) -> None:
+        print(text, file=sys.stderr if self.args.json else sys.stdout, flush=True)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "bench": self.bench,
+            "schema": SCHEMA_VERSION,
+            "mode": "quick" if self.args.quick else "full",
+            "date": _dt.datetime.fromtimestamp(self.started, _dt.timezone.utc).isoformat(timespec="seconds"),
+            "elapsed_s": round(time.time() - self.started, 1),
+            "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name] + sys.argv),
+            "git": git_revision(),
+            "machine": machine(self.args.out),
+            "params": self.params,
+            "figures": {k: v.as_json() for k, v in self.figures.items()},
+            "ratios": self.ratios,
+            "notes": self.notes,
+        }
+
+    def finish(self) -> None:
+        self.log(f"{self.bench}: done in {time.time() - self.started:.1f} s")
+        if self.args.json:
+            print(json.dumps(self.as_json(), indent=1, sort_keys=False), flush=True)
+
+
+def fmt(x: float) -> str:
+    if x != x:  # NaN
+        return "nan"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 1:
+        return f"{x:.2f}"
+    return f"{x:.4f}"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+
+# --- timing --------------------------------------------------------------------------------
+@contextmanager
+def timer() -> Iterator[list[float]]:
+    """``with timer() as t: ...`` then ``t[0]`` is the elapsed seconds."""
+    box: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - t0)
+
+
+def repeat(fn: Callable[[], float], runs: int, warmup: int = 0) -> list[float]:
+    """Call ``fn`` (which returns one measurement) ``warmup`` + ``runs`` times; keep the last ``runs``."""
+    for _ in range(warmup):
+        fn()
+    return [fn() for _ in range(runs)]
+
+
+# --- machine -------------------------------------------------------------------------------
+def _meminfo_kib(key: str) -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def disk_of(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Filesystem, device and free space under ``path`` (created if missing)."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    usage = shutil.disk_usage(p)
+    info: dict[str, Any] = {"path": str(p), "size_gib": round(usage.total / 2**30, 1),
+                            "free_gib": round(usage.free / 2**30, 1)}
+    try:
+        out = subprocess.run(["df", "--output=source,fstype", str(p)], capture_output=True, text=True,
+                             timeout=10).stdout.split("\n")[1].split()
+        info["device"], info["fstype"] = out[0], out[1]
+        dev = Path(out[0]).name.rstrip("0123456789") if out[0].startswith("/dev/") else ""
+        rota = Path(f"/sys/block/{dev}/queue/rotational")
+        if dev and rota.exists():
+            info["rotational"] = rota.read_text().strip() == "1"
+    except (OSError, IndexError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def machine(out: str | os.PathLike[str] = OUT_DIR) -> dict[str, Any]:
+    cpu = ""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "mem_gib": round(_meminfo_kib("MemTotal") / 2**20, 1),
+            "kernel": platform.release(), "python": platform.python_version(), "disk": disk_of(out)}
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int:
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(path).free
+
+
+def peak_rss_bytes(pid: int | None = None) -> int:
+    """Peak resident set (VmHWM) of a process; of this one by default."""
+    if pid is None:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return _status_kib(pid, "VmHWM") * 1024
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    return _status_kib(pid or os.getpid(), "VmRSS") * 1024
+
+
+def _status_kib(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Direct children of a process (Linux /proc)."""
+    pid = pid or os.getpid()
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return sorted(set(out))
+
+
+# --- scratch space -------------------------------------------------------------------------
+@contextmanager
+def scratch(args: argparse.Namespace, name: str) -> Iterator[Path]:
+    """A fresh directory under --out, removed afterwards (unless --keep)."""
+    root = Path(args.out) / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    try:
+        yield root
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def remove_work_dir(path: Path) -> None:
+    """Remove a script's scratch directory, and --out itself if that leaves it empty."""
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass
+
+
+def drop_file_cache(path: str | os.PathLike[str]) -> None:
+    """Evict a file's clean pages from the page cache (no root needed), for cold-read figures."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def drop_tree_cache(root: str | os.PathLike[str]) -> None:
+    for p in Path(root).rglob("*"):
+        if p.is_file():
+            try:
+                drop_file_cache(p)
+            except OSError:
+                pass
+
+
+# --- records -------------------------------------------------------------------------------
+def _binary_column(n: int, width: int, rng: np.random.Generator) -> pa.Array:
+    """``n`` random binary values of ``width`` bytes, built from one numpy buffer (no Python loop)."""
+    data = rng.integers(0, 256, size=n * width, dtype=np.uint8)
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32 if n * width < 2**31 else np.int64)
+    typ = pa.binary() if offsets.dtype == np.int32 else pa.large_binary()
+    arr = pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return arr if typ == pa.binary() else arr.cast(pa.binary())
+
+
+def _repeated_binary(value: bytes, n: int, typ: pa.DataType = pa.binary()) -> pa.Array:
+    data = np.tile(np.frombuffer(value, dtype=np.uint8), n)
+    offsets = np.arange(0, (n + 1) * len(value), len(value), dtype=np.int32)
+    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _padded(numbers: np.ndarray, width: int) -> pa.Array:
+    return pc.utf8_lpad(pc.cast(pa.array(numbers), pa.string()), width=width, padding="0")
+
+
+def message_table(n: int, body_size: int = 100, seed: int = SEED, start: int = 0) -> pa.Table:
+    """``n`` messages in the store's MESSAGE_TABLE_SCHEMA: ``body_size``-byte random bodies, the
+    10-byte topic, ~50 bytes of properties (TAGS, KEYS, UNIQ_KEY), 4 queues, IPv4 hosts."""
+    rng = np.random.default_rng(seed + start)
+    idx = np.arange(start, start + n, dtype=np.int64)
+    tag_names = np.array(["TagA", "TagB", "TagC", "TagD"])
+    tags = pa.array(tag_names[idx % 4])
+    # TAGS\1TagA\2 (10) + KEYS\1<12 digits>\2 (18) + UNIQ_KEY\1<12 digits>\2 (22) = 50 bytes
+    props = pc.binary_join_element_wise(
+        "TAGS\x01", tags, "\x02KEYS\x01", _padded(idx, 12), "\x02UNIQ_KEY\x01",
+        _padded(idx * 7 + 13, 12), "\x02", "")
+    born = np.array([127, 0, 0, 1, 0, 0, 0x30, 0x39], dtype=np.uint8).tobytes()      # 127.0.0.1:12345
+    store_host = np.array([127, 0, 0, 1, 0, 0, 0x2A, 0x9F], dtype=np.uint8).tobytes()  # :10911
+    cols = {
+        "topic": _repeated_binary(TOPIC.encode(), n, pa.string()),
+        "queue_id": pa.array((idx % QUEUES).astype(np.int32)),
+        "flag": pa.array(np.zeros(n, np.int32)),
+        "body": _binary_column(n, body_size, rng),
+        "properties": props,
+        "tags": tags,
+        "sys_flag": pa.array(np.zeros(n, np.int32)),
+        "born_timestamp": pa.array(1_700_000_000_000 + idx),
+        "born_host": _repeated_binary(born, n),
+        "store_host": _repeated_binary(store_host, n),
+        "reconsume_times": pa.array(np.zeros(n, np.int32)),
+        "prepared_transaction_offset": pa.array(np.zeros(n, np.int64)),
+    }
+    return pa.table(cols)
+
+
+def encode(table: pa.Table) -> Any:
+    """The codec's ``encode_batch`` of ``table`` (an EncodedBatch)."""
+    from store.batch_codec import encode_batch
+
+    return encode_batch(table)
+
+
+def encoded_batches(n: int, batch: int, body_size: int, seed: int = SEED) -> list[Any]:
+    """``n`` messages encoded in batches of ``batch`` records (the last may be shorter)."""
+    out = []
+    for start in range(0, n, batch):
+        out.append(encode(message_table(min(batch, n - start), body_size, seed, start)))
+    return out
+
+
+def batch_bytes(b: Any) -> np.ndarray:
+    """The records of an EncodedBatch, back to back, as one uint8 array."""
+    end = int(b.offsets[-1]) + int(b.sizes[-1]) if len(b) else 0
+    return b.data[int(b.offsets[0]) if len(b) else 0:end]
+
+
+# --- Kafka ----------------------------------------------------------------------------------
+def kafka_values(n: int, size: int, seed: int = SEED) -> np.ndarray:
+    """``n`` values of ``size`` random bytes as one (n, size) uint8 array."""
+    return np.random.default_rng(seed).integers(0, 256, size=(n, size), dtype=np.uint8)
+
+
+def prefill_topic(bootstrap: str, topic: str, partitions: int, n: int, value_size: int,
+                  seed: int = SEED) -> float:
+    """Create ``topic`` and produce ``n`` records round-robin over its partitions, in big batches.
+    Returns the seconds it took."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
+    try:
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        except TopicAlreadyExistsError:
+            pass
+    finally:
+        admin.close()
+    values = kafka_values(n, value_size, seed)
+    t0 = time.perf_counter()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50,
+                             batch_size=1 << 20, max_request_size=8 << 20, buffer_memory=256 << 20,
+                             compression_type=None)
+    try:
+        for i in range(n):
+            producer.send(topic, value=values[i].tobytes(), key=b"k%d" % (i % 64),
+                          partition=i % partitions)
+        producer.flush()
+    finally:
+        producer.close()
+    return time.perf_counter() - t0
+
+
+def compile_java(source: Path, out: Path) -> Path:
+    """Compile one of our Java peers with javac into ``out`` (under bench/out, gitignored);
+    returns the class path. Raises RuntimeError naming what is missing."""
+    javac = shutil.which("javac")
+    if not javac:
+        raise RuntimeError("javac not found: the JVM peer needs a JDK 17 (the same one Spark uses)")
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([javac, "-d", str(out), str(source)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"javac {source} failed:\n{done.stderr}")
+    return out
+
+
+def python() -> str:
+    return sys.executable
+
+
+def env_for_subprocess() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return env
+
+
+if __name__ == "__main__":  # `make bench-quick` runs every bench/*.py: this one is only a library
+    print("bench/common.py: shared helpers of the bench scripts; nothing to measure", file=sys.stderr)

@@ -1,0 +1,213 @@
+"""How fast does the store append pre-encoded records, against the memory and disk ceilings
+and against RocketMQ's way of doing it on the JVM, on the same bytes?
+
+Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable flush per batch):
+- ``py_append_encoded``: MessageStore.append_encoded of pre-encoded batches (+ flush per batch in SYNC);
+- ``py_append_table``: MessageStore.append_table (encode_batch, body CRCs included, + append);
+- ``py_append_commit`` (SYNC only): append_encoded + commit per batch, what the sink does;
+- ``jvm_batch`` / ``jvm_single``: bench/jvm/AppendPeer.java, RocketMQ's putMessages / putMessage
+  paths (CRC32 of each body, patching, MappedByteBuffer puts; force() per batch in SYNC);
+- ceilings: ``mmap_copy`` (bulk copy of the same bytes into a pre-touched mapping, memory speed)
+  and ``write_fdatasync`` (write + fdatasync per batch, disk speed).
+Segments are pre-touched before timing; the data fits one segment, rolls are bench/roll.py's.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+MIB = 1 << 20
+# (body bytes, messages, batch records); the issue's 2,000,000 x 100 B in batches of 100,000, and
+# the big bodies at a similar byte volume (2,000,000 x 16 KiB would be 32 GiB).
+FULL_CASES = [(100, 2_000_000, 100_000), (1024, 500_000, 50_000), (16384, 30_000, 3_000)]
+QUICK_CASES = [(100, 200_000, 100_000), (1024, 20_000, 10_000), (16384, 2_000, 1_000)]
+FULL_SEGMENT = 1024 * MIB
+QUICK_SEGMENT = 64 * MIB
+
+
+def store_config(segment_size: int, flush: str) -> object:
+    from store import StoreConfig
+
+    # No background pre-creation: the data fits the first segment, pre-touched when it is created
+    # (before timing); a concurrent 1 GiB pre-touch would only add noise on 2 cores.
+    return StoreConfig(segment_size=segment_size, flush_mode=flush, preallocate=False)
+
+
+def open_warm_store(root: Path, segment_size: int, flush: str, first: object) -> object:
+    """A fresh store whose first segment exists and is pre-touched (one record appended)."""
+    from store import MessageStore
+
+    store = MessageStore.open(root, store_config(segment_size, flush))
+    store.append_encoded(first)
+    store.flush()
+    return store
+
+
+def run_py(args, batches, tables, first, segment_size: int, flush: str, mode: str) -> float:
+    """One timed run of the store; returns seconds."""
+    with common.scratch(args, f"store_append/store-{mode}-{flush}") as root:
+        store = open_warm_store(root, segment_size, flush, first)
+        try:
+            t0 = time.perf_counter()
+            # In SYNC mode append_* returns only once the batch is durable (one flush per batch).
+            if mode == "encoded":
+                for b in batches:
+                    store.append_encoded(b)
+            elif mode == "table":
+                for t in tables:
+                    store.append_table(t)
+            elif mode == "commit":
+                for b in batches:
+                    store.append_encoded(b)
+                    store.commit()
+            else:
+                raise ValueError(mode)
+            elapsed = time.perf_counter() - t0
+        finally:
+            store.close()
+    return elapsed
+
+
+def pretouched_file(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
+def run_mmap_copy(path: Path, chunks: list[np.ndarray], size: int) -> float:
+    """Bulk copy of the encoded bytes into a pre-touched shared mapping: memory speed."""
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), size)
+        try:
+            buf = np.frombuffer(mm, dtype=np.uint8)
+            buf[::4096] = 0  # pre-touch, as the store's segments are
+            t0 = time.perf_counter()
+            pos = 0
+            for c in chunks:
+                buf[pos:pos + len(c)] = c
+                pos += len(c)
+            elapsed = time.perf_counter() - t0
+            del buf
+        finally:
+            mm.close()
+    return elapsed
+
+
+def run_write_fdatasync(path: Path, chunks: list[np.ndarray]) -> float:
+    """write + fdatasync of the encoded bytes, one fdatasync per batch: disk speed."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        t0 = time.perf_counter()
+        pos = 0
+        for c in chunks:
+            view = memoryview(c)
+            while view:
+                n = os.pwrite(fd, view, pos)
+                pos += n
+                view = view[n:]
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+    return elapsed
+
+
+def run_jvm(classpath: Path, data: Path, target: Path, size: int, batch: int, runs: int, path: str,
+            flush: str) -> list[float]:
+    cmd = ["java", "-Xms3g", "-Xmx3g", "-XX:+UseParallelGC", "-cp", str(classpath), "AppendPeer",
+           str(data), str(target), str(size), str(batch), str(runs), "1", path, flush, common.TOPIC]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"AppendPeer failed ({done.returncode}): {done.stderr[-2000:]}")
+    return [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("run ")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    runs = common.runs_of(args)
+    cases = QUICK_CASES if args.quick else FULL_CASES
+    segment_size = QUICK_SEGMENT if args.quick else FULL_SEGMENT
+    rep = common.Report("store_append", args)
+    rep.params = {"cases": [{"body": b, "messages": n, "batch": k} for b, n, k in cases],
+                  "segment_size": segment_size, "topic_bytes": len(common.TOPIC), "properties_bytes": 50,
+                  "queues": common.QUEUES, "runs": runs}
+    out = Path(args.out) / "store_append"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    classpath = common.compile_java(common.BENCH_DIR / "jvm" / "AppendPeer.java", out / "jvm")
+    try:
+        for body, n, batch in cases:
+            tag = f"body{body}"
+            rep.log(f"== {n:,} messages, {body}-byte bodies, batches of {batch:,}")
+            tables = [common.message_table(min(batch, n - s), body, common.SEED, s) for s in range(0, n, batch)]
+            batches = [common.encode(t) for t in tables]
+            first = common.encode(common.message_table(1, body, common.SEED + 1))
+            chunks = [np.ascontiguousarray(common.batch_bytes(b)) for b in batches]
+            total = sum(len(c) for c in chunks)
+            rep.params[f"{tag}.bytes"] = total
+            data = out / "records.bin"
+            with open(data, "wb") as f:
+                for c in chunks:
+                    f.write(c.tobytes())
+            target = out / "target.bin"
+            size = -(-(total + 4096) // 4096) * 4096
+
+            def figure(name: str, secs: list[float]) -> None:
+                rep.add(f"{name}.msgs_per_s", [n / s for s in secs], "msg/s")
+                rep.add(f"{name}.mb_per_s", [total / s / 1e6 for s in secs], "MB/s")
+
+            for flush in ("async", "sync"):
+                p = f"{flush}.{tag}"
+                modes = ["encoded", "table"] + (["commit"] if flush == "sync" else [])
+                for mode in modes:
+                    secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode),
+                                         runs, warmup=1)
+                    figure(f"{p}.py_append_{mode}", secs)
+                for path in ("batch", "single"):
+                    secs = run_jvm(classpath, data, target, size, batch, runs, path, flush)
+                    target.unlink(missing_ok=True)
+                    figure(f"{p}.jvm_{path}", secs)
+                pretouched_file(target, size)
+                if flush == "async":
+                    secs = common.repeat(lambda: run_mmap_copy(target, chunks, size), runs, warmup=1)
+                    figure(f"{p}.mmap_copy", secs)
+                    rep.ratio(f"{p}.ratio.py_encoded_vs_mmap_copy", f"{p}.py_append_encoded.msgs_per_s",
+                              f"{p}.mmap_copy.msgs_per_s")
+                else:
+                    secs = common.repeat(lambda: run_write_fdatasync(target, chunks), runs, warmup=1)
+                    figure(f"{p}.write_fdatasync", secs)
+                    rep.ratio(f"{p}.ratio.py_encoded_vs_write_fdatasync", f"{p}.py_append_encoded.msgs_per_s",
+                              f"{p}.write_fdatasync.msgs_per_s")
+                    rep.ratio(f"{p}.ratio.py_commit_vs_write_fdatasync", f"{p}.py_append_commit.msgs_per_s",
+                              f"{p}.write_fdatasync.msgs_per_s")
+                target.unlink(missing_ok=True)
+                rep.ratio(f"{p}.ratio.py_encoded_vs_jvm_batch", f"{p}.py_append_encoded.msgs_per_s",
+                          f"{p}.jvm_batch.msgs_per_s")
+                rep.ratio(f"{p}.ratio.py_encoded_vs_jvm_single", f"{p}.py_append_encoded.msgs_per_s",
+                          f"{p}.jvm_single.msgs_per_s")
+                rep.ratio(f"{p}.ratio.py_table_vs_jvm_batch", f"{p}.py_append_table.msgs_per_s",
+                          f"{p}.jvm_batch.msgs_per_s")
+            data.unlink(missing_ok=True)
+            del tables, batches, chunks
+    finally:
+        if not args.keep:
+            common.remove_work_dir(out)
+    rep.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -122,7 +122,7 @@ def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.Mon
     import store.scan as scan
     buf, starts = build_segment(200, blank=True)
     victim = starts[len(starts) * 3 // 4]
-    buf[victim + 100] ^= 0x55
+    buf[victim + 35] ^= 0x55                  # PHYSICALOFFSET
     whole = list(scan_segment(buf, BASE, len(buf)))
     monkeypatch.setattr(scan, "_WALK_CHUNK_BYTES", 700)
     assert list(scan_segment(buf, BASE, len(buf))) == whole == slow_scan(buf, BASE, len(buf))

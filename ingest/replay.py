@@ -1,0 +1,312 @@
+"""``commitlog replay``: a bounded run of the ingest job over what a Kafka topic (or an export of it)
+already holds, into a CommitLog store, once, completely, and provably.
+
+The write path is ``commitlog run``'s: the same source, ``prepare_batch`` (mapping, queue offsets,
+encoding, and dropping whatever the store already holds) and the same ``ForeachBatchSink`` /
+``CommitLogWriter`` with its atomic commit per batch. What replay adds is the bound: every partition's
+[start, end) is fixed before the first write (kept in ``<store>/replay/`` until done), cut into
+batches of ``--max-offsets-per-trigger`` offsets, each a Spark batch query with explicit
+startingOffsets/endingOffsets handed to the sink. A kill loses at most the batch in progress; the
+next run starts where the store's recorded Kafka offsets end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args, kafka_reader_options
+from ingest.replay_files import FORMATS, range_filter, read_kafka_files, resolve_file_plan
+from ingest.replay_plan import (Bound, ReplayError, ReplayPlan, TopicPartitionKey, apply_store_offsets, chunks,
+                                load_plan, parse_offsets_json, plan_identity, plan_path, resolve_kafka_plan,
+                                save_plan, sub_ranges)
+from ingest.replay_progress import ReplayProgress
+
+log = logging.getLogger("commitlog.replay")
+
+EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERROR, EXIT_STOPPED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What to replay; everything about how to write it is the shared JobConfig."""
+
+    topics: tuple[str, ...] | None = None
+    topic_pattern: str | None = None
+    from_files: str | None = None
+    file_format: str = "jsonl"
+    begin: Bound = Bound("earliest")
+    finish: Bound = Bound("latest")
+    strict: bool = False
+    verify: bool = True
+    progress: str = "auto"
+
+    def plan_spec(self) -> dict[str, Any]:
+        """What identifies "the same arguments" for the plan file."""
+        return {"topics": sorted(self.topics or ()), "pattern": self.topic_pattern,
+                "from": self.begin.describe(), "to": self.finish.describe()}
+
+
+@dataclass
+class ReplaySummary:
+    store: str
+    plan: ReplayPlan
+    records: int = 0                 # messages written by this run
+    dead_letters: int = 0            # dead letters written by this run
+    batches: int = 0
+    elapsed_s: float = 0.0
+    commit_offset: int = 0
+    complete: bool = False
+    verified: bool | None = None     # None: verify not run
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return (self.records + self.dead_letters) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        p = self.plan
+        held = sum(x.held for x in p.partitions)
+        total = sum(x.total for x in p.partitions)
+        out = [f"replay into {self.store}: {'complete' if self.complete else 'STOPPED before the end'}",
+               f"  range: {total} offsets over {len(p.partitions)} partitions of {len(p.topics())} topic(s); "
+               f"{held} already in the store (skipped)",
+               f"  written: {self.records} messages, {self.dead_letters} dead letters, {self.batches} batches, "
+               f"{self.elapsed_s:.1f} s, {self.rate:,.0f} rec/s; commit-log offset {self.commit_offset}"]
+        for topic in p.topics():
+            parts = [x for x in p.partitions if x.topic == topic]
+            ranges = ", ".join(f"{x.partition}:[{x.start},{x.end})" for x in parts)
+            out.append(f"  {topic}: {sum(x.total for x in parts)} offsets, partitions {ranges}")
+        if self.verified is not None:
+            out.append(f"  verify: {'OK' if self.verified else 'FAILED (see above)'}")
+        if not self.complete:
+            out.append("  run the same command again to continue where the last commit ended")
+        return out
+
+
+# ------------------------------------------------------------------------------------ the job
+
+def _kafka_client_params(cfg: JobConfig) -> dict[str, Any]:
+    from ingest.options import kafka_client_params
+
+    return kafka_client_params(kafka_reader_options(cfg, "earliest"))
+
+
+def kafka_batch_loader(cfg: JobConfig, spark: Any) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
+    """Ranges -> a batch DataFrame of the Kafka source's columns, read by the job's own source."""
+    from ingest.job import source_format
+    from ingest.kafka_offsets import offsets_to_json
+
+    fmt = source_format(cfg, spark)
+    base = kafka_reader_options(cfg, "earliest")
+    for name in ("subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "startingOffsets"):
+        base.pop(name, None)
+    base["includeHeaders"] = "true"
+
+    def load(ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> Any:
+        assign: dict[str, list[int]] = {}
+        for t, p in sorted(ranges):
+            assign.setdefault(t, []).append(p)
+        opts = dict(base, assign=json.dumps(assign),
+                    startingOffsets=json.dumps(offsets_to_json({tp: a for tp, (a, _) in ranges.items()})),
+                    endingOffsets=json.dumps(offsets_to_json({tp: b for tp, (_, b) in ranges.items()})))
+        return spark.read.format(fmt).options(**opts).load()
+
+    return load
+
+
+def _kafka_plan(cfg: JobConfig, opts: ReplayOptions) -> tuple[ReplayPlan, list[str], Any]:
+    spec = opts.plan_spec()
+    path = plan_path(cfg.store, plan_identity(spec))
+    plan = load_plan(path)
+    if plan is not None:
+        return plan, [f"continuing the replay planned earlier with the same arguments ({path}); its range "
+                      "stays fixed until it completes"], path
+    plan, notes = resolve_kafka_plan(_kafka_client_params(cfg), opts.topics, opts.topic_pattern,
+                                     opts.begin, opts.finish, opts.strict)
+    save_plan(path, plan, spec)
+    return plan, notes, path
+
+
+def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
+           stop: threading.Event | None = None) -> ReplaySummary:
+    """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
+    built from ``cfg`` and stopped at the end."""
+    from ingest.job import mapping_config, spark_session, store_config
+    from ingest.kafka_offsets import offsets_to_json
+    from ingest.prepare import prepare_batch
+    from sink import CommitLogWriter
+    from sink.foreach_batch import ForeachBatchSink
+    from store.codec import CodecConfig
+
+    if not cfg.skip_preflight:
+        from ingest.preflight import check_store_path
+
+        check_store_path(cfg.store)
+    started = time.monotonic()
+    stop = stop or threading.Event()
+    own_spark = spark is None
+    files_df = None
+    plan_file = None
+    writer = None
+    try:
+        spark = spark or spark_session(cfg)
+        if opts.from_files:
+            files_df = read_kafka_files(spark, opts.from_files, opts.file_format).persist()
+            plan = resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics, opts.topic_pattern)
+            notes: list[str] = []
+            load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
+        else:
+            plan, notes, plan_file = _kafka_plan(cfg, opts)
+            load = kafka_batch_loader(cfg, spark)
+        writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
+        notes += apply_store_offsets(plan, writer.state.kafka_offsets)
+        for note in notes:
+            log.warning("%s", note)
+        summary = ReplaySummary(str(cfg.store), plan, notes=notes)
+        first_records, first_dead = writer.state.records, writer.state.dead_letters
+        progress = ReplayProgress(plan, opts.progress)
+        if plan.todo == 0:
+            log.warning("nothing to replay: the store already holds the whole range")
+        codec = CodecConfig(max_message_size=cfg.max_message_size)
+        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec),
+                                checkpoint_dir=None,
+                                on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
+        for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger):
+            if stop.is_set():
+                log.warning("stopping: the last committed batch ends at %s", offsets_to_json(start))
+                break
+            sink(load(sub_ranges(start, until)), writer.state.batch_id + 1)
+        else:
+            summary.complete = True
+        summary.batches = sink.batches
+        summary.records = writer.state.records - first_records
+        summary.dead_letters = writer.state.dead_letters - first_dead
+        summary.commit_offset = writer.store.committed_offset
+        if summary.complete and plan_file is not None:
+            # done: the same command run later plans afresh (and skips what is now held)
+            plan_file.unlink(missing_ok=True)
+        summary.elapsed_s = time.monotonic() - started
+    finally:
+        if writer is not None:
+            writer.close()
+        if files_df is not None:
+            files_df.unpersist()
+        if own_spark and spark is not None:
+            spark.stop()
+    if opts.verify:
+        summary.verified = verify_store(cfg.store)
+    return summary
+
+
+def verify_store(store: str | os.PathLike[str]) -> bool:
+    """``commitlog verify`` on the store, as its own process (no JVM, read-only)."""
+    cmd = [sys.executable, "-m", "ingest.cli", "verify", str(store)]
+    log.info("verifying: %s", " ".join(cmd))
+    done = subprocess.run(cmd, check=False)
+    return done.returncode == 0
+
+
+# ------------------------------------------------------------------------------------ command line
+
+_OWN = ("topics", "topic_pattern", "from_files", "format", "replay_from", "from_timestamp", "from_offsets",
+        "replay_to", "to_timestamp", "to_offsets", "strict", "no_verify", "progress")
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``commitlog replay``."""
+    p = sub.add_parser(
+        "replay", help="replay what Kafka topics (or files exported from them) hold into a CommitLog store",
+        description="A bounded, resumable run of the ingest job: the range is fixed at start; killed and "
+                    "started again with the same arguments it continues where its last commit ended and "
+                    "writes nothing twice. Records with timestamp >= --from-timestamp and < --to-timestamp "
+                    "(Kafka's and Spark's rule: a timestamp bound is the first offset at or after it).")
+    src = p.add_argument_group("what to replay")
+    which = src.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topics", help="Kafka topics, comma separated")
+    which.add_argument("--topic-pattern", help="a regex of Kafka topics (whole name)")
+    which.add_argument("--from-files", metavar="DIR",
+                       help="exported records (the Kafka source's columns) instead of Kafka")
+    src.add_argument("--format", choices=FORMATS, default="jsonl",
+                     help="with --from-files: jsonl (key/value base64) or parquet")
+    begin = src.add_mutually_exclusive_group()
+    begin.add_argument("--from", dest="replay_from", choices=["earliest"], default="earliest",
+                       help="start at the first retained record (default)")
+    begin.add_argument("--from-timestamp", type=int, metavar="MS",
+                       help="start at each partition's first record with timestamp >= MS (epoch ms)")
+    begin.add_argument("--from-offsets", metavar="JSON", help='{"topic": {"0": 23, "1": -2}} (-2 earliest)')
+    finish = src.add_mutually_exclusive_group()
+    finish.add_argument("--to", dest="replay_to", choices=["latest"], default="latest",
+                        help="end at each partition's end when the replay starts (default)")
+    finish.add_argument("--to-timestamp", type=int, metavar="MS",
+                        help="end before each partition's first record with timestamp >= MS")
+    finish.add_argument("--to-offsets", metavar="JSON", help='exclusive end offsets, -1 = latest')
+    src.add_argument("--strict", action="store_true",
+                     help="fail when --from-timestamp reaches past what retention kept")
+    src.add_argument("--no-verify", action="store_true", help="skip the `commitlog verify` at the end")
+    src.add_argument("--progress", choices=["auto", "bar", "log", "none"], default="auto",
+                     help="progress bar on a terminal, log lines otherwise (auto)")
+    add_job_arguments(p, streaming=False)
+    p.set_defaults(func=replay_command)
+
+
+def options_from_args(args: argparse.Namespace) -> ReplayOptions:
+    if args.from_timestamp is not None:
+        begin = Bound("timestamp", timestamp=args.from_timestamp)
+    elif args.from_offsets:
+        begin = Bound("offsets", offsets=parse_offsets_json(args.from_offsets, "--from-offsets"))
+    else:
+        begin = Bound("earliest")
+    if args.to_timestamp is not None:
+        finish = Bound("timestamp", timestamp=args.to_timestamp)
+    elif args.to_offsets:
+        finish = Bound("offsets", offsets=parse_offsets_json(args.to_offsets, "--to-offsets"))
+    else:
+        finish = Bound("latest")
+    topics = tuple(t.strip() for t in args.topics.split(",") if t.strip()) if args.topics else None
+    return ReplayOptions(topics=topics, topic_pattern=args.topic_pattern, from_files=args.from_files,
+                         file_format=args.format, begin=begin, finish=finish, strict=args.strict,
+                         verify=not args.no_verify, progress=args.progress)
+
+
+def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobConfig:
+    """The shared settings; the topic selection becomes the job's subscribe/subscribePattern."""
+    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _OWN})
+    if opts.topic_pattern:
+        ns.subscribe_pattern = opts.topic_pattern
+    else:
+        ns.subscribe = ",".join(opts.topics or ("*",))
+    if opts.from_files and not getattr(ns, "bootstrap_servers", None):
+        ns.bootstrap_servers = "(unused: --from-files)"   # the file replay never connects to Kafka
+    return config_from_args(ns)
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    from ingest.job import StopSignal
+    from ingest.options import KafkaSourceError
+
+    signals = StopSignal()
+    try:
+        opts = options_from_args(args)
+        cfg = job_config_from_args(args, opts)
+        signals.install()
+        summary = replay(cfg, opts, stop=signals.event)
+    except (ReplayError, JobConfigError, KafkaSourceError) as exc:
+        print(f"commitlog replay: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        signals.restore()
+    print("\n".join(summary.lines()))
+    if summary.verified is False:
+        return EXIT_VERIFY_FAILED
+    return EXIT_OK if summary.complete else EXIT_STOPPED

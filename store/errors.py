@@ -94,6 +94,6 @@ class SegmentAllocationError(StoreError):
     the batch was written (engine)."""
 
 
-class CommitPointError(StoreError):
+class CommitPointError(StoreError, ValueError):
     """commitpoint.json is unreadable; it is only ever replaced atomically, so this is damage
     from outside the store (engine)."""

@@ -1,0 +1,42 @@
+"""The store's settings (a subset of RocketMQ's MessageStoreConfig, same defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .codec import CodecConfig
+from .constants import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CONSUME_QUEUE_UNITS,
+                        FLUSH_COMMITLOG_LEAST_PAGES, FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS,
+                        FLUSH_INTERVAL_COMMITLOG_MS, OS_PAGE_SIZE)
+
+if TYPE_CHECKING:  # defined by the retention module; only a type here
+    from .retention import RetentionConfig  # noqa: F401
+
+FLUSH_MODES = ("async", "sync")
+
+
+@dataclass
+class StoreConfig:
+    segment_size: int = DEFAULT_COMMITLOG_FILE_SIZE     # mappedFileSizeCommitLog, multiple of 4096
+    flush_mode: str = "async"                            # flushDiskType: "async" | "sync"
+    flush_interval_ms: int = FLUSH_INTERVAL_COMMITLOG_MS
+    flush_least_pages: int = FLUSH_COMMITLOG_LEAST_PAGES
+    flush_thorough_interval_ms: int = FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS
+    consume_queue_units: int = DEFAULT_CONSUME_QUEUE_UNITS
+    preallocate: bool = True                             # create + pre-fault the next segment early
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    retention: "RetentionConfig | Any | None" = None
+    mlock: bool = False                                  # mlock segments where RLIMIT_MEMLOCK allows
+
+    def __post_init__(self) -> None:
+        if self.segment_size <= 0 or self.segment_size % OS_PAGE_SIZE != 0:
+            raise ValueError(f"segment_size is {self.segment_size}; it must be a positive "
+                             f"multiple of {OS_PAGE_SIZE}")
+        if self.flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush_mode is {self.flush_mode!r}; use one of {FLUSH_MODES}")
+        for name in ("flush_interval_ms", "flush_thorough_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} is {getattr(self, name)}; it must be > 0")
+        if self.flush_least_pages < 0:
+            raise ValueError(f"flush_least_pages is {self.flush_least_pages}; it must be >= 0")

@@ -1,0 +1,210 @@
+"""Reading records: the shared read path of MessageStore and StoreReader.
+
+StoreReader is a read-only view for the commands: it takes no lock, works while a writer
+runs, and reads only up to the committed offset (commitpoint.json; for a RocketMQ store
+without one, up to the last valid record). Bodies come back as zero-copy memoryviews of the
+segment mapping.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from .codec import CodecConfig, DecodedMessage, decode_message
+from .commit_point import CommitPoint, read_commit_point
+from .constants import (BLANK_MAGIC_CODE, COMMITLOG_DIR, MESSAGE_MAGIC_CODE,
+                        MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH, POS_PHYSICALOFFSET)
+from .consume_queue import ConsumeQueueStore
+from .errors import NotARecordStartError
+from .segment import parse_segment_name
+from .segment_queue import SegmentQueue
+
+_HEAD = struct.Struct(">iI")
+_I64 = struct.Struct(">q")
+_MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+
+
+class RecordReads:
+    """Read methods over a segment queue and a consume-queue store, bounded by
+    :meth:`_read_limit` (the writer: its write end; a reader: the committed offset)."""
+
+    _segments: SegmentQueue
+    _cq: ConsumeQueueStore | None
+
+    def _read_limit(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def min_offset(self) -> int:
+        return self._segments.min_offset
+
+    def read(self, physical_offset: int) -> DecodedMessage:
+        """The message record starting at ``physical_offset``."""
+        off = physical_offset
+        limit = self._read_limit()
+        seg = self._segments.find(off) if off < limit else None
+        if seg is None:
+            raise NotARecordStartError(
+                f"offset {off} is outside the readable commit log [{self.min_offset}, {limit})")
+        pos = off - seg.base_offset
+        if pos + MIN_RECORD_LENGTH > seg.size:
+            raise NotARecordStartError(f"offset {off} is not the start of a message record")
+        total, magic = _HEAD.unpack_from(seg.view, pos)
+        if (magic not in _MESSAGE_MAGICS or total < MIN_RECORD_LENGTH or pos + total > seg.size
+                or off + total > limit
+                or _I64.unpack_from(seg.view, pos + POS_PHYSICALOFFSET)[0] != off):
+            raise NotARecordStartError(
+                f"offset {off} is not the start of a message record (segment "
+                f"{seg.path.name}, position {pos})")
+        return decode_message(seg.view, pos)
+
+    def iter_messages(self, from_offset: int | None = None, to_offset: int | None = None
+                      ) -> Iterator[tuple[int, DecodedMessage]]:
+        """(physical offset, message) of every record in [from_offset, to_offset), across
+        segments; BLANK padding is skipped without being read. ``from_offset`` must be a record
+        start or a segment start."""
+        limit = self._read_limit()
+        stop = limit if to_offset is None else min(to_offset, limit)
+        pos = self.min_offset if from_offset is None else from_offset
+        if pos < self.min_offset:
+            raise NotARecordStartError(
+                f"offset {pos} is below the commit log's first offset {self.min_offset}")
+        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size:
+            self.read(pos)  # raises unless a record starts there
+        while pos < stop:
+            seg = self._segments.find(pos)
+            if seg is None:
+                return
+            view, base = seg.view, seg.base_offset
+            p = pos - base
+            seg_stop = min(seg.size, stop - base)
+            to_next_segment = False
+            while p < seg_stop:
+                if p + 8 > seg.size:
+                    to_next_segment = True
+                    break
+                total, magic = _HEAD.unpack_from(view, p)
+                if magic == BLANK_MAGIC_CODE:
+                    to_next_segment = True
+                    break
+                if magic not in _MESSAGE_MAGICS or total < MIN_RECORD_LENGTH:
+                    return  # end of data
+                yield base + p, decode_message(view, p)
+                p += total
+            pos = seg.end_offset if to_next_segment else base + p
+
+    def get_by_queue(self, topic: str, queue_id: int, queue_offset: int, max_n: int = 32
+                     ) -> list[DecodedMessage]:
+        """Up to ``max_n`` messages of a queue from ``queue_offset`` on (readable ones only)."""
+        if self._cq is None:
+            return []
+        limit = self._read_limit()
+        out = []
+        for phys, _size, _tags in self._cq.find(topic, queue_id, queue_offset, max_n):
+            if phys >= limit:
+                break
+            out.append(self.read(phys))
+        return out
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        if self._cq is None:
+            return (0, 0)
+        return self._cq.queue_range(topic, queue_id)
+
+    def topics(self) -> dict[str, list[int]]:
+        return self._cq.topics() if self._cq is not None else {}
+
+
+class StoreReader(RecordReads):
+    """Read-only, lock-free view of a store, up to its committed offset."""
+
+    def __init__(self, root: Path, segments: SegmentQueue, cq: ConsumeQueueStore | None,
+                 codec: CodecConfig) -> None:
+        self.root = Path(root)
+        self._segments = segments
+        self._cq = cq
+        self._codec = codec
+        self._commit_point: CommitPoint | None = None
+        self._committed = 0
+        self.refresh()
+
+    @classmethod
+    def open(cls, root: str | Path, codec: CodecConfig | None = None) -> "StoreReader":
+        root = Path(root)
+        cdir = root / COMMITLOG_DIR
+        size = _segment_size_of(cdir)
+        segments = SegmentQueue(cdir, size or 4096, read_only=True, preallocate=False)
+        if size:
+            segments.load()
+        cq = ConsumeQueueStore(root, read_only=True)
+        return cls(root, segments, cq, codec or CodecConfig())
+
+    def refresh(self) -> None:
+        """Re-read the commit point (a running writer moves it)."""
+        self._commit_point = read_commit_point(self.root)
+        if self._commit_point is not None:
+            self._committed = self._commit_point.offset
+        else:
+            self._committed = self._valid_end()
+
+    def _valid_end(self) -> int:
+        from .recovery import validate_from  # recovery imports this module's neighbours
+
+        q = self._segments
+        if not q.segments:
+            return 0
+        start = q.segments[max(len(q.segments) - 3, 0)].base_offset
+        end, _last, _bad = validate_from(q, start, q.segments[-1].end_offset, self._codec)
+        return end
+
+    def _read_limit(self) -> int:
+        return self._committed
+
+    @property
+    def committed_offset(self) -> int:
+        return self._committed
+
+    @property
+    def max_offset(self) -> int:
+        return self._committed
+
+    @property
+    def last_commit(self) -> CommitPoint | None:
+        return self._commit_point
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        lo, hi = super().queue_range(topic, queue_id)
+        if self._commit_point is not None:
+            hi = min(hi, self._commit_point.queue_offsets.get((topic, queue_id), hi))
+        return lo, hi
+
+    def segments(self) -> list[tuple[Path, int, int]]:
+        return [(s.path, s.base_offset, s.size) for s in self._segments.segments]
+
+    def close(self) -> None:
+        self._segments.close()
+        if self._cq is not None:
+            self._cq.close()
+
+    def __enter__(self) -> "StoreReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _segment_size_of(cdir: Path) -> int:
+    """A reader has no config: the segment size is the size of the store's segment files."""
+    if not cdir.is_dir():
+        return 0
+    for p in sorted(cdir.iterdir()):
+        if parse_segment_name(p.name) is not None:
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                continue
+            if size:
+                return size
+    return 0

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from ingest.kafka_admin import OffsetReader, latest_offsets, offsets_for_timestamp
 from ingest.kafka_offsets import offsets_from_json
 from ingest.kafka_source import KafkaDataSource, kafka_schema, source_format, spark_kafka_available
-from ingest.options import kafka_client_params
+from ingest.options import DataLossError, kafka_client_params
 
 pytestmark = pytest.mark.integration
 
@@ -252,3 +252,24 @@ def test_source_format_and_spark_kafka_detection(spark) -> None:
     except Exception:  # noqa: BLE001 - py4j error: class not found
         on_classpath = False
     assert spark_kafka_available(spark) is on_classpath
+
+
+def test_a_deleted_topic_is_data_loss_unless_fail_on_data_loss_is_false(bootstrap_servers: str) -> None:
+    prefix = f"gone{uuid.uuid4().hex[:6]}"
+    keep, doomed = new_topic(bootstrap_servers, prefix, 1), new_topic(bootstrap_servers, prefix, 1)
+    produce(bootstrap_servers, keep, 3, partitions=1)
+    strict = stream_reader(bootstrap_servers, subscribePattern=f"{prefix}-.*")
+    lenient = stream_reader(bootstrap_servers, subscribePattern=f"{prefix}-.*", failOnDataLoss="false")
+    try:
+        start = strict.initialOffset()
+        assert set(offsets_from_json(start)) == {(keep, 0), (doomed, 0)}
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+        admin.delete_topics([doomed])
+        admin.close()
+
+        with pytest.raises(DataLossError, match=f"{doomed}-0 no longer exist.*failOnDataLoss=false"):
+            strict.latestOffset(start, ReadAllAvailable())
+        assert offsets_from_json(lenient.latestOffset(start, ReadAllAvailable())) == {(keep, 0): 3}
+    finally:
+        strict.stop()
+        lenient.stop()

@@ -1,0 +1,137 @@
+"""Options of the kafka-python source and the offset-range planning: pure functions, no broker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ingest.kafka_offsets import (KafkaOffsetRange, check_data_loss, offsets_from_json, offsets_to_json,
+                                  plan_ranges, rate_limit, resolve_markers)
+from ingest.kafka_source import kafka_schema, source_format
+from ingest.options import DataLossError, KafkaOptionError, kafka_client_params, parse_options
+
+pytestmark = pytest.mark.unit
+
+BOOT = {"kafka.bootstrap.servers": "h1:9092,h2:9092"}
+
+
+def test_java_client_settings_map_to_kafka_python_arguments() -> None:
+    params = kafka_client_params({
+        **BOOT, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  'username="alice" password="s3cr\\"et";',
+        "kafka.ssl.truststore.location": "/etc/ca.pem", "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.endpoint.identification.algorithm": "", "kafka.max.partition.fetch.bytes": "8388608",
+        "kafka.check.crcs": "false", "kafka.group.id": "ignored", "subscribe": "t",
+    })
+    assert params == {
+        "bootstrap_servers": "h1:9092,h2:9092", "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice", "sasl_plain_password": 's3cr"et',
+        "ssl_cafile": "/etc/ca.pem", "ssl_check_hostname": False, "max_partition_fetch_bytes": 8388608,
+        "check_crcs": False,
+    }
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("kafka.auto.offset.reset", "set startingOffsets instead"),
+    ("kafka.value.deserializer", "binary"),
+    ("kafka.enable.auto.commit", "never commits"),
+    ("kafka.fetch.bogus.ms", "unknown Kafka option 'kafka.fetch.bogus.ms'"),
+])
+def test_refused_and_unknown_client_settings_name_themselves(setting: str, message: str) -> None:
+    with pytest.raises(KafkaOptionError, match=message):
+        kafka_client_params({**BOOT, setting: "x"})
+
+
+def test_jks_stores_and_missing_bootstrap_are_refused_with_a_fix() -> None:
+    with pytest.raises(KafkaOptionError, match="PEM"):
+        kafka_client_params({**BOOT, "kafka.ssl.truststore.location": "/etc/trust.jks"})
+    with pytest.raises(KafkaOptionError, match="kafka.bootstrap.servers"):
+        kafka_client_params({"kafka.client.id": "x"})
+    with pytest.raises(KafkaOptionError, match="username"):
+        kafka_client_params({**BOOT, "kafka.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;"})
+
+
+def test_exactly_one_topic_strategy_is_required() -> None:
+    with pytest.raises(KafkaOptionError, match="exactly one"):
+        parse_options(BOOT, streaming=True)
+    with pytest.raises(KafkaOptionError, match="exactly one"):
+        parse_options({**BOOT, "subscribe": "a", "subscribePattern": "b.*"}, streaming=True)
+    o = parse_options({**BOOT, "assign": json.dumps({"a": [1, 0], "b": [2]})}, streaming=False)
+    assert o.assign == (("a", 0), ("a", 1), ("b", 2))
+    with pytest.raises(KafkaOptionError, match="assign"):
+        parse_options({**BOOT, "assign": "[1,2]"}, streaming=False)
+
+
+def test_offsets_options_follow_spark_defaults_and_rules() -> None:
+    stream = parse_options({**BOOT, "subscribe": "a, b"}, streaming=True)
+    assert stream.subscribe == ("a", "b") and stream.starting.kind == "latest"
+    assert stream.fail_on_data_loss and stream.include_headers and stream.max_offsets_per_trigger is None
+    batch = parse_options({**BOOT, "SUBSCRIBE": "a", "startingOffsets": '{"a":{"0":5,"1":-2}}',
+                           "maxOffsetsPerTrigger": "100", "failOnDataLoss": "false"}, streaming=False)
+    assert batch.starting.offsets == {("a", 0): 5, ("a", 1): -2} and batch.ending.kind == "latest"
+    assert batch.max_offsets_per_trigger == 100 and not batch.fail_on_data_loss
+    assert parse_options({**BOOT, "subscribe": "a", "startingTimestamp": "1700000000000"},
+                         streaming=True).starting.timestamp == 1_700_000_000_000
+
+    with pytest.raises(KafkaOptionError, match="batch queries only"):
+        parse_options({**BOOT, "subscribe": "a", "endingOffsets": "latest"}, streaming=True)
+    with pytest.raises(KafkaOptionError, match="not valid for batch"):
+        parse_options({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, streaming=False)
+    with pytest.raises(KafkaOptionError, match="earliest"):
+        parse_options({**BOOT, "subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, streaming=False)
+    with pytest.raises(KafkaOptionError, match="maxOffsetsPerTrigger"):
+        parse_options({**BOOT, "subscribe": "a", "maxOffsetsPerTrigger": "0"}, streaming=True)
+    with pytest.raises(KafkaOptionError, match="startingOffsets.*JSON"):
+        parse_options({**BOOT, "subscribe": "a", "startingOffsets": "{oops"}, streaming=True)
+    with pytest.raises(KafkaOptionError, match="failOnDataLoss"):
+        parse_options({**BOOT, "subscribe": "a", "failOnDataLoss": "maybe"}, streaming=True)
+
+
+def test_headers_column_follows_include_headers() -> None:
+    assert kafka_schema().fieldNames() == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                           "timestampType", "headers"]
+    assert "headers" not in kafka_schema(include_headers=False).fieldNames()
+    assert source_format("spark-kafka") == "kafka" and source_format("kafka-python") == "kafka-python"
+    with pytest.raises(KafkaOptionError, match="spark-kafka"):
+        source_format("flink")
+
+
+def test_rate_limit_splits_the_limit_in_proportion_to_each_backlog() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 5}
+    end = {("t", 0): 600, ("t", 1): 400, ("t", 2): 6}
+    capped = rate_limit(start, end, 100)
+    # backlogs 600 / 300 / 1 of 901: floor(66.6), floor(33.3), and the tiny one still gets its record
+    assert capped == {("t", 0): 66, ("t", 1): 133, ("t", 2): 6}
+    assert sum(capped[tp] - start[tp] for tp in start) <= 100
+    assert rate_limit(start, end, 10_000) == end
+
+
+def test_plan_ranges_gives_one_task_per_partition_and_splits_big_ranges() -> None:
+    start = {("a", 0): 10, ("a", 1): 0, ("b", 0): 7}
+    end = {("a", 0): 20, ("a", 1): 0, ("b", 0): 12, ("c", 0): 0}   # c: discovered now, nothing to read
+    assert plan_ranges(start, end, 1_000) == [KafkaOffsetRange("a", 0, 10, 20), KafkaOffsetRange("b", 0, 7, 12)]
+    split = plan_ranges(start, end, 4)
+    assert [(r.topic, r.partition, r.from_offset, r.until_offset) for r in split] == [
+        ("a", 0, 10, 13), ("a", 0, 13, 16), ("a", 0, 16, 20), ("b", 0, 7, 9), ("b", 0, 9, 12)]
+    assert plan_ranges(start, end, 4) == split, "planning must be deterministic"
+    assert len(plan_ranges(start, end, 1_000, min_partitions=5)) >= 5
+
+
+def test_data_loss_fails_by_default_and_skips_to_earliest_when_allowed() -> None:
+    planned = {("t", 0): 5, ("t", 1): 50}
+    earliest = {("t", 0): 20, ("t", 1): 0}
+    with pytest.raises(DataLossError, match=r"t-0: planned start 5, earliest available 20.*failOnDataLoss=false"):
+        check_data_loss(planned, earliest, fail_on_data_loss=True)
+    assert check_data_loss(planned, earliest, fail_on_data_loss=False) == {("t", 0): 20, ("t", 1): 50}
+
+
+def test_per_partition_json_markers_and_round_trip() -> None:
+    tps = [("t", 0), ("t", 1), ("t", 2)]
+    got = resolve_markers({("t", 0): -2, ("t", 1): -1, ("t", 2): 7}, tps,
+                          earliest={tp: 3 for tp in tps}, latest={tp: 9 for tp in tps}, option="startingOffsets")
+    assert got == {("t", 0): 3, ("t", 1): 9, ("t", 2): 7}
+    with pytest.raises(KafkaOptionError, match="t-2"):
+        resolve_markers({("t", 0): 1, ("t", 1): 1}, tps, {}, {}, "startingOffsets")
+    assert offsets_from_json(json.loads(json.dumps(offsets_to_json(got)))) == got

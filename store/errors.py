@@ -97,3 +97,7 @@ class SegmentAllocationError(StoreError):
 class CommitPointError(StoreError, ValueError):
     """commitpoint.json is unreadable; it is only ever replaced atomically, so this is damage
     from outside the store (engine)."""
+
+
+class MessageNotFoundError(StoreError, LookupError):
+    """No committed message at the given offset, msgId or queue position (commands)."""

@@ -4,7 +4,6 @@ while a writer runs (they read up to the last commit); ``clean`` takes the write
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 
@@ -114,9 +113,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--topic", help="with --queue and --queue-offset: through the consume queue")
     p.add_argument("--queue", type=int, default=None)
     p.add_argument("--queue-offset", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="the golden decoded.jsonl form (default)")
+    p.add_argument("--json", action="store_true", help="on one line (default: indented)")
     p.add_argument("--base", type=_int, default=None, help="start offset of a single segment file")
-    p.set_defaults(func=_guard(_get), json=True)
+    p.set_defaults(func=_guard(_get))
 
     p = sub.add_parser("clean", help="apply retention now: delete expired commit-log segments and their "
                                      "consume-queue files (RocketMQ's CleanCommitLogService rules)")
@@ -129,6 +128,3 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="delete expired segments now, whatever the hour and disk usage (manual delete)")
     p.set_defaults(func=_guard(_clean))
 
-
-def _json_line(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))

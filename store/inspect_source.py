@@ -136,3 +136,20 @@ def mapped(seg: SegmentFile) -> Iterator[memoryview]:
             mm.close()
         except BufferError:
             pass   # a view still held by a caller; the map goes with it
+
+
+def committed_end(src: Source) -> int:
+    """The offset nothing at or after is committed: the commit point, or for a store without
+    one (a RocketMQ store) the end of the valid data, found by scanning the newest segment."""
+    if src.committed_offset is not None:
+        return src.committed_offset
+    if not src.segments:
+        return 0
+    from store.scan import scan_segment_fast
+
+    last = src.segments[-1]
+    with mapped(last) as mv:
+        scan = scan_segment_fast(mv, last.base_offset)
+    if scan.stop.kind == "blank":
+        return last.end_offset
+    return scan.end_offset

@@ -121,17 +121,11 @@ def list_segments(root: Path) -> list[SegmentInfo]:
 
 
 def read_committed_offset(root: Path) -> int:
-    """The offset nothing at or after may be deleted: the store's last commit as StoreReader
-    sees it. An unreadable store gives 0, so nothing is deleted."""
-    from store.reader import StoreReader
+    """The offset nothing at or after may be deleted: the store's last commit (commitpoint.json),
+    or for a RocketMQ store without one the end of its valid data."""
+    from store.inspect_source import committed_end, open_source
 
-    reader = StoreReader.open(root)
-    try:
-        return int(reader.committed_offset)
-    finally:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
+    return committed_end(open_source(root))
 
 
 def plan_clean(root: Path, config: RetentionConfig, now: float, disk_usage: DiskUsageFn = shutil.disk_usage,

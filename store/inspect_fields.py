@@ -1,0 +1,165 @@
+"""Vectorized reading of record fields for many records at once (verify's hot path): queue id,
+queue offset, sysFlag, topic, and the consume-queue tagsCode of every record, without a
+per-record Python loop except for rare records (non-ASCII TAGS, several TAGS pairs, delays)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from store.constants import (
+    BORNHOST_V6_FLAG,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_SEPARATOR,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+)
+
+_TAGS_KEY = np.frombuffer(b"TAGS\x01", dtype=np.uint8)
+_SEP = ord(PROPERTY_SEPARATOR)
+_MAX_FAST_TAG = 64           # longer TAGS values take the per-record path
+_DT = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
+
+
+def be_ints(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Signed big-endian integers of ``width`` bytes at byte positions ``at``."""
+    if len(at) == 0:
+        return np.zeros(0, dtype=np.int64)
+    windows = np.lib.stride_tricks.sliding_window_view(arr, width)
+    return windows[at].view(_DT[width])[:, 0].astype(np.int64)
+
+
+@dataclass
+class RecordFields:
+    starts: np.ndarray          # positions in the segment
+    sizes: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    store_timestamp: np.ndarray
+    topic_id: np.ndarray        # index into topics
+    topics: list[str]
+    props_pos: np.ndarray
+    props_len: np.ndarray
+
+
+_HEAD = np.dtype([("total", ">i4"), ("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+                  ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
+                  ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
+                  ("prepared", ">i8"), ("body_len", ">i4")])   # IPv4 hosts: fixed positions up to BODY
+
+
+def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> RecordFields:
+    """Fields of well-formed records (their lengths were checked by the scan)."""
+    starts = starts.astype(np.int64)
+    head = _rows(arr, starts, _HEAD.itemsize).view(_HEAD)[:, 0]
+    sys_flag = head["sys_flag"].astype(np.int64)
+    v6 = (sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) != 0
+    born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
+    if v6.any():   # IPv6 hosts move BODYLENGTH (and STORETIMESTAMP after an IPv6 born host)
+        hosts = born6 * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
+        body_pos = starts + 84 + hosts
+        body_len = be_ints(arr, body_pos, 4)
+        store_ts = np.where(born6, be_ints(arr, starts + 68, 8), head["store_ts"])
+    else:
+        body_pos = starts + 84
+        body_len = head["body_len"].astype(np.int64)
+        store_ts = head["store_ts"].astype(np.int64)
+    v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
+    tl_pos = body_pos + 4 + body_len
+    topic_len = be_ints(arr, tl_pos, 1) & 0xFF if not v2.any() else \
+        np.where(v2, be_ints(arr, tl_pos, 2), be_ints(arr, tl_pos, 1))
+    topic_pos = tl_pos + 1 + v2
+    props_len_pos = topic_pos + topic_len
+    props_len = np.maximum(be_ints(arr, props_len_pos, 2), 0)
+    topic_id, topics = _topic_ids(arr, topic_pos, topic_len)
+    return RecordFields(
+        starts=starts, sizes=sizes.astype(np.int64), queue_id=head["queue_id"].astype(np.int64),
+        queue_offset=head["queue_offset"].astype(np.int64), sys_flag=sys_flag, store_timestamp=store_ts,
+        topic_id=topic_id, topics=topics, props_pos=props_len_pos + 2, props_len=props_len)
+
+
+def _rows(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    """``width`` bytes from each position (rows past the end are padded with zeros)."""
+    if len(arr) < width + int(pos.max(initial=0)):
+        arr = np.concatenate([arr, np.zeros(width, dtype=np.uint8)])
+    return np.lib.stride_tricks.sliding_window_view(arr, width)[pos]
+
+
+def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    from store.properties import java_string
+
+    if len(pos) == 0:
+        return np.zeros(0, dtype=np.int64), []
+    width = int(length.max())
+    mat = _rows(arr, pos, width).copy() if width else np.zeros((len(pos), 0), np.uint8)
+    if int(length.min()) != width:
+        mat[np.arange(width) >= length[:, None]] = 0
+    key = np.concatenate([length.astype(">u2").view(np.uint8).reshape(-1, 2), mat], axis=1)
+    rows = np.ascontiguousarray(key).view(np.dtype((np.void, width + 2)))[:, 0]
+    uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    topics = [java_string(arr[pos[i]:pos[i] + length[i]].tobytes()) for i in first.tolist()]
+    return inverse.reshape(-1).astype(np.int64), topics
+
+
+def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """String.hashCode of ASCII strings (rows of ``mat``, ``lengths`` long), sign-extended."""
+    h = np.zeros(len(mat), dtype=np.int64)
+    for j in range(mat.shape[1]):
+        live = j < lengths
+        h = np.where(live, (h * 31 + mat[:, j]) & 0xFFFFFFFF, h)
+    return (h ^ 0x80000000) - 0x80000000
+
+
+def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
+    """The consume-queue tagsCode each record should have (FORMAT §12)."""
+    from store.properties import java_string, string_to_properties
+    from store.record_json import consume_queue_tags_code
+
+    n = len(f.starts)
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return out
+    slow = np.zeros(n, dtype=bool)
+    if SCHEDULE_TOPIC in f.topics:
+        slow |= f.topic_id == f.topics.index(SCHEDULE_TOPIC)
+    lo = int(f.props_pos.min())
+    hi = int((f.props_pos + f.props_len).max())
+    region = arr[lo:hi]
+    cand = np.flatnonzero(region[:-4] == _TAGS_KEY[0]) + lo if hi - lo > 4 else np.zeros(0, np.int64)
+    for k in range(1, 5):
+        cand = cand[arr[cand + k] == _TAGS_KEY[k]]
+    # the owning record, and the key must start a pair inside its properties
+    owner = np.searchsorted(f.props_pos, cand, side="right") - 1
+    inside = (owner >= 0)
+    owner = np.where(inside, owner, 0)
+    pend = f.props_pos[owner] + f.props_len[owner]
+    inside &= cand + 5 <= pend
+    at_pair = (cand == f.props_pos[owner]) | (arr[np.maximum(cand - 1, 0)] == _SEP)
+    keep = inside & at_pair
+    cand, owner, pend = cand[keep], owner[keep], pend[keep]
+    counts = np.bincount(owner, minlength=n)
+    slow[counts > 1] = True
+    one = counts[owner] == 1
+    cand, owner, pend = cand[one], owner[one], pend[one]
+    if len(cand):
+        # the value ends at the next \x02 or at the end of the properties
+        seps = np.flatnonzero(region == _SEP) + lo
+        k = np.searchsorted(seps, cand + 5)
+        nxt = np.where(k < len(seps), seps[np.minimum(k, len(seps) - 1)], np.iinfo(np.int64).max)
+        length = np.minimum(nxt, pend) - (cand + 5)
+        long_ = length > _MAX_FAST_TAG
+        slow[owner[long_]] = True
+        width = int(length[~long_].max(initial=0))
+        mat = _rows(arr, cand + 5, width) if width else np.zeros((len(cand), 0), np.uint8)
+        live = np.arange(width) < length[:, None]
+        non_ascii = ((mat >= 0x80) & live).any(axis=1)
+        slow[owner[non_ascii]] = True
+        fast = ~(long_ | non_ascii) & ~slow[owner]
+        out[owner[fast]] = java_hash_ascii(mat[fast], length[fast])
+    for i in np.flatnonzero(slow).tolist():
+        p, n_ = int(f.props_pos[i]), int(f.props_len[i])
+        props = string_to_properties(java_string(arr[p:p + n_].tobytes())) if n_ else {}
+        out[i] = consume_queue_tags_code(f.topics[f.topic_id[i]], props, int(f.store_timestamp[i])) if n_ else 0
+    return out

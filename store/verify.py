@@ -1,0 +1,366 @@
+"""``commitlog verify``: check a store (or commit-log directory, or segment file) end to end.
+
+Checked: segment names, sizes and contiguity; every record (magic, CRC, computed length,
+PHYSICALOFFSET) with the scan's fast path; every BLANK (it must close its segment exactly);
+queue-offset continuity per queue; every consume-queue unit against the record it points to
+(offset, size, tagsCode) and units pointing past the data; the commit point and checkpoint
+against the data. Each problem carries the global offset where it is and a kind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from store.codec import CodecConfig
+from store.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
+from store.inspect_fields import record_fields, tags_codes
+from store.inspect_source import SegmentFile, Source, mapped
+from store.progress import Progress
+from store.scan import scan_segment_fast
+
+_CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
+
+
+@dataclass
+class Problem:
+    offset: int
+    kind: str
+    detail: str
+
+
+@dataclass
+class QueueSpan:
+    first_qo: int
+    first_offset: int
+    last_qo: int
+    last_offset: int
+
+
+@dataclass
+class SegmentResult:
+    messages: int = 0
+    message_bytes: int = 0
+    blanks: int = 0
+    units_checked: int = 0
+    data_end: int = 0               # global offset where this segment's valid data ends
+    broken: bool = False            # scanning stopped at a structural error
+    problems: list[Problem] = field(default_factory=list)
+    queues: dict[tuple[str, int], QueueSpan] = field(default_factory=dict)
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    kind: str
+    segments: int = 0
+    bytes: int = 0
+    messages: int = 0
+    message_bytes: int = 0
+    blanks: int = 0
+    units_checked: int = 0
+    queues: int = 0
+    data_end: int = 0
+    committed_offset: int | None = None
+    elapsed_s: float = 0.0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["mbPerS"] = round(self.mb_per_s, 1)
+        d["problemKinds"] = dict(Counter(p.kind for p in self.problems))
+        return d
+
+
+class _Units:
+    """Consume-queue units read straight from the files (no per-call rescan)."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.dir = root / "consumequeue" if root is not None else None
+        self.units_per_file: int | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.dir is not None and self.dir.is_dir()
+
+    def read(self, topic: str, queue_id: int, first: int, count: int) -> np.ndarray:
+        from store.cq_units import UNIT_DTYPE, file_name, read_units
+
+        out = np.zeros(count, dtype=UNIT_DTYPE)
+        qdir = self.dir / topic / str(queue_id)
+        q, done = first, 0
+        while done < count:
+            upf = self._upf(qdir)
+            if upf is None:
+                break
+            fstart = q - q % upf
+            n = min(count - done, fstart + upf - q)
+            try:
+                got = read_units(qdir / file_name(fstart * 20), q - fstart, n)
+                out[done:done + len(got)] = got
+            except FileNotFoundError:
+                pass
+            done += n
+            q += n
+        return out
+
+    def _upf(self, qdir: Path) -> int | None:
+        if self.units_per_file is None:
+            from store.cq_units import file_name, list_unit_files
+
+            files = list_unit_files(qdir)
+            if not files:
+                return None
+            self.units_per_file = (qdir / file_name(files[0])).stat().st_size // 20 or None
+        return self.units_per_file
+
+
+def verify_segment(seg: SegmentFile, end: int, expected_size: int, is_last: bool, units: _Units,
+                   config: CodecConfig) -> SegmentResult:
+    res = SegmentResult(data_end=seg.base_offset)
+    with mapped(seg) as mv:
+        arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
+        starts_parts, sizes_parts = [], []
+        pos = 0
+        while True:
+            scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos)
+            starts_parts.append(scan.offsets - seg.base_offset)
+            sizes_parts.append(scan.sizes.astype(np.int64))
+            stop = scan.stop
+            res.data_end = scan.end_offset
+            if stop.kind == "error":
+                if end < seg.size and stop.error_kind == "truncated":
+                    res.problems.append(Problem(stop.offset, "commitPoint",
+                                                f"the commit point {seg.base_offset + end} is inside the record at "
+                                                f"{stop.offset}: {stop.detail}"))
+                    break
+                res.problems.append(Problem(stop.offset, stop.error_kind or "unknown", stop.detail))
+                if stop.error_kind in _CONTINUE_AFTER and stop.size > 0:
+                    # the record is whole, only its body or offset is wrong: count it, go on
+                    starts_parts.append(np.array([stop.offset - seg.base_offset]))
+                    sizes_parts.append(np.array([stop.size]))
+                    pos = stop.offset - seg.base_offset + stop.size
+                    continue
+                res.broken = True
+            elif stop.kind == "blank":
+                res.blanks += 1
+                res.data_end = seg.base_offset + seg.size
+                if stop.offset + stop.size != seg.base_offset + seg.size:
+                    res.problems.append(Problem(stop.offset, "blank",
+                                                f"BLANK TOTALSIZE {stop.size} but {seg.end_offset - stop.offset} "
+                                                f"bytes are left in segment {seg.name}"))
+            elif stop.kind == "end" and not is_last and end == seg.size:
+                res.problems.append(Problem(stop.offset, "segmentNotClosed",
+                                            f"data of segment {seg.name} ends at {stop.offset} without a BLANK, "
+                                            f"but later segments exist"))
+            break
+        starts = np.concatenate(starts_parts).astype(np.int64)
+        sizes = np.concatenate(sizes_parts).astype(np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, sizes = starts[order], sizes[order]
+        res.messages = len(starts)
+        res.message_bytes = int(sizes.sum())
+        if len(starts):
+            _check_queues(arr, seg, starts, sizes, units, res)
+    return res
+
+
+def _check_queues(arr: np.ndarray, seg: SegmentFile, starts: np.ndarray, sizes: np.ndarray, units: _Units,
+                  res: SegmentResult) -> None:
+    f = record_fields(arr, starts, sizes)
+    tx = f.sys_flag & TRANSACTION_TYPE_MASK
+    eligible = (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
+    idx_all = np.flatnonzero(eligible)
+    if not len(idx_all):
+        return
+    tags = tags_codes(arr, f) if units.present else None
+    key = f.topic_id[idx_all] * (1 << 32) + (f.queue_id[idx_all] & 0xFFFFFFFF)
+    order = idx_all[np.argsort(key, kind="stable")]
+    skey = f.topic_id[order] * (1 << 32) + (f.queue_id[order] & 0xFFFFFFFF)
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(skey)) + 1, [len(order)]))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        g = order[a:b]
+        topic, qid = f.topics[int(f.topic_id[g[0]])], int(f.queue_id[g[0]])
+        qo = f.queue_offset[g]
+        offs = f.starts[g] + seg.base_offset
+        jumps = np.flatnonzero(np.diff(qo) != 1)
+        for j in jumps.tolist():
+            res.problems.append(Problem(int(offs[j + 1]), "queueOffsetGap",
+                                        f"{topic}/{qid}: queue offset {int(qo[j + 1])} follows {int(qo[j])}"))
+        res.queues[(topic, qid)] = QueueSpan(int(qo[0]), int(offs[0]), int(qo[-1]), int(offs[-1]))
+        if tags is None or len(jumps):
+            continue
+        u = units.read(topic, qid, int(qo[0]), len(g))
+        res.units_checked += len(g)
+        sz = f.sizes[g]
+        missing = u["size"] <= 0
+        wrong = ~missing & ((u["phys"] != offs) | (u["size"] != sz) | (u["tags"] != tags[g]))
+        for i in np.flatnonzero(missing).tolist():
+            res.problems.append(Problem(int(offs[i]), "consumeQueueMissing",
+                                        f"{topic}/{qid}: no consume-queue unit for queue offset {int(qo[i])}"))
+        for i in np.flatnonzero(wrong).tolist():
+            res.problems.append(Problem(
+                int(offs[i]), "consumeQueueUnit",
+                f"{topic}/{qid} unit {int(qo[i])} is ({int(u['phys'][i])}, {int(u['size'][i])}, "
+                f"{int(u['tags'][i])}); the record is ({int(offs[i])}, {int(sz[i])}, {int(tags[g][i])})"))
+
+
+def _layout_problems(src: Source) -> tuple[list[Problem], int]:
+    """Segment names, sizes, contiguity. Returns the problems and the segment size used."""
+    problems: list[Problem] = []
+    if not src.segments:
+        return problems, 0
+    sizes = Counter(s.size for s in src.segments)
+    expected = sizes.most_common(1)[0][0]
+    if src.kind == "segment":
+        return problems, expected
+    for i, s in enumerate(src.segments):
+        if s.size != expected:
+            problems.append(Problem(s.base_offset, "segmentSize",
+                                    f"segment {s.name} is {s.size} bytes, the others {expected}"))
+        if expected and s.base_offset % expected:
+            problems.append(Problem(s.base_offset, "segmentName",
+                                    f"segment {s.name} does not start at a multiple of the segment size {expected}"))
+        if i + 1 < len(src.segments):
+            want = s.base_offset + expected
+            got = src.segments[i + 1].base_offset
+            if got != want:
+                problems.append(Problem(want, "missingSegment",
+                                        f"no segment at {want}: after {s.name} comes {src.segments[i + 1].name}"))
+    return problems, expected
+
+
+def verify_source(src: Source, config: CodecConfig | None = None, progress: bool | None = None) -> VerifyReport:
+    config = config or CodecConfig()
+    t0 = time.perf_counter()
+    report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
+    problems, expected = _layout_problems(src)
+    units = _Units(src.root)
+    spans: dict[tuple[str, int], QueueSpan] = {}
+    prev_broken = False
+    prev_base = None
+    data_end = src.segments[0].base_offset if src.segments else 0
+    with Progress(src.total_bytes, "verify", enabled=progress) as bar:
+        done = 0
+        for i, seg in enumerate(src.segments):
+            end = src.segment_end(seg)
+            if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
+                break    # nothing committed here (a writer's newest segment)
+            contiguous = prev_base is None or seg.base_offset == prev_base + expected
+            try:
+                res = verify_segment(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config)
+            except FileNotFoundError:
+                problems.append(Problem(seg.base_offset, "missingSegment", f"segment {seg.name} vanished while reading"))
+                prev_broken = True
+                continue
+            report.bytes += end
+            report.messages += res.messages
+            report.message_bytes += res.message_bytes
+            report.blanks += res.blanks
+            report.units_checked += res.units_checked
+            problems.extend(res.problems)
+            if not prev_broken and contiguous:
+                data_end = res.data_end
+            for key, span in res.queues.items():
+                before = spans.get(key)
+                if before is not None and not prev_broken and contiguous and span.first_qo != before.last_qo + 1:
+                    problems.append(Problem(span.first_offset, "queueOffsetGap",
+                                            f"{key[0]}/{key[1]}: queue offset {span.first_qo} follows "
+                                            f"{before.last_qo} (at {before.last_offset})"))
+                if before is None and src.segments[0].base_offset == 0 and span.first_qo != 0 and not problems:
+                    problems.append(Problem(span.first_offset, "queueOffsetGap",
+                                            f"{key[0]}/{key[1]}: the log starts at 0 but this queue at {span.first_qo}"))
+                spans[key] = QueueSpan(before.first_qo if before else span.first_qo,
+                                       before.first_offset if before else span.first_offset,
+                                       span.last_qo, span.last_offset)
+            prev_broken = res.broken or (prev_broken and not res.messages)
+            prev_base = seg.base_offset
+            done += seg.size
+            bar.update(done)
+    report.data_end = data_end
+    report.queues = len(spans)
+    problems.extend(_dangling_units(src, units, spans, data_end))
+    problems.extend(_commit_problems(src, spans, data_end))
+    problems.sort(key=lambda p: (p.offset, p.kind))
+    report.problems = problems
+    report.elapsed_s = time.perf_counter() - t0
+    return report
+
+
+def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], QueueSpan], data_end: int) -> list[Problem]:
+    """Units past the last record of their queue that point into the verified data."""
+    out: list[Problem] = []
+    if not units.present:
+        return out
+    cq = src.consume_queues()
+    if cq is None:
+        return out
+    for topic, qids in cq.topics().items():
+        for qid in qids:
+            lo, hi = cq.queue_range(topic, qid)
+            span = spans.get((topic, qid))
+            start = span.last_qo + 1 if span else lo
+            if hi <= start:
+                continue
+            extra = units.read(topic, qid, start, hi - start)
+            for k, u in enumerate(extra.tolist()):
+                phys, size, _ = u
+                if src.segments and phys >= src.segments[0].base_offset and \
+                        (src.committed_offset is None or phys < src.committed_offset):
+                    out.append(Problem(phys, "consumeQueueDangling",
+                                       f"{topic}/{qid} unit {start + k} points at {phys} (size {size}), "
+                                       f"but the queue's last record is at queue offset {start - 1}"))
+    return out
+
+
+def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int) -> list[Problem]:
+    out: list[Problem] = []
+    cp = src.commit_point
+    if cp is not None:
+        if cp.offset > data_end:
+            out.append(Problem(cp.offset, "commitPoint",
+                               f"the commit point {cp.offset} is past the end of the valid data {data_end}"))
+        for (topic, qid), nxt in sorted(cp.queue_offsets.items()):
+            span = spans.get((topic, qid))
+            have = span.last_qo + 1 if span else None
+            if have is not None and have != nxt:
+                out.append(Problem(span.last_offset, "commitPointQueueOffset",
+                                   f"{topic}/{qid}: the commit point says next queue offset {nxt}, "
+                                   f"the data {have}"))
+    ck = src.checkpoint
+    if ck is not None and ck.confirm_phy_offset > data_end:
+        out.append(Problem(ck.confirm_phy_offset, "checkpoint",
+                           f"checkpoint confirmPhyOffset {ck.confirm_phy_offset} is past the end of the "
+                           f"valid data {data_end}"))
+    return out
+
+
+def print_report(report: VerifyReport, out: TextIO, as_json: bool = False) -> None:
+    if as_json:
+        out.write(json.dumps(report.to_json(), ensure_ascii=False) + "\n")
+        return
+    status = "OK" if report.ok else f"{len(report.problems)} PROBLEM(S)"
+    out.write(f"{report.path} ({report.kind}): {status}\n"
+              f"  {report.segments} segments, {report.bytes:,} bytes read, {report.messages:,} messages "
+              f"({report.message_bytes:,} bytes), {report.blanks} blanks, {report.queues} queues, "
+              f"{report.units_checked:,} consume-queue units checked\n"
+              f"  valid data ends at {report.data_end}"
+              + (f", committed offset {report.committed_offset}" if report.committed_offset is not None else "")
+              + f"; {report.elapsed_s:.2f} s, {report.mb_per_s:,.0f} MB/s\n")
+    for p in report.problems:
+        out.write(f"  {p.offset:>20} {p.kind}: {p.detail}\n")

@@ -1,0 +1,365 @@
+"""MessageStore: the single writer of one store (RocketMQ's DefaultMessageStore).
+
+open = lock, recover, create ``abort``; append = commit log + consume-queue dispatch;
+commit = flush, then one atomic replace of commitpoint.json (the exactly-once boundary) and the
+checkpoint; close = flush, checkpoint, remove ``abort``, unlock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .batch_codec import EncodedBatch, encode_batch
+from .checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
+from .codec import Message, encode_message
+from .commit_point import CommitPoint, read_commit_point, write_commit_point
+from .commitlog import CommitLog, queue_eligible
+from .config import StoreConfig
+from .constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, POS_SYSFLAG, PROPERTY_DELAY, PROPERTY_TAGS
+from .consume_queue import ConsumeQueueStore, check_topic_name
+from .cq_redispatch import redispatch
+from .cq_units import parse_delay_property
+from .errors import FlushError, StoreError, StoreReadOnlyError
+from .flush import FlushService
+from .lock import StoreLock
+from .properties import string_to_properties, tags_code
+from .reader import RecordReads
+from .recovery import recover
+from .segment import fsync_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppendResult:
+    physical_offsets: np.ndarray    # int64, one per message
+    sizes: np.ndarray               # int32 TOTALSIZE
+    queue_offsets: np.ndarray       # int64 (0 for PREPARED/ROLLBACK)
+    end_offset: int                 # commit-log write end after the batch
+    store_timestamp: int            # STORETIMESTAMP written into every record of the batch
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore(RecordReads):
+    """One writer per store (lock file). Use :meth:`open`; thread-safe for appends/commits."""
+
+    def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
+        self.root = root
+        self.config = config
+        self._lock = lock
+        self._put_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._last_ts = 0
+        self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
+                              preallocate=config.preallocate, mlock=config.mlock)
+        self._segments = self._log.queue
+        self._cq: ConsumeQueueStore = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
+        self._flusher = FlushService(self._log, mode=config.flush_mode,
+                                     interval_ms=config.flush_interval_ms,
+                                     least_pages=config.flush_least_pages,
+                                     thorough_interval_ms=config.flush_thorough_interval_ms)
+        self._checkpoint = StoreCheckpoint()
+        self._last_commit = CommitPoint(0)
+        self._retention: Any = None
+
+    # --- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *,
+             truncate_on_corruption: bool = False) -> "MessageStore":
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        lock = StoreLock(root)
+        lock.acquire()
+        store = cls(root, config or StoreConfig(), lock)
+        try:
+            store._open(truncate_on_corruption)
+        except BaseException:
+            store._release_after_failed_open()
+            raise
+        return store
+
+    def _open(self, truncate_on_corruption: bool) -> None:
+        abort = self.root / ABORT_FILE
+        abnormal = abort.exists()
+        commit_point = read_commit_point(self.root)
+        checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
+        self._log.queue.load()
+        self._cq.load()
+        result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
+                         truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
+        end = result.end_offset
+        self._cq.truncate_dirty(end)
+        added = redispatch(self._cq, self.iter_messages(max(result.dispatch_from, self.min_offset), end))
+        if added:
+            log.info("recovery: %d consume-queue units rebuilt from offset %d", added,
+                     result.dispatch_from)
+        self._cq.flush()
+        if result.commit_point_valid and commit_point is not None:
+            queue_offsets = dict(commit_point.queue_offsets)
+        else:
+            queue_offsets = self._cq.next_queue_offsets()
+        self._log.queue_offsets = dict(queue_offsets)
+        self._log.last_record_offset = result.last_record_offset
+        metadata = commit_point.metadata if commit_point else {}
+        if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
+            commit_point = CommitPoint(end, dict(queue_offsets), metadata, _now_ms(),
+                                       result.last_record_offset)
+            write_commit_point(self.root, commit_point)
+        self._last_commit = commit_point
+        self._checkpoint = checkpoint or StoreCheckpoint()
+        self._checkpoint.confirm_phy_offset = end
+        self._checkpoint.master_flushed_offset = end
+        write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+        abort.touch()
+        fsync_dir(self.root)
+        if abnormal:
+            log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
+                        self.root, result.mode, end)
+        self._flusher.start()
+        self._start_retention()
+
+    def _start_retention(self) -> None:
+        if self.config.retention is None:
+            return
+        from .retention import RetentionService
+
+        self._retention = RetentionService(
+            self.root, self.config.retention, committed_offset=lambda: self.committed_offset,
+            consume_queues=self._cq, delete_segment=self._delete_oldest_segment).start()
+
+    def _delete_oldest_segment(self, path: Path) -> None:
+        q = self._log.queue
+        with self._put_lock, q.lock:
+            segs = q.segments
+            if len(segs) < 2 or segs[0].path != Path(path):
+                raise StoreError(f"retention may only delete the oldest segment, not {path}")
+            seg = segs.pop(0)
+        seg.destroy()
+
+    def _release_after_failed_open(self) -> None:
+        self._flusher.stop()
+        try:
+            self._cq.close()
+        finally:
+            self._log.close()
+            self._lock.release()
+
+    # --- writing -------------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
+        if self._failure is not None or self._flusher.failed:
+            cause = self._failure or self._flusher.failure
+            raise StoreReadOnlyError(
+                f"store {self.root} refuses writes after a failure ({cause}); reopen it to "
+                f"recover from the last commit point")
+        if self._retention is not None:
+            self._retention.check_writable()
+
+    def append(self, messages: Sequence[Message]) -> AppendResult:
+        """Encode and append ``messages`` (queue offsets assigned by the store)."""
+        return self.append_encoded(_batch_from_messages(messages, self.config))
+
+    def append_table(self, table: Any) -> AppendResult:
+        return self.append_encoded(encode_batch(table, self.config.codec))
+
+    def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
+        """Append a pre-encoded batch. Topics are checked before anything is written; a batch
+        carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError)."""
+        self._check_writable()
+        for topic in batch.topic_names:
+            check_topic_name(topic)
+        with self._put_lock:
+            self._check_writable()
+            ts = store_timestamp if store_timestamp is not None else max(_now_ms(), self._last_ts)
+            self._last_ts = max(self._last_ts, ts)
+            out = self._log.append(batch, ts)
+            m = out.dispatch_mask
+            try:
+                if m.any():
+                    self._cq.dispatch(batch.topic_names, np.asarray(batch.topic_index)[m],
+                                      np.asarray(batch.queue_ids)[m], out.queue_offsets[m],
+                                      out.physical_offsets[m], out.sizes[m],
+                                      np.asarray(batch.tags_codes)[m],
+                                      delay_levels=np.asarray(batch.delay_levels)[m],
+                                      store_timestamp=ts)
+            except (StoreError, OSError) as e:
+                # The commit log has the batch and the queues do not: only recovery (which
+                # redispatches) can make them agree again.
+                self._failure = e
+                raise
+        if self.config.flush_mode == "sync" and len(batch):
+            self._flusher.wait_durable(out.end_offset)
+        return AppendResult(out.physical_offsets, out.sizes, out.queue_offsets, out.end_offset, ts)
+
+    def flush(self) -> int:
+        """Flush commit log and consume queues; returns the flushed commit-log offset."""
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
+        if self._failure is not None:
+            raise FlushError(f"store {self.root} failed earlier ({self._failure}); reopen it")
+        off = self._flusher.flush()
+        try:
+            self._cq.flush()
+        except OSError as e:
+            self._failure = e
+            raise FlushError(f"flushing the consume queues of {self.root} failed: {e}; the "
+                             f"store refuses writes until reopened") from e
+        self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
+        self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
+        self._checkpoint.master_flushed_offset = off
+        return off
+
+    def commit(self, offset: int | None = None, metadata: Mapping[str, Any] | None = None) -> CommitPoint:
+        """Flush, then make ``offset`` (default: everything appended) the commit point with the
+        caller's ``metadata`` (None keeps the previous metadata) in one atomic file replace."""
+        with self._commit_lock:
+            with self._put_lock:
+                end = self._log.max_offset
+                queue_offsets = dict(self._log.queue_offsets)
+                last_record = self._log.last_record_offset
+            if offset is not None and offset != end:
+                queue_offsets, last_record = self._queue_offsets_at(offset, end, queue_offsets)
+                end = offset
+            self.flush()
+            if self._log.flushed_offset < end:
+                raise FlushError(f"commit at {end} but only {self._log.flushed_offset} is flushed")
+            meta = dict(self._last_commit.metadata if metadata is None else metadata)
+            cp = CommitPoint(end, queue_offsets, meta, _now_ms(), last_record)
+            try:
+                write_commit_point(self.root, cp)
+                self._checkpoint.confirm_phy_offset = end
+                write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+            except OSError as e:
+                self._failure = e
+                raise FlushError(f"writing the commit point of {self.root} failed: {e}; the "
+                                 f"last durable commit point stays {self._last_commit.offset}; "
+                                 f"the store refuses writes until reopened") from e
+            self._last_commit = cp
+            return cp
+
+    def _queue_offsets_at(self, offset: int, end: int, queue_offsets: dict[tuple[str, int], int]
+                          ) -> tuple[dict[tuple[str, int], int], int]:
+        """Queue offsets as they were at an earlier record boundary ``offset``: undo the
+        records in [offset, end)."""
+        if not self._last_commit.offset <= offset <= end:
+            raise ValueError(f"commit offset {offset} must lie between the last commit point "
+                             f"{self._last_commit.offset} and the write end {end}")
+        qo = dict(queue_offsets)
+        if offset < end:
+            self.read(offset)  # NotARecordStartError unless a record starts there
+        last = -1
+        for phys, m in self.iter_messages(self._last_commit.offset, end):
+            if phys < offset:
+                last = phys
+                continue
+            if queue_eligible(np.array([m.sys_flag]))[0]:
+                qo[(m.topic, m.queue_id)] = min(qo[(m.topic, m.queue_id)], m.queue_offset)
+        return qo, (last if last >= 0 else self._last_commit.last_record_offset)
+
+    # --- state ---------------------------------------------------------------------------------
+    def _read_limit(self) -> int:
+        return self._log.max_offset
+
+    @property
+    def last_commit(self) -> CommitPoint:
+        return self._last_commit
+
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        with self._put_lock:
+            return dict(self._log.queue_offsets)
+
+    @property
+    def max_offset(self) -> int:
+        return self._log.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.flushed_offset
+
+    @property
+    def committed_offset(self) -> int:
+        return self._last_commit.offset
+
+    @property
+    def read_only(self) -> bool:
+        return self._failure is not None or self._flusher.failed
+
+    # --- closing -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, write the checkpoint, remove ``abort``, release the lock. Appended but
+        uncommitted data is flushed but not kept by the next open (it is after the commit
+        point). After a failure ``abort`` stays, so the next open re-validates."""
+        if self._closed:
+            return
+        if self._retention is not None:
+            self._retention.stop()
+        self._flusher.stop()
+        clean = False
+        try:
+            if not self.read_only:
+                self.flush()
+                self._checkpoint.confirm_phy_offset = self._last_commit.offset
+                write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+                clean = True
+        finally:
+            self._closed = True
+            try:
+                self._cq.close()
+            finally:
+                self._log.close()
+                if clean:
+                    (self.root / ABORT_FILE).unlink(missing_ok=True)
+                    fsync_dir(self.root)
+                self._lock.release()
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _batch_from_messages(messages: Sequence[Message], config: StoreConfig) -> EncodedBatch:
+    """An EncodedBatch of Message objects (the per-message path; tables go through
+    encode_batch)."""
+    records = [encode_message(m, config.codec) for m in messages]
+    n = len(records)
+    sizes = np.fromiter((len(r) for r in records), dtype=np.int64, count=n)
+    offsets = np.cumsum(sizes) - sizes
+    data = np.frombuffer(b"".join(records), dtype=np.uint8).copy()
+    names: list[str] = []
+    index: dict[str, int] = {}
+    topic_index = np.empty(n, dtype=np.int32)
+    tags = np.empty(n, dtype=np.int64)
+    delays = np.empty(n, dtype=np.int32)
+    for i, m in enumerate(messages):
+        if m.topic not in index:
+            index[m.topic] = len(names)
+            names.append(m.topic)
+        topic_index[i] = index[m.topic]
+        props = string_to_properties(m.properties) if m.properties else {}
+        tags[i] = tags_code(props.get(PROPERTY_TAGS))
+        delays[i] = parse_delay_property(props.get(PROPERTY_DELAY))
+    # The encoder ORs the IPv6 bits into SYSFLAG: read it back from the records.
+    sys_flags = np.array([int.from_bytes(r[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True)
+                          for r in records], dtype=np.int32)
+    return EncodedBatch(data=data, offsets=offsets.astype(np.int64), sizes=sizes.astype(np.int32),
+                        topic_names=names, topic_index=topic_index,
+                        queue_ids=np.array([m.queue_id for m in messages], dtype=np.int32),
+                        sys_flags=sys_flags, tags_codes=tags, delay_levels=delays,
+                        queue_offsets=None)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,93 @@ def test_submit_without_commitlog_arguments_prints_usage(tmp_path: Path) -> None
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "usage:" in result.stderr and "-- run" in result.stderr
+
+
+def driver_python_pid(submit_pid: int, timeout_s: float = 120) -> int:
+    """The Python driver under the spark-submit JVM (PythonRunner starts it as a child)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{submit_pid}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in children:
+                try:
+                    cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if any(arg.endswith(b"driver.py") for arg in cmdline):
+                    return int(child)
+        time.sleep(0.5)
+    raise AssertionError(f"no Python driver under spark-submit pid {submit_pid} after {timeout_s:.0f} s")
+
+
+def committed_messages(store: Path) -> int:
+    from store import StoreReader
+
+    if not (store / "commitpoint.json").exists():
+        return 0
+    reader = StoreReader.open(str(store))
+    try:
+        return sum(1 for _ in reader.iter_messages())
+    finally:
+        reader.close()
+
+
+def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, executor_python: Path,
+                                                         bootstrap_servers: str, tmp_path: Path) -> None:
+    from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
+
+    topic = unique_topic("deploy-submit")
+    create_topics(bootstrap_servers, [topic], partitions=2)
+    n = 1200
+    sent = produce(bootstrap_servers, [(topic, i % 2, f"k{i}".encode(), f"event-{i}".encode() * (1 + i % 5),
+                                        [("seq", str(i).encode())]) for i in range(n)])
+    store, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
+    env = daemon_env(cluster.spark_home, tmp_path)
+    env.update({"PYTHON": str(executor_python), "COMMITLOG_EXECUTOR_PYTHON": str(executor_python),
+                "COMMITLOG_DRIVER_PYTHON": str(executor_python), "COMMITLOG_BUILD_DIR": str(tmp_path / "build"),
+                "COMMITLOG_APP_NAME": "commitlog-e2e"})
+    cmd = ["bash", str(SUBMIT), "--master", cluster.master_url,
+           "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+           "--conf", "spark.executor.memory=512m", "--driver-memory", "1g",
+           "--", "run", "--bootstrap-servers", bootstrap_servers, "--subscribe", topic,
+           "--store", str(store), "--checkpoint", str(checkpoint), "--trigger", "500ms",
+           "--max-offsets-per-trigger", "500", "--segment-size", "1m", "--flush", "sync",
+           "--shuffle-partitions", "2"]
+    log_path = tmp_path / "submit.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        driver_pid = driver_python_pid(proc.pid)
+        deadline = time.monotonic() + 240
+        while committed_messages(store) < n:
+            assert proc.poll() is None, (f"the job exited with {proc.returncode} early\n"
+                                         f"{log_path.read_text(errors='replace')[-6000:]}")
+            assert time.monotonic() < deadline, (f"only {committed_messages(store)} of {n} in after 240 s\n"
+                                                 f"{log_path.read_text(errors='replace')[-6000:]}")
+            time.sleep(1.0)
+        os.kill(driver_pid, signal.SIGTERM)   # the job's graceful stop: finish the batch, close the store
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    output = log_path.read_text(errors="replace")
+    assert proc.returncode == 0, f"spark-submit exited {proc.returncode}\n{output[-6000:]}"
+    assert "closed cleanly" in output
+    assert not (store / "abort").exists(), "the job left the store open"
+
+    found = store_by_coordinates(str(store))
+    dupes = {k: len(v) for k, v in found.items() if len(v) > 1}
+    assert not dupes, f"duplicated: {list(dupes.items())[:5]}"
+    assert set(found) == {(s.topic, s.partition, s.offset) for s in sent}
+    for partition in (0, 1):
+        rows = sorted((msg.queue_offset, kafka_offset) for (t, p, kafka_offset), [(_, msg)] in found.items()
+                      if p == partition)
+        assert [q for q, _ in rows] == list(range(len(rows))), f"queue {partition} offsets not contiguous"
+        assert [o for _, o in rows] == sorted(o for _, o in rows), f"queue {partition} not in Kafka order"
+    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "commitlog-e2e"]
+    assert apps, "the job ran as an application of the standalone cluster"

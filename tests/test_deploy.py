@@ -1,0 +1,230 @@
+"""The deployment files agree with the code: the compose file, the Kubernetes manifest, the
+Dockerfile and the command lines in deploy/README.md use only `commitlog` options the real
+argument parser knows, with values the job accepts, and mount the store where they say.
+
+Nothing here needs Docker or Kubernetes (neither is on the machines this project is built on); the
+image, the compose stack and the manifest are checked as files, and the install steps themselves
+run in tests/test_deploy_install.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingest.cli import build_parser
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+COMPOSE = ROOT / "docker-compose.yml"
+MANIFEST = DEPLOY / "k8s" / "commitlog-ingest.yaml"
+
+sys.path.insert(0, str(DEPLOY))
+try:
+    from driver import driver_argv  # deploy/driver.py: not a package, the spark-submit app file
+finally:
+    sys.path.remove(str(DEPLOY))
+
+
+def parse_commitlog(argv: list[str], where: str):  # noqa: ANN201
+    """Parse a `commitlog` command line with the real parser; fail naming the file and the error
+    (an unknown option, a bad value). `run`/`replay` lines are also turned into the job's config,
+    which checks the values together (one source, segment size a multiple of 4096, ...)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(argv)
+    except SystemExit:
+        pytest.fail(f"{where}: `commitlog {shlex.join(argv)}` is rejected by the parser:\n{err.getvalue()}")
+    if args.command in ("run", "replay"):
+        from ingest.config import config_from_args
+
+        try:
+            config_from_args(args)
+        except ValueError as exc:
+            pytest.fail(f"{where}: `commitlog {shlex.join(argv)}`: {exc}")
+    return args
+
+
+def option_value(argv: list[str], option: str) -> str:
+    assert option in argv, f"{option} missing from {argv}"
+    return argv[argv.index(option) + 1]
+
+
+# --- docker-compose.yml ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_compose_runs_kafka_in_kraft_mode_from_the_official_image(compose: dict) -> None:
+    kafka = compose["services"]["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    env = kafka["environment"]
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert "healthcheck" in kafka and "9092" in " ".join(kafka["healthcheck"]["test"])
+
+
+def test_compose_job_command_uses_only_real_options_and_the_volumes(compose: dict) -> None:
+    job = compose["services"]["commitlog"]
+    argv = job["command"]
+    args = parse_commitlog(argv, "docker-compose.yml services.commitlog.command")
+    assert args.command == "run"
+    assert option_value(argv, "--bootstrap-servers") == "kafka:9092"
+    mounts = dict(v.split(":", 1)[::-1] for v in job["volumes"])   # mount path -> volume name
+    store, checkpoint = option_value(argv, "--store"), option_value(argv, "--checkpoint")
+    assert mounts.get(store) == "store" and mounts.get(checkpoint) == "checkpoint", mounts
+    assert {"store", "checkpoint"} <= set(compose["volumes"]), "named volumes, not bind mounts"
+    assert job["healthcheck"]["test"] and "/data/store/lock" in " ".join(job["healthcheck"]["test"])
+    assert job["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_compose_producer_feeds_the_topics_the_job_subscribes(compose: dict) -> None:
+    produce = compose["services"]["produce"]
+    script = produce["command"][0]
+    compile(script, "docker-compose.yml:produce", "exec")
+    # Every name the producer imports from the project exists.
+    for module, names in re.findall(r"^from ([\w.]+) import (.+)$", script, flags=re.M):
+        mod = importlib.import_module(module)
+        for name in (n.strip() for n in names.split(",")):
+            assert hasattr(mod, name), f"the compose producer imports {module}.{name}, which does not exist"
+    from ingest.demo import TOPICS
+
+    subscribed = option_value(compose["services"]["commitlog"]["command"], "--subscribe").split(",")
+    assert sorted(subscribed) == sorted(TOPICS)
+
+
+# --- deploy/k8s -----------------------------------------------------------------------------------
+
+# Field names of the Spark operator's v1beta2 CRD (SparkApplicationSpec, DriverSpec/ExecutorSpec
+# and their SparkPodSpec): a misspelt key would be dropped silently by the API server.
+SPEC_FIELDS = {"type", "sparkVersion", "mode", "proxyUser", "image", "imagePullPolicy", "imagePullSecrets",
+               "mainClass", "mainApplicationFile", "arguments", "sparkConf", "hadoopConf", "sparkConfigMap",
+               "hadoopConfigMap", "volumes", "driver", "executor", "deps", "restartPolicy", "nodeSelector",
+               "failureRetries", "retryInterval", "pythonVersion", "memoryOverheadFactor", "monitoring",
+               "batchScheduler", "timeToLiveSeconds", "batchSchedulerOptions", "sparkUIOptions",
+               "driverIngressOptions", "dynamicAllocation"}
+POD_FIELDS = {"template", "cores", "coreLimit", "memory", "memoryOverhead", "gpu", "image", "configMaps",
+              "secrets", "env", "envVars", "envFrom", "envSecretKeyRefs", "labels", "annotations",
+              "volumeMounts", "affinity", "tolerations", "podSecurityContext", "securityContext",
+              "schedulerName", "sidecars", "initContainers", "hostNetwork", "nodeSelector", "dnsConfig",
+              "terminationGracePeriodSeconds", "serviceAccount", "hostAliases", "shareProcessNamespace",
+              "runtimeClassName", "coreRequest", "javaOptions", "lifecycle", "ports", "priorityClassName"}
+DRIVER_ONLY = {"podName", "kubernetesMaster", "serviceAnnotations", "serviceLabels"}
+EXECUTOR_ONLY = {"instances", "deleteOnTermination"}
+
+
+@pytest.fixture(scope="module")
+def manifests() -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def test_manifest_is_a_spark_application_with_a_claim(manifests: dict[str, dict]) -> None:
+    assert set(manifests) == {"PersistentVolumeClaim", "SparkApplication"}
+    app = manifests["SparkApplication"]
+    assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
+    spec = app["spec"]
+    assert set(spec) <= SPEC_FIELDS, f"not CRD fields: {set(spec) - SPEC_FIELDS}"
+    assert set(spec["driver"]) <= POD_FIELDS | DRIVER_ONLY, set(spec["driver"]) - POD_FIELDS - DRIVER_ONLY
+    assert set(spec["executor"]) <= POD_FIELDS | EXECUTOR_ONLY, set(spec["executor"]) - POD_FIELDS - EXECUTOR_ONLY
+    assert spec["type"] == "Python" and spec["mainApplicationFile"] == "local:///opt/commitlog/driver.py"
+    assert manifests["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_manifest_arguments_are_a_valid_run_under_spark_submit(manifests: dict[str, dict]) -> None:
+    argv = driver_argv(manifests["SparkApplication"]["spec"]["arguments"])
+    args = parse_commitlog(argv, "deploy/k8s SparkApplication spec.arguments")
+    assert args.command == "run"
+    assert option_value(argv, "--master") == "none", "the master must come from the operator"
+
+
+def test_manifest_mounts_the_claim_at_store_and_checkpoint_on_the_driver_only(manifests: dict[str, dict]) -> None:
+    spec = manifests["SparkApplication"]["spec"]
+    claim = manifests["PersistentVolumeClaim"]["metadata"]["name"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in spec["driver"]["volumeMounts"]}
+    argv = spec["arguments"]
+    for option in ("--store", "--checkpoint"):
+        path = option_value(argv, option)
+        assert path in mounts, f"{option} {path} is not on a mounted volume of the driver"
+        assert volumes[mounts[path]]["persistentVolumeClaim"]["claimName"] == claim
+    assert not spec["executor"].get("volumeMounts"), "executors must not mount the store (one writer)"
+
+
+def test_manifest_requests_resources_and_runs_as_the_image_user(manifests: dict[str, dict]) -> None:
+    spec = manifests["SparkApplication"]["spec"]
+    for role in ("driver", "executor"):
+        pod = spec[role]
+        assert pod["cores"] >= 1 and pod["coreRequest"] and pod["memory"] and pod["memoryOverhead"]
+        assert pod["podSecurityContext"]["runAsUser"] == 10001
+    assert spec["executor"]["instances"] >= 1
+    assert "USER 10001" in (DEPLOY / "Dockerfile").read_text()
+
+
+# --- deploy/Dockerfile ----------------------------------------------------------------------------
+
+def test_dockerfile_installs_with_install_sh_as_non_root_with_volumes() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert lines[0].startswith("FROM python:3.11-")
+    assert any("deploy/install.sh --system" in line for line in lines)
+    assert "openjdk-17-jre-headless" in (DEPLOY / "install.sh").read_text()
+    user = [line for line in lines if line.startswith("USER ")]
+    assert user and user[-1] not in ("USER root", "USER 0")
+    assert re.search(r'VOLUME \[.*"/data/store".*"/data/checkpoint".*\]', text)
+    for line in lines:
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repository"
+    assert "exec commitlog" in (DEPLOY / "entrypoint.sh").read_text()
+
+
+# --- deploy/driver.py -----------------------------------------------------------------------------
+
+def test_driver_leaves_the_master_to_spark_submit_unless_given() -> None:
+    assert driver_argv(["run", "--store", "s"]) == ["run", "--store", "s", "--master", "none"]
+    assert driver_argv(["-v", "run", "--master", "yarn"]) == ["-v", "run", "--master", "yarn"]
+    assert driver_argv(["run", "--master=local[2]"]) == ["run", "--master=local[2]"]
+    assert driver_argv(["broker"]) == ["broker"]
+
+
+# --- deploy/README.md -----------------------------------------------------------------------------
+
+def readme_command_lines() -> list[tuple[int, list[str]]]:
+    """Every `commitlog ...` line and every `deploy/spark-submit.sh ... -- ...` line of the README's
+    shell blocks, continuation lines joined, as the `commitlog` argv."""
+    text = (DEPLOY / "README.md").read_text()
+    found = []
+    for block in re.finditer(r"```(?:sh|bash|shell)\n(.*?)```", text, flags=re.S):
+        start_line = text[:block.start()].count("\n") + 2
+        joined = re.sub(r"\\\n\s*", " ", block.group(1))
+        for offset, line in enumerate(joined.splitlines()):
+            line = line.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            words = shlex.split(line)
+            if words[0] == "commitlog":
+                found.append((start_line + offset, words[1:]))
+            elif words[0].endswith("spark-submit.sh") and "--" in words:
+                found.append((start_line + offset, driver_argv(words[words.index("--") + 1:])))
+    return found
+
+
+def test_readme_command_lines_use_only_real_options() -> None:
+    lines = readme_command_lines()
+    assert len(lines) >= 5, "the README shows how to run the job"
+    for line_no, argv in lines:
+        parse_commitlog(argv, f"deploy/README.md near line {line_no}")

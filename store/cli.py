@@ -13,8 +13,8 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
 
 
 def _int(text: str) -> int:
-    """Decimal or 0x-hex integers for offsets."""
-    return int(text, 0)
+    """Decimal (leading zeros allowed, as in segment names) or 0x-hex integers for offsets."""
+    return int(text, 16) if text.lower().startswith(("0x", "-0x")) else int(text, 10)
 
 
 def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

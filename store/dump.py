@@ -63,7 +63,7 @@ class WalkSummary:
                 "rocketmqRecoveryStopsAt": self.stops_at if self.stops_at is not None else self.last_offset}
 
 
-def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, config: CodecConfig) -> int:
+def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, config: CodecConfig) -> int | None:
     """Where to begin inside the segment for ``--from``: that offset if a record starts there,
     else the first record after it (found by walking the segment)."""
     pos = from_offset - seg.base_offset
@@ -72,7 +72,9 @@ def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, con
         return pos
     scan = scan_segment_fast(mv, seg.base_offset, end, config)
     later = np.flatnonzero(scan.offsets >= from_offset)
-    return int(scan.offsets[later[0]]) - seg.base_offset if len(later) else scan.stop.offset - seg.base_offset
+    if len(later):
+        return int(scan.offsets[later[0]]) - seg.base_offset
+    return scan.stop.offset - seg.base_offset if scan.stop.offset >= from_offset else None
 
 
 def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None = None,
@@ -89,10 +91,11 @@ def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None
         end = src.segment_end(seg)
         try:
             with mapped(seg) as mv:
-                pos = 0
+                pos: int | None = 0
                 if from_offset is not None and from_offset > seg.base_offset:
                     pos = _start_pos(mv, seg, from_offset, end, config)
-                yield from _walk_segment(mv, seg, pos, end, config, summary)
+                if pos is not None:
+                    yield from _walk_segment(mv, seg, pos, end, config, summary)
         except FileNotFoundError:
             err = {"type": "error", "offset": seg.base_offset, "kind": "missingSegment",
                    "detail": f"segment {seg.name} was deleted while reading (retention?)"}

@@ -295,7 +295,7 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     report.data_end = data_end
     report.queues = len(spans)
     problems.extend(_dangling_units(src, units, spans, data_end))
-    problems.extend(_commit_problems(src, spans, data_end))
+    problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
     problems.sort(key=lambda p: (p.offset, p.kind))
     report.problems = problems
     report.elapsed_s = time.perf_counter() - t0
@@ -320,19 +320,21 @@ def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], Que
             extra = units.read(topic, qid, start, hi - start)
             for k, u in enumerate(extra.tolist()):
                 phys, size, _ = u
-                if src.segments and phys >= src.segments[0].base_offset and \
-                        (src.committed_offset is None or phys < src.committed_offset):
+                # past the valid data a unit is only ahead of the log (a writer's, or a crash's
+                # dirty tail that recovery truncates): report those pointing into checked data
+                if src.segments and src.segments[0].base_offset <= phys < data_end:
                     out.append(Problem(phys, "consumeQueueDangling",
                                        f"{topic}/{qid} unit {start + k} points at {phys} (size {size}), "
                                        f"but the queue's last record is at queue offset {start - 1}"))
     return out
 
 
-def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int) -> list[Problem]:
+def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int,
+                     cut_reported: bool) -> list[Problem]:
     out: list[Problem] = []
     cp = src.commit_point
     if cp is not None:
-        if cp.offset > data_end:
+        if cp.offset > data_end and not cut_reported:
             out.append(Problem(cp.offset, "commitPoint",
                                f"the commit point {cp.offset} is past the end of the valid data {data_end}"))
         for (topic, qid), nxt in sorted(cp.queue_offsets.items()):

@@ -196,3 +196,37 @@ def test_a_topic_that_is_no_plain_file_name_is_refused_with_nothing_written(tmp_
 @pytest.mark.parametrize("topic", ["TopicA", "%RETRY%group", "x" * 255, "a.b", "...", "é" * 127])
 def test_ordinary_topics_pass(topic: str) -> None:
     check_topic_name(topic)
+
+
+def test_redispatch_from_the_golden_commit_log_rebuilds_the_golden_files(golden_dir: Path, tmp_path: Path) -> None:
+    from store.consume_queue import redispatch
+    from store.dump import walk
+    from store.inspect_source import open_source
+
+    for store in golden_stores(golden_dir):
+        manifest = json.loads((store / "manifest.json").read_text())
+        out = tmp_path / store.name
+        cq = ConsumeQueueStore(out, units_per_file=manifest["consumeQueueFileSize"] // 20)
+        cq.load()
+        records = [(f.offset, f.decoded) for f in walk(open_source(store)) if f.type == "message"]
+        n_units = sum(e["kind"] == "unit" for q in manifest["consumeQueues"] for e in q["entries"])
+        assert redispatch(cq, iter(records[:7])) + redispatch(cq, iter(records)) == n_units
+        assert redispatch(cq, iter(records)) == 0          # nothing missing any more
+        cq.close()
+        assert files_of(out) == files_of(store)
+
+
+def test_redispatch_gives_schedule_records_their_deliver_time(golden_dir: Path, tmp_path: Path) -> None:
+    from store.consume_queue import redispatch
+    from store.dump import walk
+    from store.inspect_source import open_source
+
+    case = golden_dir / "p22_schedule_topic_delay"
+    manifest = json.loads(case.with_suffix(".manifest.json").read_text())
+    records = [(f.offset, f.decoded) for f in walk(open_source(case.with_suffix(".bin"))) if f.type == "message"]
+    cq = ConsumeQueueStore(tmp_path)
+    assert redispatch(cq, iter(records)) == len(manifest["messages"])
+    for m in manifest["messages"]:
+        check = m["fields"]["check"]
+        units = cq.find(check["topic"], check["queueId"], check["consumeQueueOffset"], 1)
+        assert units == [(check["commitLogOffset"], check["msgSize"], check["tagsCode"])]

@@ -1,0 +1,187 @@
+"""verify catches every kind of damage at the offset where it is."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.cli import main
+from store.cq_units import read_units
+from store.inspect_source import open_source
+from store.inspect_synth import write_synthetic_store
+from store.verify import verify_source
+
+pytestmark = pytest.mark.unit
+
+SEG = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pristine") / "store"
+    write_synthetic_store(root, 1500, body_size=100, topics=("TopicA", "TopicB"), queues=2,
+                          segment_size=SEG, units_per_file=100)
+    return root
+
+
+@pytest.fixture
+def store(pristine: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    root = tmp_path / "store"
+    shutil.copytree(pristine, root)
+    return root
+
+
+def messages(root: Path) -> list[dict]:
+    """(offset, size, topic, queueId, queueOffset) of every record, from the clean store."""
+    from store.dump import walk
+
+    return [dict(offset=f.offset, size=f.size, topic=f.decoded.topic, queue_id=f.decoded.queue_id,
+                 queue_offset=f.decoded.queue_offset, segment=f.segment.path, pos=f.pos)
+            for f in walk(open_source(root)) if f.type == "message"]
+
+
+def patch(path: Path, pos: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def problems(root: Path) -> list[tuple[int, str]]:
+    return [(p.offset, p.kind) for p in verify_source(open_source(root)).problems]
+
+
+def test_the_synthetic_store_is_clean_with_every_unit_checked(pristine: Path) -> None:
+    report = verify_source(open_source(pristine))
+    assert report.problems == []
+    assert report.messages == 1500 and report.units_checked == 1500 and report.queues == 4
+    assert report.segments > 3
+
+
+def target(root: Path, k: int = 40) -> dict:
+    """A record in the middle of the first segment."""
+    m = messages(root)[k]
+    assert m["segment"].name == "0".zfill(20)
+    return m
+
+
+def test_a_flipped_body_byte_is_a_crc_error_at_its_record(store: Path) -> None:
+    m = target(store)
+    patch(m["segment"], m["pos"] + 88 + 10, b"\xff")
+    assert problems(store) == [(m["offset"], "crc")]
+
+
+def test_a_wrong_magic_code_is_reported_at_its_record(store: Path) -> None:
+    m = target(store)
+    patch(m["segment"], m["pos"] + 4, struct.pack(">I", 0xDAA320A8))
+    found = problems(store)
+    assert found[0] == (m["offset"], "magic")
+    # the rest of that segment is unreadable, so the checkpoint is past the valid data
+    assert {k for _, k in found[1:]} <= {"checkpoint"}
+
+
+def test_a_wrong_totalsize_is_reported_at_its_record(store: Path) -> None:
+    m = target(store)
+    patch(m["segment"], m["pos"], struct.pack(">i", m["size"] + 4))
+    found = problems(store)
+    assert found[0] == (m["offset"], "length")
+    assert {k for _, k in found[1:]} <= {"checkpoint"}
+
+
+def test_a_wrong_physical_offset_is_reported_at_its_record(store: Path) -> None:
+    m = target(store)
+    patch(m["segment"], m["pos"] + 28, struct.pack(">q", m["offset"] + 1))
+    assert problems(store) == [(m["offset"], "physicalOffset")]
+
+
+def test_a_missing_segment_is_reported_where_it_should_start(store: Path) -> None:
+    (store / "commitlog" / str(2 * SEG).zfill(20)).unlink()
+    found = problems(store)
+    assert (2 * SEG, "missingSegment") in found
+    assert found[0] == (2 * SEG, "missingSegment")
+
+
+def test_a_segment_of_the_wrong_size_is_reported_at_its_start(store: Path) -> None:
+    seg = store / "commitlog" / str(SEG).zfill(20)
+    with open(seg, "r+b") as f:
+        f.truncate(SEG - 4096)
+    found = problems(store)
+    assert found[0] == (SEG, "segmentSize")
+
+
+def test_a_consume_queue_unit_pointing_at_another_record_is_reported_at_the_record(store: Path) -> None:
+    ms = [m for m in messages(store) if (m["topic"], m["queue_id"]) == ("TopicB", 1)]
+    victim, other = ms[30], ms[31]
+    qfile = store / "consumequeue" / "TopicB" / "1" / "0".zfill(20)
+    units = read_units(qfile)
+    assert units[30]["phys"] == victim["offset"]
+    patch(qfile, 30 * 20, struct.pack(">q", other["offset"]))
+    assert problems(store) == [(victim["offset"], "consumeQueueUnit")]
+
+
+def test_a_wrong_tags_code_and_a_missing_unit_are_reported(store: Path) -> None:
+    ms = [m for m in messages(store) if (m["topic"], m["queue_id"]) == ("TopicA", 0)]
+    qfile = store / "consumequeue" / "TopicA" / "0" / "0".zfill(20)
+    patch(qfile, 5 * 20 + 12, struct.pack(">q", 12345))
+    patch(qfile, 6 * 20, bytes(20))
+    found = problems(store)
+    assert (ms[5]["offset"], "consumeQueueUnit") in found
+    assert (ms[6]["offset"], "consumeQueueMissing") in found
+
+
+def test_a_queue_offset_gap_is_reported_at_the_first_record_after_it(store: Path) -> None:
+    ms = [m for m in messages(store) if (m["topic"], m["queue_id"]) == ("TopicA", 1)]
+    for m in ms[50:]:   # the queue skips one offset from the 51st record on
+        patch(m["segment"], m["pos"] + 20, struct.pack(">q", m["queue_offset"] + 1))
+    found = problems(store)
+    assert found[0] == (ms[50]["offset"], "queueOffsetGap")
+    # the consume queue still has the old offsets: its units now dangle or mismatch, nothing else
+    assert {k for _, k in found} <= {"queueOffsetGap", "consumeQueueUnit", "consumeQueueMissing",
+                                     "consumeQueueDangling"}
+
+
+def test_a_commit_point_past_the_data_or_inside_a_record_is_reported(store: Path) -> None:
+    from store.commit_point import CommitPoint, write_commit_point
+
+    ms = messages(store)
+    end = ms[-1]["offset"] + ms[-1]["size"]
+    write_commit_point(store, CommitPoint(offset=end + 100))
+    assert (end + 100, "commitPoint") in problems(store)
+    m = ms[-3]
+    write_commit_point(store, CommitPoint(offset=m["offset"] + 10))
+    found = problems(store)
+    assert found[0] == (m["offset"], "commitPoint")
+    assert found[1:] == [(end, "checkpoint")]     # the checkpoint still says the old end
+    patch(store / "checkpoint", 32, struct.pack(">q", m["offset"]))
+    write_commit_point(store, CommitPoint(offset=m["offset"], queue_offsets={(m["topic"], m["queue_id"]): 3}))
+    assert [k for _, k in problems(store)] == ["commitPointQueueOffset"]
+
+
+def test_the_checkpoint_past_the_data_is_reported(store: Path) -> None:
+    ck = store / "checkpoint"
+    end = messages(store)[-1]["offset"] + messages(store)[-1]["size"]
+    patch(ck, 32, struct.pack(">q", end + 1))
+    assert problems(store) == [(end + 1, "checkpoint")]
+
+
+def test_verify_exit_codes_and_report(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(store)]) == 0
+    assert ": OK" in capsys.readouterr().out
+    m = target(store)
+    patch(m["segment"], m["pos"] + 88 + 10, b"\xff")
+    assert main(["verify", str(store), "--json"]) == 1
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert report["problems"] == [{"offset": m["offset"], "kind": "crc", "detail": report["problems"][0]["detail"]}]
+    assert main(["verify", str(tmp_path / "missing")]) == 2
+
+
+def test_verify_speed_is_measured_and_reported(pristine: Path) -> None:
+    report = verify_source(open_source(pristine))
+    assert report.elapsed_s > 0 and report.mb_per_s > 0
+    assert np.isfinite(report.mb_per_s)

@@ -1,0 +1,103 @@
+"""Flushing: async background flush, sync flush with group commit, failed flushes."""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from store import FlushError, Message, MessageStore, StoreConfig, StoreReadOnlyError
+from store.segment import Segment
+
+pytestmark = pytest.mark.unit
+
+SEG = 256 * 1024
+
+
+def msgs(n: int, tag: int = 0) -> list[Message]:
+    return [Message(topic="F", body=f"{tag}-{i}".encode() * 10) for i in range(n)]
+
+
+def test_async_flush_catches_up_in_the_background(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_interval_ms=10,
+                                                       flush_least_pages=0)) as s:
+        s.append(msgs(500))
+        deadline = time.monotonic() + 5
+        while s.flushed_offset < s.max_offset and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.flushed_offset == s.max_offset
+
+
+def test_async_flush_waits_for_least_pages(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_interval_ms=10,
+                                                       flush_least_pages=8)) as s:
+        s.append(msgs(10))                  # far less than 8 pages
+        time.sleep(0.2)
+        assert s.flushed_offset == 0
+        assert s.flush() == s.max_offset    # an explicit flush takes everything
+
+
+def test_sync_flush_returns_durable_and_shares_flushes_between_waiting_appends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_flush = Segment.flush
+
+    def slow_flush(self: Segment, upto: int | None = None) -> int:
+        time.sleep(0.005)                   # a disk that takes a while: appends pile up
+        return real_flush(self, upto)
+
+    monkeypatch.setattr(Segment, "flush", slow_flush)
+    threads, appends, errors = 8, 15, []
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_mode="sync")) as s:
+        def writer(t: int) -> None:
+            for _ in range(appends):
+                r = s.append(msgs(3, t))
+                if s.flushed_offset < r.end_offset:
+                    errors.append((r.end_offset, s.flushed_offset))
+
+        pool = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        assert errors == []
+        assert s.flushed_offset == s.max_offset
+        assert sum(1 for _ in s.iter_messages()) == threads * appends * 3
+        assert s._flusher.flush_count < threads * appends / 2     # group commit shared them
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_failed_flush_is_reported_and_makes_the_store_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG, flush_mode=mode, flush_interval_ms=10_000))
+    s.append(msgs(20))
+    cp = s.commit(metadata={"ok": 1})
+
+    def broken(self: Segment, upto: int | None = None) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Segment, "flush", broken)
+    if mode == "sync":
+        with pytest.raises(FlushError, match="Input/output error"):
+            s.append(msgs(5, 1))
+    else:
+        s.append(msgs(5, 1))
+        with pytest.raises(FlushError, match="Input/output error"):
+            s.flush()
+    with pytest.raises(StoreReadOnlyError, match="reopen"):
+        s.append(msgs(1, 2))
+    with pytest.raises(FlushError):
+        s.commit(metadata={"ok": 2})
+    with pytest.raises(FlushError):
+        s.flush()                           # never a late "success" for pages the kernel dropped
+    s.close()
+    assert (root / "abort").exists()        # the next open re-validates
+    monkeypatch.undo()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == s2.max_offset == cp.offset
+        assert s2.last_commit.metadata == {"ok": 1}
+        assert sum(1 for _ in s2.iter_messages()) == 20
+        s2.append(msgs(1, 3))

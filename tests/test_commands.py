@@ -227,3 +227,36 @@ def test_the_progress_bar_is_drawn_only_on_a_terminal() -> None:
     p.update(50, force=True)
     p.close()
     assert "50.0%" in tty.getvalue()
+
+
+def test_commands_read_a_store_up_to_its_commit_while_the_writer_runs(tmp_path: Path) -> None:
+    from store import MessageStore
+    from store.codec import Message
+    from store.config import StoreConfig
+
+    root = tmp_path / "store"
+    msgs = [Message(topic=f"T{i % 2}", body=bytes([i % 251]) * 100, queue_id=i % 3,
+                    properties=f"TAGS\x01t{i % 5}\x02") for i in range(600)]
+    with MessageStore.open(root, StoreConfig(segment_size=64 * 1024, consume_queue_units=50)) as store:
+        store.append(msgs[:400])
+        committed = store.commit().offset
+        store.append(msgs[400:])
+        store.flush()
+        rc, out, _ = run("verify", str(root), "--json")
+        report = json.loads(out)
+        assert (rc, report["problems"]) == (0, [])
+        assert report["messages"] == 400 and report["units_checked"] == 400
+        assert report["committed_offset"] == committed == report["data_end"]
+        rc, out, _ = run("dump", str(root), "--json")
+        assert sum(o["type"] == "message" for o in jsonl(out)) == 400
+        assert all(o["offset"] < committed for o in jsonl(out) if o["type"] == "message")
+        rc, out, _ = run("stat", str(root), "--json")
+        st = json.loads(out)
+        assert st["committed_offset"] == committed
+        assert sum(q["depth"] for q in st["queues"]) == 400
+        rc, _, err = run("get", str(root), "--topic", "T0", "--queue", "0", "--queue-offset", "80")
+        assert rc == 2 and "not committed" in err
+        rc, _, err = run("get", str(root), "--topic", "T0", "--queue", "0", "--queue-offset", "100")
+        assert rc == 2 and "not among them" in err
+        rc, out, _ = run("get", str(root), "--topic", "T0", "--queue", "0", "--queue-offset", "5", "--json")
+        assert rc == 0 and json.loads(out)["queueOffset"] == 5

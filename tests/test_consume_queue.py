@@ -230,3 +230,22 @@ def test_redispatch_gives_schedule_records_their_deliver_time(golden_dir: Path, 
         check = m["fields"]["check"]
         units = cq.find(check["topic"], check["queueId"], check["consumeQueueOffset"], 1)
         assert units == [(check["commitLogOffset"], check["msgSize"], check["tagsCode"])]
+
+
+@pytest.mark.parametrize("topic", ["../escape", "..", "a/b", "x" * 256])
+def test_the_store_refuses_a_path_escaping_topic_before_writing_anything(tmp_path: Path, topic: str) -> None:
+    from store import MessageStore
+    from store.codec import Message
+    from store.config import StoreConfig
+
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(segment_size=64 * 1024, consume_queue_units=10)) as store:
+        store.append([Message(topic="Good", body=b"kept")])
+        store.commit()
+        end = store.max_offset
+        with pytest.raises(InvalidTopicError):
+            store.append([Message(topic="Good", body=b"not kept"), Message(topic=topic, body=b"evil")])
+        assert store.max_offset == end
+        assert store.next_queue_offsets() == {("Good", 0): 1}
+    assert sorted(p.name for p in (root / "consumequeue").iterdir()) == ["Good"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]

@@ -3,6 +3,7 @@ and the plan of a batch (every record's lengths, version and flags, computed vec
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,14 +213,12 @@ def fixed_binary(values: np.ndarray, width: int, n: int) -> pa.Array:
 
 
 def rows_containing(arr: pa.Array, marker: bytes) -> np.ndarray:
-    """Rows of a binary column whose value contains ``marker`` (one C-speed search of the values
-    buffer; a marker spanning two rows is discarded)."""
+    """Rows of a binary column whose value contains ``marker``: one regex scan of the values
+    buffer (no copy); a match spanning two rows is discarded."""
     offs, values = binary_parts(arr)
-    raw = values[offs[0]:offs[-1]].tobytes() if len(arr) else b""
-    hits, at = [], raw.find(marker)
-    while at >= 0:
-        hits.append(at)
-        at = raw.find(marker, at + 1)
+    if not len(arr):
+        return np.zeros(0, np.int64)
+    hits = [m.start() for m in re.finditer(re.escape(marker), memoryview(values)[offs[0]:offs[-1]])]
     if not hits:
         return np.zeros(0, np.int64)
     starts = np.asarray(hits, dtype=np.int64) + offs[0]

@@ -19,6 +19,7 @@ from store.constants import (
 _TAGS_KEY = np.frombuffer(b"TAGS\x01", dtype=np.uint8)
 _SEP = ord(PROPERTY_SEPARATOR)
 _MAX_FAST_TAG = 64           # longer TAGS values take the per-record path
+_MAX_FAST_PROPS = 512        # so do properties longer than this
 _DT = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 
 
@@ -124,40 +125,33 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
     slow = np.zeros(n, dtype=bool)
     if SCHEDULE_TOPIC in f.topics:
         slow |= f.topic_id == f.topics.index(SCHEDULE_TOPIC)
-    lo = int(f.props_pos.min())
-    hi = int((f.props_pos + f.props_len).max())
-    region = arr[lo:hi]
-    cand = np.flatnonzero(region[:-4] == _TAGS_KEY[0]) + lo if hi - lo > 4 else np.zeros(0, np.int64)
-    for k in range(1, 5):
-        cand = cand[arr[cand + k] == _TAGS_KEY[k]]
-    # the owning record, and the key must start a pair inside its properties
-    owner = np.searchsorted(f.props_pos, cand, side="right") - 1
-    inside = (owner >= 0)
-    owner = np.where(inside, owner, 0)
-    pend = f.props_pos[owner] + f.props_len[owner]
-    inside &= cand + 5 <= pend
-    at_pair = (cand == f.props_pos[owner]) | (arr[np.maximum(cand - 1, 0)] == _SEP)
-    keep = inside & at_pair
-    cand, owner, pend = cand[keep], owner[keep], pend[keep]
-    counts = np.bincount(owner, minlength=n)
-    slow[counts > 1] = True
-    one = counts[owner] == 1
-    cand, owner, pend = cand[one], owner[one], pend[one]
-    if len(cand):
-        # the value ends at the next \x02 or at the end of the properties
-        seps = np.flatnonzero(region == _SEP) + lo
-        k = np.searchsorted(seps, cand + 5)
-        nxt = np.where(k < len(seps), seps[np.minimum(k, len(seps) - 1)], np.iinfo(np.int64).max)
-        length = np.minimum(nxt, pend) - (cand + 5)
-        long_ = length > _MAX_FAST_TAG
-        slow[owner[long_]] = True
-        width = int(length[~long_].max(initial=0))
-        mat = _rows(arr, cand + 5, width) if width else np.zeros((len(cand), 0), np.uint8)
-        live = np.arange(width) < length[:, None]
-        non_ascii = ((mat >= 0x80) & live).any(axis=1)
-        slow[owner[non_ascii]] = True
-        fast = ~(long_ | non_ascii) & ~slow[owner]
-        out[owner[fast]] = java_hash_ascii(mat[fast], length[fast])
+    # Look for the pair "TAGS\x01" in a matrix of each record's properties bytes (no pass over
+    # the bodies); records with very long properties take the per-record path.
+    plen = f.props_len
+    slow |= plen > _MAX_FAST_PROPS
+    width = int(np.minimum(plen, _MAX_FAST_PROPS).max())
+    if width >= 5:
+        mat = _rows(arr, f.props_pos, width)
+        w4 = width - 4
+        hit = mat[:, :w4] == _TAGS_KEY[0]
+        for k in range(1, 5):
+            hit &= mat[:, k:k + w4] == _TAGS_KEY[k]
+        hit[:, 1:] &= mat[:, :w4 - 1] == _SEP                  # a pair starts there
+        hit &= np.arange(w4) + 5 <= plen[:, None]              # inside the properties
+        counts = hit.sum(axis=1)
+        slow |= counts > 1                                       # a later TAGS overrides: rare
+        owner = np.flatnonzero((counts == 1) & ~slow)
+        if len(owner):
+            vpos = f.props_pos[owner] + np.argmax(hit[owner], axis=1) + 5
+            avail = f.props_pos[owner] + plen[owner] - vpos
+            vw = int(min(_MAX_FAST_TAG + 1, avail.max()))
+            vals = _rows(arr, vpos, vw) if vw else np.zeros((len(owner), 0), np.uint8)
+            sep = (vals == _SEP) | (np.arange(vw) >= avail[:, None])
+            length = np.where(sep.any(axis=1), np.argmax(sep, axis=1), vw)
+            bad = (length > _MAX_FAST_TAG) | ((vals >= 0x80) & (np.arange(vw) < length[:, None])).any(axis=1)
+            slow[owner[bad]] = True
+            good = ~bad
+            out[owner[good]] = java_hash_ascii(vals[good], length[good])
     for i in np.flatnonzero(slow).tolist():
         p, n_ = int(f.props_pos[i]), int(f.props_len[i])
         props = string_to_properties(java_string(arr[p:p + n_].tobytes())) if n_ else {}

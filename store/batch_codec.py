@@ -35,7 +35,7 @@ from store.batch_columns import (
     plan_batch,
     rows_containing,
 )
-from store.codec import CodecConfig, apply_prop_crc
+from store.codec import CodecConfig, apply_prop_crcs
 from store.constants import (
     CRC32_RESERVED_LEN,
     IPV4_HOST_LENGTH,
@@ -228,8 +228,7 @@ def encode_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = 
     offsets = (offs[:-1] - offs[0]).astype(np.int64)
     sizes = plan.total.astype(np.int32)
     if config.enabled_append_prop_crc:
-        for start, size in zip(offsets.tolist(), sizes.tolist()):
-            apply_prop_crc(data, start, size)
+        apply_prop_crcs(data, offsets, sizes)
     return EncodedBatch(
         data=data, offsets=offsets, sizes=sizes, topic_names=plan.topic_names, topic_index=plan.topic_index,
         queue_ids=int_column(cols.get("queue_id"), np.int32, n), sys_flags=plan.sys_flag.astype(np.int32),

@@ -205,3 +205,21 @@ def test_decode_refuses_what_is_not_a_record() -> None:
     record[84:88] = (10_000).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError, match="BODYLENGTH"):
         decode_message(record)
+
+
+def test_apply_prop_crcs_writes_what_apply_prop_crc_writes() -> None:
+    import numpy as np
+
+    from store.codec import apply_prop_crcs
+    config = CodecConfig(enabled_append_prop_crc=True)
+    records = [encode_message(msg(body=bytes([i]) * i, physical_offset=i * 1000), config) for i in range(12)]
+    one_by_one = bytearray(b"".join(records))
+    offsets = np.cumsum([0] + [len(r) for r in records[:-1]])
+    sizes = np.array([len(r) for r in records])
+    for o, s in zip(offsets, sizes):
+        one_by_one[o + 28:o + 36] = (7 + int(o)).to_bytes(8, "big")      # patch PHYSICALOFFSET ...
+    vectorized = np.frombuffer(bytes(one_by_one), dtype=np.uint8).copy()
+    for o, s in zip(offsets.tolist(), sizes.tolist()):
+        apply_prop_crc(one_by_one, o, s)                                  # ... then re-sign
+    apply_prop_crcs(vectorized, offsets, sizes)
+    assert vectorized.tobytes() == bytes(one_by_one) != b"".join(records)

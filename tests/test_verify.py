@@ -185,3 +185,29 @@ def test_verify_speed_is_measured_and_reported(pristine: Path) -> None:
     report = verify_source(open_source(pristine))
     assert report.elapsed_s > 0 and report.mb_per_s > 0
     assert np.isfinite(report.mb_per_s)
+
+
+PROPERTY_CASES = [
+    "", "TAGS\x01a\x02", "KEYS\x01k\x02TAGS\x01TagA\x02", "TAGS\x01\x02", "TAGS\x01x\x02TAGS\x01y\x02",
+    "XTAGS\x01no\x02", "K\x01vTAGS\x01no\x02", "TAGS\x01é中\x02", "TAGS\x01" + "t" * 100 + "\x02",
+    "TAGS\x01a\x01b\x02", "TAGS\x01last", "UNIQ_KEY\x01" + "A" * 600 + "\x02TAGS\x01far\x02",
+    "DELAY\x013\x02TAGS\x01d\x02",
+]
+
+
+@pytest.mark.parametrize("topic", ["TopicA", "SCHEDULE_TOPIC_XXXX"])
+def test_vectorized_tags_codes_equal_the_reference_rule(topic: str) -> None:
+    from store.codec import Message, decode_message, encode_message
+    from store.inspect_fields import record_fields, tags_codes
+    from store.record_json import consume_queue_tags_code
+
+    recs = [encode_message(Message(topic=topic, body=bytes(range(i)), properties=p, store_timestamp=1000 + i))
+            for i, p in enumerate(PROPERTY_CASES)]
+    buf = np.frombuffer(b"".join(recs), dtype=np.uint8)
+    starts = np.cumsum([0] + [len(r) for r in recs[:-1]])
+    got = tags_codes(buf, record_fields(buf, starts, np.array([len(r) for r in recs])))
+    want = []
+    for s in starts.tolist():
+        d = decode_message(buf, s)
+        want.append(consume_queue_tags_code(d.topic, d.properties, d.store_timestamp) if d.properties_string else 0)
+    assert got.tolist() == want

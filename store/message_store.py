@@ -24,7 +24,8 @@ from .codec import Message, encode_message
 from .commit_point import CommitPoint, read_commit_point, write_commit_point
 from .commitlog import CommitLog, queue_eligible
 from .config import StoreConfig
-from .constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, POS_SYSFLAG, PROPERTY_DELAY, PROPERTY_TAGS
+from .constants import (ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR, POS_SYSFLAG, PROPERTY_DELAY,
+                        PROPERTY_TAGS)
 from .consume_queue import ConsumeQueueStore, check_topic_name
 from .cq_redispatch import redispatch
 from .cq_units import parse_delay_property
@@ -98,6 +99,7 @@ class MessageStore(RecordReads):
         commit_point = read_commit_point(self.root)
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
         self._log.queue.load()
+        _remove_unfinished_queue_files(self.root)
         self._cq.load()
         result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
                          truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
@@ -332,6 +334,19 @@ class MessageStore(RecordReads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_unfinished_queue_files(root: Path) -> None:
+    """A writer killed between creating a consume-queue file and sizing it leaves it empty.
+    It never held a unit (units are written after sizing), and recovery redispatches what the
+    queues miss, so it can go; ConsumeQueueStore.load would refuse its size."""
+    for path in (root / CONSUMEQUEUE_DIR).glob("*/*/*"):
+        try:
+            if path.is_file() and path.stat().st_size == 0:
+                log.warning("removing empty consume-queue file %s (creation cut short by a crash)", path)
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _batch_from_messages(messages: Sequence[Message], config: StoreConfig) -> EncodedBatch:

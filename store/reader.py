@@ -71,7 +71,8 @@ class RecordReads:
         if pos < self.min_offset:
             raise NotARecordStartError(
                 f"offset {pos} is below the commit log's first offset {self.min_offset}")
-        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size:
+        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size \
+                and not self._is_blank_at(pos):
             self.read(pos)  # raises unless a record starts there
         while pos < stop:
             seg = self._segments.find(pos)
@@ -94,6 +95,14 @@ class RecordReads:
                 yield base + p, decode_message(view, p)
                 p += total
             pos = seg.end_offset if to_next_segment else base + p
+
+    def _is_blank_at(self, offset: int) -> bool:
+        """A BLANK record closing its segment starts at ``offset`` (a record boundary too)."""
+        seg = self._segments.find(offset)
+        if seg is None or offset - seg.base_offset + 8 > seg.size:
+            return False
+        total, magic = _HEAD.unpack_from(seg.view, offset - seg.base_offset)
+        return magic == BLANK_MAGIC_CODE and offset + total == seg.end_offset
 
     def get_by_queue(self, topic: str, queue_id: int, queue_offset: int, max_n: int = 32
                      ) -> list[DecodedMessage]:

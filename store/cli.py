@@ -44,7 +44,7 @@ def _verify(args: argparse.Namespace) -> int:
     from store.verify import print_report, verify_source
 
     src = open_source(args.path, base=args.base)
-    report = verify_source(src)
+    report = verify_source(src, jobs=args.jobs)
     print_report(report, sys.stdout, as_json=args.json)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -97,6 +97,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help=path_help)
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.add_argument("--base", type=_int, default=None, help="start offset of a single segment file")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="segments verified in parallel processes (default: the CPUs, up to 4, for stores "
+                        "over 256 MB)")
     p.set_defaults(func=_guard(_verify))
 
     p = sub.add_parser("stat", help="segments, offsets, topics and queues, checkpoint")

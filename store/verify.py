@@ -10,8 +10,13 @@ against the data. Each problem carries the global offset where it is and a kind.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +31,8 @@ from store.progress import Progress
 from store.scan import scan_segment_fast
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
+PARALLEL_MIN_BYTES = 256 << 20     # below this, starting processes costs more than it saves
+MAX_JOBS = 4
 
 
 @dataclass
@@ -245,61 +252,103 @@ def _layout_problems(src: Source) -> tuple[list[Problem], int]:
     return problems, expected
 
 
-def verify_source(src: Source, config: CodecConfig | None = None, progress: bool | None = None) -> VerifyReport:
+def _verify_one(args: tuple) -> SegmentResult:
+    seg, end, expected, is_last, units, config = args
+    try:
+        return verify_segment(seg, end, expected, is_last, units, config)
+    except FileNotFoundError:
+        res = SegmentResult(data_end=seg.base_offset, broken=True)
+        res.problems.append(Problem(seg.base_offset, "missingSegment", f"segment {seg.name} vanished while reading"))
+        return res
+
+
+def default_jobs(src: Source) -> int:
+    """Segments are verified in parallel processes when there is enough to read."""
+    if len(src.segments) < 2 or src.total_bytes < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS, len(src.segments)))
+
+
+def verify_source(src: Source, config: CodecConfig | None = None, progress: bool | None = None,
+                  jobs: int | None = None) -> VerifyReport:
     config = config or CodecConfig()
     t0 = time.perf_counter()
     report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
     problems, expected = _layout_problems(src)
     units = _Units(src.root)
-    spans: dict[tuple[str, int], QueueSpan] = {}
-    prev_broken = False
-    prev_base = None
-    data_end = src.segments[0].base_offset if src.segments else 0
-    with Progress(src.total_bytes, "verify", enabled=progress) as bar:
-        done = 0
-        for i, seg in enumerate(src.segments):
-            end = src.segment_end(seg)
-            if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
-                break    # nothing committed here (a writer's newest segment)
-            contiguous = prev_base is None or seg.base_offset == prev_base + expected
-            try:
-                res = verify_segment(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config)
-            except FileNotFoundError:
-                problems.append(Problem(seg.base_offset, "missingSegment", f"segment {seg.name} vanished while reading"))
-                prev_broken = True
-                continue
-            report.bytes += end
-            report.messages += res.messages
-            report.message_bytes += res.message_bytes
-            report.blanks += res.blanks
-            report.units_checked += res.units_checked
-            problems.extend(res.problems)
-            if not prev_broken and contiguous:
-                data_end = res.data_end
-            for key, span in res.queues.items():
-                before = spans.get(key)
-                if before is not None and not prev_broken and contiguous and span.first_qo != before.last_qo + 1:
-                    problems.append(Problem(span.first_offset, "queueOffsetGap",
-                                            f"{key[0]}/{key[1]}: queue offset {span.first_qo} follows "
-                                            f"{before.last_qo} (at {before.last_offset})"))
-                if before is None and src.segments[0].base_offset == 0 and span.first_qo != 0 and not problems:
-                    problems.append(Problem(span.first_offset, "queueOffsetGap",
-                                            f"{key[0]}/{key[1]}: the log starts at 0 but this queue at {span.first_qo}"))
-                spans[key] = QueueSpan(before.first_qo if before else span.first_qo,
-                                       before.first_offset if before else span.first_offset,
-                                       span.last_qo, span.last_offset)
-            prev_broken = res.broken or (prev_broken and not res.messages)
-            prev_base = seg.base_offset
-            done += seg.size
-            bar.update(done)
+    todo = []
+    for i, seg in enumerate(src.segments):
+        if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
+            break    # nothing committed here (a writer's newest segment)
+        end = src.segment_end(seg)
+        todo.append((seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config))
+    jobs = default_jobs(src) if jobs is None else max(1, jobs)
+    with Progress(src.total_bytes, "verify", enabled=progress) as bar, \
+            _pool(jobs) as pool:
+        results = pool.map(_verify_one, todo) if pool is not None else map(_verify_one, todo)
+        spans, data_end, stopped_by_error = _merge(src, todo, results, expected, report, problems, bar)
     report.data_end = data_end
     report.queues = len(spans)
     problems.extend(_dangling_units(src, units, spans, data_end))
-    problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
+    if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
+        problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
     problems.sort(key=lambda p: (p.offset, p.kind))
     report.problems = problems
     report.elapsed_s = time.perf_counter() - t0
     return report
+
+
+@contextmanager
+def _pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
+    if jobs <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield pool
+
+
+def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
+           problems: list[Problem], bar: Progress) -> tuple[dict[tuple[str, int], QueueSpan], int, bool]:
+    """Join the segments' results in order: queue continuity across segments, and where the
+    valid data ends (the first error, the first hole, or the end)."""
+    spans: dict[tuple[str, int], QueueSpan] = {}
+    prev_broken, stopped, by_error = False, False, False
+    prev_base = None
+    data_end = src.segments[0].base_offset if src.segments else 0
+    done = 0
+    for (seg, end, *_), res in zip(todo, results):
+        contiguous = prev_base is None or seg.base_offset == prev_base + expected
+        report.bytes += end
+        report.messages += res.messages
+        report.message_bytes += res.message_bytes
+        report.blanks += res.blanks
+        report.units_checked += res.units_checked
+        problems.extend(res.problems)
+        stopped = stopped or not contiguous
+        if not stopped:
+            errors = [p.offset for p in res.problems if p.kind not in ("blank", "segmentNotClosed")]
+            if errors:
+                data_end, stopped, by_error = min(errors), True, True
+            else:
+                data_end = res.data_end
+                stopped = res.broken
+        for key, span in res.queues.items():
+            before = spans.get(key)
+            if before is not None and not prev_broken and contiguous and span.first_qo != before.last_qo + 1:
+                problems.append(Problem(span.first_offset, "queueOffsetGap",
+                                        f"{key[0]}/{key[1]}: queue offset {span.first_qo} follows "
+                                        f"{before.last_qo} (at {before.last_offset})"))
+            if before is None and src.segments[0].base_offset == 0 and span.first_qo != 0 and not problems:
+                problems.append(Problem(span.first_offset, "queueOffsetGap",
+                                        f"{key[0]}/{key[1]}: the log starts at 0 but this queue at {span.first_qo}"))
+            spans[key] = QueueSpan(before.first_qo if before else span.first_qo,
+                                   before.first_offset if before else span.first_offset,
+                                   span.last_qo, span.last_offset)
+        prev_broken = res.broken
+        prev_base = seg.base_offset
+        done += seg.size
+        bar.update(done)
+    return spans, data_end, by_error
 
 
 def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], QueueSpan], data_end: int) -> list[Problem]:

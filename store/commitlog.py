@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .codec import CodecConfig, apply_prop_crc
+from .codec import CodecConfig, apply_prop_crcs
 from .constants import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH,
                         OS_PAGE_SIZE, POS_PHYSICALOFFSET, POS_QUEUEOFFSET,
                         POS_STORETIMESTAMP_V4, POS_STORETIMESTAMP_V6, TRANSACTION_COMMIT_TYPE,
@@ -187,8 +187,7 @@ class CommitLog:
             self._patch(seg.buf, pos, nbytes, rel, sizes[i:k], phys[i:k],
                         queue_offsets[i:k] if patch_qo else None, v6[i:k], store_timestamp)
             if self.codec.enabled_append_prop_crc:
-                for p, sz in zip(rel.tolist(), sizes[i:k].tolist()):
-                    apply_prop_crc(seg.buf, p, sz)
+                apply_prop_crcs(seg.buf, rel, sizes[i:k])
         for s_slot, pos in blanks:
             _BLANK.pack_into(segs[s_slot].view, pos, size - pos, BLANK_MAGIC_CODE)
 

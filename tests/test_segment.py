@@ -1,0 +1,91 @@
+"""Segments and the segment queue: naming, sizes, lookup, background preallocation."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from store import Message, MessageStore, SegmentSizeError, StoreConfig
+from store.segment import Segment, parse_segment_name, segment_name
+from store.segment_queue import SegmentQueue, zero_range
+
+pytestmark = pytest.mark.unit
+
+SEG = 64 * 1024
+
+
+def test_segment_files_are_named_by_their_20_digit_start_offset() -> None:
+    assert segment_name(1073741824) == "00000000001073741824"
+    assert parse_segment_name("00000000001073741824") == 1073741824
+    assert parse_segment_name("00000000001073741824.tmp") is None
+
+
+def test_a_created_segment_has_its_full_size_and_is_zero(tmp_path: Path) -> None:
+    seg = Segment.create(tmp_path, 3 * SEG, SEG)
+    try:
+        assert seg.path.name == segment_name(3 * SEG)
+        assert seg.path.stat().st_size == SEG and seg.path.stat().st_blocks * 512 >= SEG  # blocks reserved
+        assert not seg.buf.any() and (seg.wrote, seg.flushed) == (0, 0)
+        assert not list(tmp_path.glob("*.tmp"))
+    finally:
+        seg.close()
+
+
+def test_the_segment_of_an_offset_is_found_by_arithmetic(tmp_path: Path) -> None:
+    q = SegmentQueue(tmp_path, SEG, preallocate=False)
+    q.create_first(10 * SEG + 5)
+    for _ in range(3):
+        q.next_segment()
+    try:
+        assert [s.base_offset for s in q] == [10 * SEG, 11 * SEG, 12 * SEG, 13 * SEG]
+        assert q.find(12 * SEG + 100).base_offset == 12 * SEG
+        assert q.find(13 * SEG + SEG - 1).base_offset == 13 * SEG
+        assert q.find(10 * SEG - 1) is None and q.find(14 * SEG) is None
+    finally:
+        q.close()
+
+
+def test_loading_refuses_a_segment_of_another_size_and_a_gap(tmp_path: Path) -> None:
+    (tmp_path / segment_name(0)).write_bytes(bytes(SEG))
+    (tmp_path / segment_name(2 * SEG)).write_bytes(bytes(SEG))
+    with pytest.raises(SegmentSizeError, match="missing"):
+        SegmentQueue(tmp_path, SEG).load()
+    (tmp_path / segment_name(SEG)).write_bytes(bytes(SEG - 4096))
+    with pytest.raises(SegmentSizeError, match=segment_name(SEG) + " is 61440 bytes.*segment_size is 65536"):
+        SegmentQueue(tmp_path, SEG).load()
+
+
+def test_the_next_segment_is_created_ahead_and_a_roll_takes_it(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(segment_size=SEG, preallocate=True)) as s:
+        nxt = root / "commitlog" / segment_name(SEG)
+        deadline = time.monotonic() + 10
+        while not nxt.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert nxt.exists()                                    # before anyone needed it
+        inode = nxt.stat().st_ino
+        r = s.append([Message(topic="P", body=bytes(20_000)) for _ in range(4)])
+        assert int(r.physical_offsets[-1]) >= SEG
+        assert nxt.stat().st_ino == inode                      # the roll used the prepared file
+        deadline = time.monotonic() + 10
+        while not (root / "commitlog" / segment_name(2 * SEG)).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (root / "commitlog" / segment_name(2 * SEG)).exists()
+    # an unused prepared segment does not outlive the writer
+    assert sorted(p.name for p in (root / "commitlog").iterdir()) == [segment_name(0), segment_name(SEG)]
+
+
+def test_zero_range_only_writes_where_bytes_are_not_zero(tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(bytes(10_000) + b"\x01" * 10 + bytes(10_000))
+    import os
+
+    fd = os.open(p, os.O_RDWR)
+    try:
+        assert zero_range(fd, 0, 20_010, chunk=4096) == 4096      # one chunk had data
+        assert zero_range(fd, 0, 20_010, chunk=4096) == 0
+    finally:
+        os.close(fd)
+    assert p.read_bytes() == bytes(20_010)

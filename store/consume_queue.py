@@ -10,10 +10,8 @@ durable and is called together with the commit log's flush.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,27 +24,16 @@ from store.cq_units import (
     file_name,
     list_unit_files,
     make_units,
+    prefix_counts,
     read_units,
     schedule_tags_codes,
     valid_count,
 )
+from store.cq_read import ConsumeQueueReads, _Queue
 from store.errors import ConsumeQueueError, ConsumeQueueGapError
 
 
-@dataclass
-class _Queue:
-    topic: str
-    queue_id: int
-    path: Path
-    files: list[int] = field(default_factory=list)   # start byte offsets, ascending
-    min_offset: int = 0                                # first real (non-blank) queue offset
-    max_offset: int = 0                                # next queue offset
-    fd: int | None = None                              # writer: the last file, open
-    fd_start: int = -1
-    dirty: bool = False
-
-
-class ConsumeQueueStore:
+class ConsumeQueueStore(ConsumeQueueReads):
     """All consume queues of one store."""
 
     def __init__(self, root: Path, units_per_file: int = DEFAULT_CONSUME_QUEUE_UNITS,
@@ -94,26 +81,30 @@ class ConsumeQueueStore:
         if not q.files:
             q.min_offset = q.max_offset = 0
             return
+        first_path, last_path = q.path / file_name(q.files[0]), q.path / file_name(q.files[-1])
+        base = q.files[0] // CQ_STORE_UNIT_SIZE
         if self.read_only:
-            self._adopt_file_size(q.path / file_name(q.files[0]))
+            # a reader looks at few units of a writer's files, and takes their size as it is
+            self._adopt_file_size(first_path)
+            q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + prefix_counts(last_path)[0]
+            written, blanks = prefix_counts(first_path)
+            q.min_offset = base + blanks if blanks < written or len(q.files) == 1 else \
+                q.files[1] // CQ_STORE_UNIT_SIZE
+            return
         for start in q.files:
             path = q.path / file_name(start)
             size = path.stat().st_size
-            if size != self.file_size:
+            if size != self.file_size or start % self.file_size:
                 raise ConsumeQueueError(
                     f"consume-queue file {path} is {size} bytes, expected {self.file_size} "
-                    f"({self.units_per_file} units of {CQ_STORE_UNIT_SIZE}); set consume_queue_units "
-                    f"to match or delete the queue directory to rebuild it")
-            if start % self.file_size:
-                raise ConsumeQueueError(f"consume-queue file {path}: name is not a multiple of the "
-                                        f"file size {self.file_size}")
-        last = q.files[-1]
-        units = read_units(q.path / file_name(last))
-        q.max_offset = last // CQ_STORE_UNIT_SIZE + valid_count(units)
-        first = read_units(q.path / file_name(q.files[0])) if len(q.files) > 1 else units
+                    f"({self.units_per_file} units of {CQ_STORE_UNIT_SIZE}) at a multiple of that; set "
+                    f"consume_queue_units to match, or delete the queue directory to rebuild it")
+        units = read_units(last_path)
+        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + valid_count(units)
+        first = read_units(first_path) if len(q.files) > 1 else units
         n = valid_count(first)
         real = np.flatnonzero(~blank_mask(first[:n]))
-        q.min_offset = q.files[0] // CQ_STORE_UNIT_SIZE + (int(real[0]) if len(real) else n)
+        q.min_offset = base + (int(real[0]) if len(real) else n)
         if len(q.files) > 1 and not len(real):
             q.min_offset = q.files[1] // CQ_STORE_UNIT_SIZE
 
@@ -322,79 +313,6 @@ class ConsumeQueueStore:
         q.min_offset = base + (int(np.argmax(ok)) if ok.any() else n)
         q.min_offset = min(max(q.min_offset, base), q.max_offset)
 
-    # --- reading ------------------------------------------------------------------------------
-    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
-        with self._lock:
-            self._ensure_loaded()
-            if self.read_only:
-                self.load()
-            return {k: q.max_offset for k, q in self._queues.items()}
-
-    def _queue(self, topic: str, queue_id: int) -> _Queue | None:
-        self._ensure_loaded()
-        key = (topic, queue_id)
-        if self.read_only:   # the writer may have moved on: look again
-            q = self._queues.get(key) or _Queue(topic, queue_id, self.dir / topic / str(queue_id))
-            try:
-                self._scan(q)
-            except FileNotFoundError:
-                self._scan(q)   # retention removed a file between listing and reading
-            if not q.files:
-                self._queues.pop(key, None)
-                return None
-            self._queues[key] = q
-        return self._queues.get(key)
-
-    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """(min, max) queue offsets: the first readable one and the next one to be written."""
-        with self._lock:
-            q = self._queue(topic, queue_id)
-            return (0, 0) if q is None else (q.min_offset, q.max_offset)
-
-    def find(self, topic: str, queue_id: int, queue_offset: int, max_n: int) -> list[tuple[int, int, int]]:
-        """Up to ``max_n`` units (commitLogOffset, size, tagsCode) from ``queue_offset`` on;
-        offsets below the queue's min are not returned (their records are gone)."""
-        return self.find_units(topic, queue_id, queue_offset, max_n).tolist()
-
-    def find_units(self, topic: str, queue_id: int, queue_offset: int, max_n: int) -> np.ndarray:
-        """As find, as a structured array (UNIT_DTYPE)."""
-        with self._lock:
-            q = self._queue(topic, queue_id)
-            if q is None or max_n <= 0:
-                return np.empty(0, dtype=blank_units(0).dtype)
-            qoff = max(queue_offset, q.min_offset)
-            end = min(q.max_offset, qoff + max_n)
-            parts = []
-            while qoff < end:
-                fstart = qoff - qoff % self.units_per_file
-                n = min(end, fstart + self.units_per_file) - qoff
-                path = q.path / file_name(fstart * CQ_STORE_UNIT_SIZE)
-                try:
-                    units = read_units(path, qoff - fstart, n)
-                except FileNotFoundError:
-                    break
-                k = valid_count(units)
-                parts.append(units[:k])
-                if k < n:
-                    break
-                qoff += n
-            return np.concatenate(parts) if parts else np.empty(0, dtype=blank_units(0).dtype)
-
-    def topics(self) -> dict[str, list[int]]:
-        with self._lock:
-            self._ensure_loaded()
-            if self.read_only:
-                self.load()
-            out: dict[str, list[int]] = {}
-            for topic, qid in sorted(self._queues):
-                out.setdefault(topic, []).append(qid)
-            return out
-
-    def queue_files(self, topic: str, queue_id: int) -> list[Path]:
-        with self._lock:
-            q = self._queue(topic, queue_id)
-            return [] if q is None else [q.path / file_name(s) for s in q.files]
-
     # --- closing ------------------------------------------------------------------------------
     def _close_fds(self) -> None:
         for q in self._queues.values():
@@ -416,14 +334,6 @@ class ConsumeQueueStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def remove_all(self) -> None:
-        """Delete every consume-queue file (a full rebuild follows with redispatch)."""
-        with self._lock:
-            self._close_fds()
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self._queues = {}
-            self._loaded = True
 
 
 def _fsync_dir(path: Path) -> None:

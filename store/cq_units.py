@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from store.errors import InvalidTopicError
 UNIT_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 
+UNIT_STRUCT = struct.Struct(">qiq")
 BLANK_PHYS, BLANK_SIZE, BLANK_TAGS = CQ_BLANK_UNIT
 _FILE_NAME = re.compile(r"^\d{%d}$" % FILE_NAME_DIGITS)
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -68,6 +70,36 @@ def valid_count(units: np.ndarray) -> int:
     if not bad.any():
         return len(units)
     return int(np.argmax(bad))
+
+
+def _unit_at(fd: int, i: int) -> tuple[int, int, int] | None:
+    raw = os.pread(fd, CQ_STORE_UNIT_SIZE, i * CQ_STORE_UNIT_SIZE)
+    return UNIT_STRUCT.unpack(raw) if len(raw) == CQ_STORE_UNIT_SIZE else None
+
+
+def prefix_counts(path: Path) -> tuple[int, int]:
+    """(written units, leading blank units) of one file by binary search: a reader's view, which
+    relies on units being written in order into a zeroed file (~40 reads instead of the file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        n = os.fstat(fd).st_size // CQ_STORE_UNIT_SIZE
+
+        def first(pred) -> int:   # first index where pred fails, pred holding on a prefix
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                u = _unit_at(fd, mid)
+                if u is not None and pred(u):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+
+        written = first(lambda u: u[0] >= 0 and u[1] > 0)
+        blanks = first(lambda u: u == CQ_BLANK_UNIT)
+        return written, min(blanks, written)
+    finally:
+        os.close(fd)
 
 
 def blank_mask(units: np.ndarray) -> np.ndarray:

@@ -143,15 +143,20 @@ class StoreReader(RecordReads):
     def open(cls, root: str | Path, codec: CodecConfig | None = None) -> "StoreReader":
         root = Path(root)
         cdir = root / COMMITLOG_DIR
-        size = _segment_size_of(cdir)
-        segments = SegmentQueue(cdir, size or 4096, read_only=True, preallocate=False)
-        if size:
-            segments.load()
+        segments = SegmentQueue(cdir, _segment_size_of(cdir) or 4096, read_only=True, preallocate=False)
         cq = ConsumeQueueStore(root, read_only=True)
         return cls(root, segments, cq, codec or CodecConfig())
 
     def refresh(self) -> None:
-        """Re-read the commit point (a running writer moves it)."""
+        """Re-read the commit point and map segments created since (a running writer moves
+        both on)."""
+        cdir = self.root / COMMITLOG_DIR
+        if not self._segments.segments:
+            size = _segment_size_of(cdir)
+            if size:
+                self._segments = SegmentQueue(cdir, size, read_only=True, preallocate=False)
+        if _segment_size_of(cdir):
+            self._segments.load()
         self._commit_point = read_commit_point(self.root)
         if self._commit_point is not None:
             self._committed = self._commit_point.offset

@@ -36,9 +36,10 @@ class SegmentQueue:
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        """Map every segment of the directory. A zero-length last file (a creation cut short
-        by a crash in an older writer) is removed; any other size mismatch is an error naming
-        the file, since guessing would corrupt offsets."""
+        """Map every segment of the directory (past the ones already mapped: a reader calls
+        this again to follow a writer). A zero-length last file (a creation cut short by a
+        crash in an older writer) is removed; any other size mismatch is an error naming the
+        file, since guessing would corrupt offsets."""
         if not self.read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
             for tmp in self.directory.glob("*.tmp"):
@@ -46,8 +47,9 @@ class SegmentQueue:
                 tmp.unlink()
         if not self.directory.is_dir():
             return
+        after = self.segments[-1].base_offset if self.segments else -1
         named = sorted((b, p) for p in self.directory.iterdir()
-                       if (b := parse_segment_name(p.name)) is not None and p.is_file())
+                       if (b := parse_segment_name(p.name)) is not None and b > after and p.is_file())
         for i, (base, path) in enumerate(named):
             try:
                 actual = path.stat().st_size

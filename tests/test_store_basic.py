@@ -95,10 +95,11 @@ def test_reader_sees_committed_data_only_while_the_writer_runs(tmp_path: Path) -
             assert reader.committed_offset == s.committed_offset
             assert sum(1 for _ in reader.iter_messages()) == 100
             assert reader.queue_range("T", 0) == (0, 50)
+            s.append(msgs(600, 150))                            # into segments the reader has not seen
             s.commit()
             reader.refresh()
-            assert sum(1 for _ in reader.iter_messages()) == 150
-            assert [m.queue_offset for m in reader.get_by_queue("T", 0, 74, 5)] == [74]
+            assert sum(1 for _ in reader.iter_messages()) == 750
+            assert [m.queue_offset for m in reader.get_by_queue("T", 0, 373, 5)] == [373, 374]
             assert [p.name for p, _, _ in reader.segments()][0] == "0".zfill(20)
 
 

@@ -57,8 +57,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def runs_of(args: argparse.Namespace) -> int:
-    return max(3, args.runs) if args.runs else 3
+def runs_of(args: argparse.Namespace, quick_default: int = 3) -> int:
+    """Measured runs: --runs (at least 3 in full mode), else 3; ``quick_default`` in quick mode,
+    where the scripts only prove they still run."""
+    if args.runs:
+        return args.runs if args.quick else max(3, args.runs)
+    return quick_default if args.quick else 3
 
 
 # --- figures -------------------------------------------------------------------------------
@@ -97,6 +101,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    load_at_start: list[float] = field(default_factory=lambda: [round(x, 2) for x in os.getloadavg()])
 
     def add(self, name: str, values: Sequence[float] | float, unit: str) -> Stat:
         vals = [float(v) for v in (values if isinstance(values, Sequence) else [values])]
@@ -131,6 +136,8 @@ class Report:
             "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name] + sys.argv),
             "git": git_revision(),
             "machine": machine(self.args.out),
+            # Other people's jobs share these 2 cores: a load above 2 means the figures are low.
+            "loadavg_start": self.load_at_start,
             "params": self.params,
             "figures": {k: v.as_json() for k, v in self.figures.items()},
             "ratios": self.ratios,
@@ -215,7 +222,8 @@ def machine(out: str | os.PathLike[str] = OUT_DIR) -> dict[str, Any]:
     except OSError:
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "mem_gib": round(_meminfo_kib("MemTotal") / 2**20, 1),
-            "kernel": platform.release(), "python": platform.python_version(), "disk": disk_of(out)}
+            "kernel": platform.release(), "python": platform.python_version(), "disk": disk_of(out),
+            "loadavg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def git_revision() -> str:
@@ -375,43 +383,6 @@ def batch_bytes(b: Any) -> np.ndarray:
     """The records of an EncodedBatch, back to back, as one uint8 array."""
     end = int(b.offsets[-1]) + int(b.sizes[-1]) if len(b) else 0
     return b.data[int(b.offsets[0]) if len(b) else 0:end]
-
-
-# --- Kafka ----------------------------------------------------------------------------------
-def kafka_values(n: int, size: int, seed: int = SEED) -> np.ndarray:
-    """``n`` values of ``size`` random bytes as one (n, size) uint8 array."""
-    return np.random.default_rng(seed).integers(0, 256, size=(n, size), dtype=np.uint8)
-
-
-def prefill_topic(bootstrap: str, topic: str, partitions: int, n: int, value_size: int,
-                  seed: int = SEED) -> float:
-    """Create ``topic`` and produce ``n`` records round-robin over its partitions, in big batches.
-    Returns the seconds it took."""
-    from kafka import KafkaAdminClient, KafkaProducer
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
-    try:
-        try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-        except TopicAlreadyExistsError:
-            pass
-    finally:
-        admin.close()
-    values = kafka_values(n, value_size, seed)
-    t0 = time.perf_counter()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50,
-                             batch_size=1 << 20, max_request_size=8 << 20, buffer_memory=256 << 20,
-                             compression_type=None)
-    try:
-        for i in range(n):
-            producer.send(topic, value=values[i].tobytes(), key=b"k%d" % (i % 64),
-                          partition=i % partitions)
-        producer.flush()
-    finally:
-        producer.close()
-    return time.perf_counter() - t0
 
 
 def compile_java(source: Path, out: Path) -> Path:

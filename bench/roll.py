@@ -60,7 +60,7 @@ def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool) -
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
-    runs = common.runs_of(args)
+    runs = common.runs_of(args, quick_default=1)
     p = QUICK if args.quick else FULL
     rep = common.Report("roll", args)
     rep.params = dict(p, body=100, runs=runs, flush="async")
@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             stats: dict[str, list[float]] = {k: [] for k in
                                              ("roll.p50", "roll.p99", "roll.max", "inside.p50", "inside.p99",
                                               "inside.max", "msgs_per_s")}
-            for r in range(runs + 1):  # the first run warms the page cache and the allocator; not kept
+            warmup = 0 if args.quick else 1  # a first run warms the page cache and the allocator
+            for r in range(warmup + runs):
                 lat, rolled = one_run(args, batch, first, p["segment_size"], p["rolls"], prealloc)
-                if r == 0:
+                if r < warmup:
                     continue
                 roll, inside = lat[rolled], lat[~rolled]
                 for kind, v in (("roll", roll), ("inside", inside)):

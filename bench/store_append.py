@@ -125,10 +125,11 @@ def run_write_fdatasync(path: Path, chunks: list[np.ndarray]) -> float:
     return elapsed
 
 
-def run_jvm(classpath: Path, data: Path, target: Path, size: int, batch: int, runs: int, path: str,
-            flush: str) -> list[float]:
-    cmd = ["java", "-Xms3g", "-Xmx3g", "-XX:+UseParallelGC", "-cp", str(classpath), "AppendPeer",
-           str(data), str(target), str(size), str(batch), str(runs), "1", path, flush, common.TOPIC]
+def run_jvm(classpath: Path, data: Path, target: Path, size: int, batch: int, runs: int, warmup: int,
+            path: str, flush: str) -> list[float]:
+    heap = f"{(2 * data.stat().st_size + 256 * MIB) // MIB}m"   # the records twice: the data and a copy per run
+    cmd = ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseParallelGC", "-cp", str(classpath), "AppendPeer",
+           str(data), str(target), str(size), str(batch), str(runs), str(warmup), path, flush, common.TOPIC]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"AppendPeer failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -137,7 +138,8 @@ def run_jvm(classpath: Path, data: Path, target: Path, size: int, batch: int, ru
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
-    runs = common.runs_of(args)
+    runs = common.runs_of(args, quick_default=1)
+    warmup = 0 if args.quick else 1
     cases = QUICK_CASES if args.quick else FULL_CASES
     segment_size = QUICK_SEGMENT if args.quick else FULL_SEGMENT
     rep = common.Report("store_append", args)
@@ -174,20 +176,20 @@ def main(argv: list[str] | None = None) -> int:
                 modes = ["encoded", "table"] + (["commit"] if flush == "sync" else [])
                 for mode in modes:
                     secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode),
-                                         runs, warmup=1)
+                                         runs, warmup=warmup)
                     figure(f"{p}.py_append_{mode}", secs)
                 for path in ("batch", "single"):
-                    secs = run_jvm(classpath, data, target, size, batch, runs, path, flush)
+                    secs = run_jvm(classpath, data, target, size, batch, runs, warmup, path, flush)
                     target.unlink(missing_ok=True)
                     figure(f"{p}.jvm_{path}", secs)
                 pretouched_file(target, size)
                 if flush == "async":
-                    secs = common.repeat(lambda: run_mmap_copy(target, chunks, size), runs, warmup=1)
+                    secs = common.repeat(lambda: run_mmap_copy(target, chunks, size), runs, warmup=warmup)
                     figure(f"{p}.mmap_copy", secs)
                     rep.ratio(f"{p}.ratio.py_encoded_vs_mmap_copy", f"{p}.py_append_encoded.msgs_per_s",
                               f"{p}.mmap_copy.msgs_per_s")
                 else:
-                    secs = common.repeat(lambda: run_write_fdatasync(target, chunks), runs, warmup=1)
+                    secs = common.repeat(lambda: run_write_fdatasync(target, chunks), runs, warmup=warmup)
                     figure(f"{p}.write_fdatasync", secs)
                     rep.ratio(f"{p}.ratio.py_encoded_vs_write_fdatasync", f"{p}.py_append_encoded.msgs_per_s",
                               f"{p}.write_fdatasync.msgs_per_s")

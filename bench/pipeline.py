@@ -1,0 +1,207 @@
+"""End to end: Kafka to CommitLog through `commitlog run`, against Spark's own sinks on the
+same source and the same topic.
+
+A topic of 100-byte records (2 partitions, the embedded Tansu broker) is pre-filled, then read
+from the start with trigger available-now, for several maxOffsetsPerTrigger values:
+- ``commitlog.sync`` / ``commitlog.async``: ingest.job.run_stream (what `commitlog run` runs), one
+  durable commit per batch; flush SYNC or ASYNC;
+- peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
+  source's ceiling).
+Figures per run: sustained msg/s (rows over the span of the data batches), p50/p99 batch latency
+(Spark's triggerExecution), peak RSS of the Python driver and of the driver JVM. Ratios:
+commitlog SYNC over noop (target >= 0.8) and over parquet (target >= 1.0).
+``--soak SECONDS`` adds a run of that length against a live producer, sampling the driver's RSS
+(it must not grow with the store).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+import common_stream as cs  # noqa: E402
+
+MIB = 1 << 20
+FULL = {"messages": 1_000_000, "batches": [25_000, 100_000, 250_000], "partitions": 2}
+QUICK = {"messages": 20_000, "batches": [10_000], "partitions": 2}
+TOPIC = "bench-pipeline"
+
+
+def job_config(bootstrap: str, root: Path, batch: int, flush: str, trigger: str = "available-now") -> Any:
+    from ingest.config import JobConfig
+
+    return JobConfig(bootstrap_servers=bootstrap, subscribe=TOPIC, store=str(root / "store"),
+                     checkpoint=str(root / "checkpoint"), trigger=trigger, max_offsets_per_trigger=batch,
+                     starting_offsets="earliest", flush=flush, master="local[2]", shuffle_partitions=2)
+
+
+def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs.RunProgress, cs.RssSampler, float]:
+    from ingest.job import run_stream
+
+    since = len(events)
+    with cs.RssSampler() as rss:
+        t0 = time.perf_counter()
+        run_stream(cfg, spark=spark, available_now=True)
+        wall = time.perf_counter() - t0
+    prog = cs.collect(events, since, expected)
+    if prog.rows != expected:
+        raise RuntimeError(f"commitlog run read {prog.rows} rows, expected {expected}")
+    return prog, rss, wall
+
+
+def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected: int
+             ) -> tuple[cs.RunProgress, cs.RssSampler, float]:
+    from ingest.config import kafka_reader_options
+
+    since = len(events)
+    opts = kafka_reader_options(cfg, "earliest")
+    with cs.RssSampler() as rss:
+        t0 = time.perf_counter()
+        df = spark.readStream.format("kafka-python").options(**opts).load()
+        w = (df.writeStream.trigger(availableNow=True).queryName(f"bench-{sink}")
+             .option("checkpointLocation", str(root / f"checkpoint-{sink}")))
+        w = w.format("parquet").option("path", str(root / "parquet")) if sink == "parquet" else w.format("noop")
+        q = w.start()
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+    if q.exception() is not None:
+        raise RuntimeError(f"the {sink} query failed: {q.exception()}")
+    prog = cs.collect(events, since, expected)
+    if prog.rows != expected:
+        raise RuntimeError(f"the {sink} query read {prog.rows} rows, expected {expected}")
+    return prog, rss, wall
+
+
+def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: float, rate: int) -> None:
+    """`commitlog run` (trigger 1s, SYNC) against a producer writing ``rate`` msg/s for ``seconds``;
+    samples the Python driver's RSS every 5 s."""
+    from ingest.job import run_stream
+
+    topic = "bench-soak"
+    cs.prefill_topic(bootstrap, topic, 2, 1)
+    producer = subprocess.Popen([sys.executable, __file__, "--child-producer", bootstrap, topic, str(rate),
+                                 str(seconds)], env=common.env_for_subprocess())
+    stop = threading.Event()
+    try:
+        with common.scratch(args, "pipeline/soak") as root:
+            cfg = job_config(bootstrap, root, 100_000, "sync", trigger="1s")
+            cfg.subscribe = topic
+            samples: list[tuple[float, int]] = []
+
+            def sample() -> None:
+                t0 = time.monotonic()
+                while not stop.wait(5.0):
+                    samples.append((time.monotonic() - t0, common.rss_bytes()))
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            timer = threading.Timer(seconds, stop.set)
+            timer.start()
+            run_stream(cfg, stop=stop, spark=spark)
+            timer.cancel()
+            sampler.join()
+    finally:
+        producer.kill()
+        producer.wait()
+    if len(samples) >= 4:
+        q = max(1, len(samples) // 4)
+        first = [s[1] / MIB for s in samples[:q]]
+        last = [s[1] / MIB for s in samples[-q:]]
+        rep.add("soak.rss_first_quarter_mib", first, "MiB")
+        rep.add("soak.rss_last_quarter_mib", last, "MiB")
+        rep.ratio("soak.ratio.rss_last_vs_first_quarter", "soak.rss_last_quarter_mib", "soak.rss_first_quarter_mib")
+    rep.params["soak"] = {"seconds": seconds, "rate": rate,
+                          "rss_mib": [(round(t), round(r / MIB)) for t, r in samples]}
+
+
+def producer_child(bootstrap: str, topic: str, rate: int, seconds: float) -> int:
+    """Subprocess: produce ``rate`` 100-byte records per second for ``seconds``."""
+    from kafka import KafkaProducer
+
+    value = bytes(range(100))
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 20)
+    t0 = time.monotonic()
+    sent = 0
+    while time.monotonic() - t0 < seconds:
+        due = int((time.monotonic() - t0) * rate)
+        while sent < due:
+            p.send(topic, value=value, partition=sent & 1)
+            sent += 1
+        time.sleep(0.01)
+    p.flush()
+    p.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child-producer":
+        _, _, bootstrap, topic, rate, seconds = sys.argv
+        return producer_child(bootstrap, topic, int(rate), float(seconds))
+    ap = common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--soak", type=float, default=0.0, help="seconds of the RSS soak run (0: none)")
+    ap.add_argument("--soak-rate", type=int, default=20_000, help="msg/s the soak producer writes")
+    ap.add_argument("--batches", default=None, help="maxOffsetsPerTrigger values, comma separated")
+    args = ap.parse_args(argv)
+    runs = common.runs_of(args, quick_default=1)
+    p = dict(QUICK if args.quick else FULL)
+    if args.batches:
+        p["batches"] = [int(x) for x in args.batches.split(",")]
+    n = p["messages"]
+    rep = common.Report("pipeline", args)
+    rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]")
+    out = Path(args.out) / "pipeline"
+    try:
+        with cs.tansu(out / "broker") as broker:
+            secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, p["partitions"], n)
+            rep.log(f"pre-filled {TOPIC} with {n:,} records in {secs:.1f} s")
+            spark = cs.spark_session(2)
+            try:
+                _, events = cs.progress_listener(spark)
+                for batch in p["batches"]:
+                    tag = f"batch{batch}"
+                    for what in ("commitlog.sync", "commitlog.async", "noop", "parquet"):
+                        res = {"rate": [], "p50": [], "p99": [], "py_rss": [], "jvm_rss": [], "batches": []}
+                        for _ in range(runs):
+                            with common.scratch(args, f"pipeline/{tag}") as root:
+                                flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
+                                cfg = job_config(broker.bootstrap_servers, root, batch, flush)
+                                if what.startswith("commitlog"):
+                                    prog, rss, wall = run_commitlog(spark, events, cfg, n)
+                                else:
+                                    prog, rss, wall = run_peer(spark, events, cfg, what, root, n)
+                            res["rate"].append(prog.sustained_rate())
+                            res["p50"].append(prog.latency_ms(50))
+                            res["p99"].append(prog.latency_ms(99))
+                            res["py_rss"].append(rss.python_peak / MIB)
+                            res["jvm_rss"].append(rss.jvm_peak / MIB)
+                            res["batches"].append(len(prog.data_batches))
+                        name = f"{tag}.{what}"
+                        rep.add(f"{name}.msgs_per_s", res["rate"], "msg/s")
+                        rep.add(f"{name}.batch_p50_ms", res["p50"], "ms")
+                        rep.add(f"{name}.batch_p99_ms", res["p99"], "ms")
+                        rep.add(f"{name}.driver_python_rss_peak_mib", res["py_rss"], "MiB")
+                        rep.add(f"{name}.driver_jvm_rss_peak_mib", res["jvm_rss"], "MiB")
+                        rep.params[f"{name}.batches"] = res["batches"]
+                    for flush in ("sync", "async"):
+                        for peer in ("noop", "parquet"):
+                            rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",
+                                      f"{tag}.{peer}.msgs_per_s")
+                if args.soak > 0:
+                    soak(args, rep, spark, broker.bootstrap_servers, args.soak, args.soak_rate)
+            finally:
+                spark.stop()
+        rep.add("driver_python_vmhwm_mib", common.peak_rss_bytes() / MIB, "MiB")
+    finally:
+        if not args.keep:
+            common.remove_work_dir(out)
+    rep.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Every benchmark script still runs: ``--quick --json`` exits 0 and prints one JSON object with
+the figures and ratios BENCHMARKS.md is built from. Nothing here looks at a speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+
+# script -> (figures that must be present, ratios that must be present), under their stable names
+EXPECTED = {
+    "store_append": (
+        ["async.body100.py_append_encoded.msgs_per_s", "async.body100.mmap_copy.msgs_per_s",
+         "async.body100.jvm_batch.msgs_per_s", "async.body100.jvm_single.msgs_per_s",
+         "sync.body100.py_append_encoded.msgs_per_s", "sync.body100.py_append_commit.msgs_per_s",
+         "sync.body100.write_fdatasync.msgs_per_s", "async.body16384.py_append_table.mb_per_s"],
+        ["async.body100.ratio.py_encoded_vs_mmap_copy", "sync.body100.ratio.py_encoded_vs_write_fdatasync",
+         "async.body100.ratio.py_encoded_vs_jvm_batch", "sync.body1024.ratio.py_table_vs_jvm_batch"]),
+    "roll": (
+        ["prealloc.roll.p99_ms", "prealloc.inside.p99_ms", "no_prealloc.roll.max_ms", "prealloc.msgs_per_s"],
+        ["prealloc.ratio.roll_p99_vs_inside_p99", "no_prealloc.ratio.roll_p99_vs_inside_p99",
+         "ratio.prealloc_vs_no_prealloc_roll_p99"]),
+    "recovery": (
+        ["seg1.warm.clean_open_s", "seg16.warm.clean_open_s", "seg16.cold.kill_open_s",
+         "seg16.warm.revalidate_all.mb_per_s", "seg16.cold.raw_read.mb_per_s"],
+        ["ratio.warm.clean_open_largest_vs_smallest", "seg16.cold.ratio.revalidate_vs_raw_read"]),
+    "verify": (
+        ["body1024.warm.verify.mb_per_s", "body1024.cold.raw_read.mb_per_s", "body100.warm.verify_s", "startup_s"],
+        ["body1024.warm.ratio.verify_vs_raw_read", "body100.cold.ratio.verify_vs_raw_read"]),
+    "pipeline": (
+        ["batch10000.commitlog.sync.msgs_per_s", "batch10000.commitlog.async.batch_p99_ms",
+         "batch10000.noop.msgs_per_s", "batch10000.parquet.msgs_per_s",
+         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib"],
+        ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet"]),
+    "replay": (
+        ["replay.msgs_per_s", "plain_consumer.msgs_per_s"],
+        ["ratio.replay_vs_plain_consumer"]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_quick_mode_prints_the_figures_as_json(script: str, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), "--quick", "--json",
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=170, cwd=ROOT)
+    assert done.returncode == 0, f"{script} --quick exited {done.returncode}:\n{done.stderr[-3000:]}"
+    report = json.loads(done.stdout)
+    assert report["bench"] == script and report["mode"] == "quick"
+    assert {"nproc", "mem_gib", "disk"} <= set(report["machine"])
+    figures, ratios = EXPECTED[script]
+    for name in figures:
+        fig = report["figures"].get(name)
+        assert fig is not None, f"{script}: figure {name} missing; has {sorted(report['figures'])}"
+        assert {"median", "min", "max", "unit", "runs"} <= set(fig)
+        assert fig["min"] <= fig["median"] <= fig["max"]
+    for name in ratios:
+        assert name in report["ratios"], f"{script}: ratio {name} missing; has {sorted(report['ratios'])}"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()), \
+        f"{script} left files in its scratch directory"

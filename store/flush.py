@@ -116,6 +116,10 @@ class FlushService:
                 self._flush_once(0 if thorough else self.least_pages)
             except FlushError:
                 return  # kept in self.failure; writers see it on their next call
+            except Exception as e:  # noqa: BLE001 - a dead flush thread must not go unnoticed
+                log.exception("commit-log flush thread failed")
+                self.failure = e
+                return
             finally:
                 with self._cond:
                     self._flushing = False

@@ -12,8 +12,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ingest import kafka_fetch
+from ingest.kafka_fetch import ArrowChunk
 from ingest.kafka_offsets import KafkaOffsetRange
 from ingest.options import DataLossError, KafkaFetchTimeoutError, KafkaSourceError
 
@@ -52,6 +56,7 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
                                f"{params.get('bootstrap_servers')}: {exc}") from exc
     part = TopicPartition(rng.topic, rng.partition)
     try:
+        kafka_fetch.install(consumer)
         consumer.assign([part])
         consumer.seek(part, rng.from_offset)
         position = rng.from_offset
@@ -62,13 +67,12 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
             except OffsetOutOfRangeError:
                 position = _skip_lost(consumer, part, rng, position, fail_on_data_loss)
                 continue
-            records = polled.get(part, ())
-            if records:
+            items = polled.get(part, ())
+            if items:
                 idle_since = time.monotonic()
-                if records[-1].offset >= rng.until_offset:
-                    records = [r for r in records if r.offset < rng.until_offset]
-                if records:
-                    yield records_to_batch(records, rng.topic, rng.partition, arrow_schema)
+                for batch in _to_batches(items, rng, arrow_schema):
+                    if batch.num_rows:
+                        yield batch
             position = max(position, consumer.position(part))
             if (time.monotonic() - idle_since) * 1000 > poll_timeout_ms:
                 raise KafkaFetchTimeoutError(
@@ -92,6 +96,44 @@ def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, f
     if new_position < rng.until_offset:
         consumer.seek(part, new_position)
     return new_position
+
+
+def _to_batches(items: list[Any], rng: KafkaOffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """poll() items, ArrowChunks from the fast path or ConsumerRecords, cut at the range end."""
+    records: list[Any] = []
+    for item in items:
+        if isinstance(item, ArrowChunk):
+            if records:
+                yield records_to_batch(records, rng.topic, rng.partition, schema)
+                records = []
+            yield chunk_to_batch(item, rng, schema)
+        elif item.offset < rng.until_offset:
+            records.append(item)
+    if records:
+        yield records_to_batch(records, rng.topic, rng.partition, schema)
+
+
+def chunk_to_batch(chunk: ArrowChunk, rng: KafkaOffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+    cols = chunk.columns
+    offsets = cols["offset"].to_numpy()
+    n = int(np.searchsorted(offsets, rng.until_offset))
+    ts_type = schema.field("timestamp").type
+    make = {
+        "topic": lambda: pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+        # Kafka timestamps are milliseconds; Spark's Arrow timestamps are microseconds
+        "timestamp": lambda: pc.multiply(cols["timestamp"].slice(0, n), 1000).cast(ts_type),
+    }
+    arrays = []
+    for field in schema:
+        if field.name in make:
+            arr = make[field.name]()
+        elif field.name in cols:
+            arr = cols[field.name].slice(0, n)
+        else:
+            raise KafkaSourceError(f"the Kafka source has no column {field.name!r}")
+        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def records_to_batch(records: list[Any], topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:

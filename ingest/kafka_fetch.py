@@ -1,0 +1,105 @@
+"""Plugging the vectorized decoder into kafka-python's consumer.
+
+kafka-python's fetcher turns each fetched partition response into ``Fetcher.PartitionRecords`` and
+iterates ``_unpack_records`` for ConsumerRecords. For our task consumers that class is replaced, on
+the one consumer instance, by one whose ``_unpack_records`` yields a single ``ArrowChunk`` (all
+records of the response as Arrow columns). Fetching, sessions, leader changes, offsets out of range
+and errors stay kafka-python's. Anything the fast path does not cover (read_committed with aborted
+transactions, message format v0/v1) goes through kafka-python's own decoding, so poll() may return
+ConsumerRecords too; ``read_range`` accepts both. If kafka-python's internals change shape,
+``install`` says so and the consumer keeps its own decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.kafka_decode import BatchSection, CorruptBatchError, decode_sections
+
+log = logging.getLogger(__name__)
+
+_CONTROL = 0x20
+_LOG_APPEND_TIME = 0x08
+
+
+@dataclass
+class ArrowChunk:
+    """Records of one fetch response, as columns (see kafka_decode.decode_sections)."""
+
+    offset: int                   # first offset (kafka-python skips items whose .offset < fetch offset)
+    columns: dict[str, pa.Array]
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.columns["offset"])
+
+
+def install(consumer: Any) -> bool:
+    """Make ``consumer`` decode fetched records into ArrowChunks. False if not possible."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    base = getattr(type(fetcher), "PartitionRecords", None)
+    if base is None or not hasattr(base, "_unpack_records"):
+        log.warning("kafka-python %s has no Fetcher.PartitionRecords; using its per-record decoding",
+                    getattr(__import__("kafka"), "__version__", "?"))
+        return False
+    fetcher.PartitionRecords = _fast_partition_records(base)
+    return True
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _fast_partition_records(base: type) -> type:
+    if base in _CLASSES:
+        return _CLASSES[base]
+
+    class FastPartitionRecords(base):  # type: ignore[misc, valid-type]
+        def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any, value_deserializer: Any) -> Any:
+            from kafka.errors import CorruptRecordError
+
+            if int(self.isolation_level) != 0 and self.aborted_transactions:  # 1 = READ_COMMITTED
+                # aborted-transaction filtering is kafka-python's
+                yield from super()._unpack_records(tp, records, key_deserializer, value_deserializer)
+                return
+            sections: list[BatchSection] = []
+            batch = records.next_batch()
+            last = None
+            while batch is not None:
+                if batch.magic < 2:
+                    raise CorruptBatchError(f"{tp.topic}-{tp.partition}: message format v{batch.magic} "
+                                            "(Kafka < 0.11) is not supported by the kafka-python source")
+                last = batch
+                if self.check_crcs and not batch.validate_crc():
+                    raise CorruptRecordError(f"record batch for partition {tp} at offset "
+                                             f"{batch.base_offset} failed its CRC check")
+                self.leader_epoch = batch.leader_epoch
+                if not batch.attributes & _CONTROL and batch.records_count:
+                    batch._maybe_uncompress()
+                    buffer = batch._buffer
+                    sections.append(BatchSection(
+                        records=bytes(memoryview(buffer)[batch._pos:]), count=batch.records_count,
+                        base_offset=batch.base_offset, first_timestamp=batch.first_timestamp,
+                        max_timestamp=batch.max_timestamp,
+                        log_append_time=bool(batch.attributes & _LOG_APPEND_TIME)))
+                batch = records.next_batch()
+            if last is not None:
+                # v2 keeps a batch's last offset even when compaction removed its last records
+                self.next_fetch_offset = last.next_offset
+            if sections:
+                columns = decode_sections(sections)
+                offsets = columns["offset"].to_numpy()
+                first = int(np.searchsorted(offsets, self.fetch_offset))  # a fetch may start mid-batch
+                if first:
+                    columns = {k: v.slice(first) for k, v in columns.items()}
+                if first < len(offsets):
+                    self.records_read += len(offsets) - first
+                    yield ArrowChunk(int(offsets[first]), columns)
+            self.drain()
+
+    _CLASSES[base] = FastPartitionRecords
+    return FastPartitionRecords

@@ -19,7 +19,6 @@ from store.constants import (
 _TAGS_KEY = np.frombuffer(b"TAGS\x01", dtype=np.uint8)
 _SEP = ord(PROPERTY_SEPARATOR)
 _MAX_FAST_TAG = 64           # longer TAGS values take the per-record path
-_MAX_FAST_PROPS = 512        # so do properties longer than this
 _DT = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 
 
@@ -45,28 +44,21 @@ class RecordFields:
     props_len: np.ndarray
 
 
-_HEAD = np.dtype([("total", ">i4"), ("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-                  ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-                  ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
-                  ("prepared", ">i8"), ("body_len", ">i4")])   # IPv4 hosts: fixed positions up to BODY
+# MAGICCODE .. SYSFLAG (positions 4..40) are at fixed positions in every record.
+_HEAD = np.dtype([("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+                  ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4")])
 
 
 def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> RecordFields:
-    """Fields of well-formed records (their lengths were checked by the scan)."""
+    """Fields of well-formed records (their lengths were checked by the scan). The store
+    timestamp is only read for SCHEDULE_TOPIC_XXXX records (the others do not need it)."""
     starts = starts.astype(np.int64)
-    head = _rows(arr, starts, _HEAD.itemsize).view(_HEAD)[:, 0]
+    head = _rows(arr, starts + 4, _HEAD.itemsize).view(_HEAD)[:, 0]
     sys_flag = head["sys_flag"].astype(np.int64)
-    v6 = (sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) != 0
     born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
-    if v6.any():   # IPv6 hosts move BODYLENGTH (and STORETIMESTAMP after an IPv6 born host)
-        hosts = born6 * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
-        body_pos = starts + 84 + hosts
-        body_len = be_ints(arr, body_pos, 4)
-        store_ts = np.where(born6, be_ints(arr, starts + 68, 8), head["store_ts"])
-    else:
-        body_pos = starts + 84
-        body_len = head["body_len"].astype(np.int64)
-        store_ts = head["store_ts"].astype(np.int64)
+    hosts = born6 * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
+    body_pos = starts + 84 + hosts
+    body_len = be_ints(arr, body_pos, 4)
     v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
     tl_pos = body_pos + 4 + body_len
     topic_len = be_ints(arr, tl_pos, 1) & 0xFF if not v2.any() else \
@@ -75,6 +67,10 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
     props_len_pos = topic_pos + topic_len
     props_len = np.maximum(be_ints(arr, props_len_pos, 2), 0)
     topic_id, topics = _topic_ids(arr, topic_pos, topic_len)
+    store_ts = np.zeros(len(starts), dtype=np.int64)
+    if SCHEDULE_TOPIC in topics:
+        sched = np.flatnonzero(topic_id == topics.index(SCHEDULE_TOPIC))
+        store_ts[sched] = be_ints(arr, starts[sched] + 56 + born6[sched] * 12, 8)
     return RecordFields(
         starts=starts, sizes=sizes.astype(np.int64), queue_id=head["queue_id"].astype(np.int64),
         queue_offset=head["queue_offset"].astype(np.int64), sys_flag=sys_flag, store_timestamp=store_ts,
@@ -89,19 +85,29 @@ def _rows(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
 
 
 def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A topic index per record: grouped by a 64-bit polynomial hash of the topic bytes, then
+    checked byte for byte against each group's first record (exact, no hash trust)."""
     from store.properties import java_string
 
     if len(pos) == 0:
         return np.zeros(0, dtype=np.int64), []
     width = int(length.max())
-    mat = _rows(arr, pos, width).copy() if width else np.zeros((len(pos), 0), np.uint8)
-    if int(length.min()) != width:
-        mat[np.arange(width) >= length[:, None]] = 0
-    key = np.concatenate([length.astype(">u2").view(np.uint8).reshape(-1, 2), mat], axis=1)
-    rows = np.ascontiguousarray(key).view(np.dtype((np.void, width + 2)))[:, 0]
-    uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    mat = _rows(arr, pos, width) if width else np.zeros((len(pos), 0), np.uint8)
+    live = np.arange(width) < length[:, None]
+    h = length.astype(np.uint64)
+    for j in range(width):
+        h = h * np.uint64(1099511628211) + np.where(live[:, j], mat[:, j], 0).astype(np.uint64)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rep = first[inverse]
+    same = (length == length[rep]) & ((mat == mat[rep]) | ~live).all(axis=1)
+    if not same.all():   # a hash collision: fall back to exact grouping of the rows
+        key = np.concatenate([length.astype(">u2").view(np.uint8).reshape(-1, 2), np.where(live, mat, 0)], axis=1)
+        rows = np.ascontiguousarray(key.astype(np.uint8)).view(np.dtype((np.void, width + 2)))[:, 0]
+        _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
     topics = [java_string(arr[pos[i]:pos[i] + length[i]].tobytes()) for i in first.tolist()]
-    return inverse.reshape(-1).astype(np.int64), topics
+    return inverse.astype(np.int64), topics
 
 
 def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -113,8 +119,21 @@ def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return (h ^ 0x80000000) - 0x80000000
 
 
-def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
-    """The consume-queue tagsCode each record should have (FORMAT §12)."""
+def _find_all(buf: object, needle: bytes, lo: int, hi: int) -> np.ndarray:
+    """Every position of ``needle`` in ``buf[lo:hi]`` (C-speed search, one call per hit)."""
+    find = buf.find   # mmap and bytes both have it
+    out: list[int] = []
+    append = out.append
+    i = find(needle, lo, hi)
+    while i >= 0:
+        append(i)
+        i = find(needle, i + 1, hi)
+    return np.asarray(out, dtype=np.int64)
+
+
+def tags_codes(arr: np.ndarray, f: RecordFields, buf: object | None = None) -> np.ndarray:
+    """The consume-queue tagsCode each record should have (FORMAT §12). ``buf`` is the segment
+    as an object with ``find`` (the mmap), used to locate "TAGS\x01" quickly."""
     from store.properties import java_string, string_to_properties
     from store.record_json import consume_queue_tags_code
 
@@ -125,35 +144,37 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
     slow = np.zeros(n, dtype=bool)
     if SCHEDULE_TOPIC in f.topics:
         slow |= f.topic_id == f.topics.index(SCHEDULE_TOPIC)
-    # Look for the pair "TAGS\x01" in a matrix of each record's properties bytes (no pass over
-    # the bodies); records with very long properties take the per-record path.
     plen = f.props_len
-    slow |= plen > _MAX_FAST_PROPS
-    width = int(np.minimum(plen, _MAX_FAST_PROPS).max())
-    if width >= 5:
-        mat = _rows(arr, f.props_pos, width)
-        w4 = width - 4
-        hit = mat[:, :w4] == _TAGS_KEY[0]
-        for k in range(1, 5):
-            hit &= mat[:, k:k + w4] == _TAGS_KEY[k]
-        hit[:, 1:] &= mat[:, :w4 - 1] == _SEP                  # a pair starts there
-        hit &= np.arange(w4) + 5 <= plen[:, None]              # inside the properties
-        counts = hit.sum(axis=1)
-        slow |= counts > 1                                       # a later TAGS overrides: rare
-        owner = np.flatnonzero((counts == 1) & ~slow)
-        if len(owner):
-            vpos = f.props_pos[owner] + np.argmax(hit[owner], axis=1) + 5
-            avail = f.props_pos[owner] + plen[owner] - vpos
-            vw = int(min(_MAX_FAST_TAG + 1, avail.max()))
-            vals = _rows(arr, vpos, vw) if vw else np.zeros((len(owner), 0), np.uint8)
-            sep = (vals == _SEP) | (np.arange(vw) >= avail[:, None])
-            length = np.where(sep.any(axis=1), np.argmax(sep, axis=1), vw)
-            bad = (length > _MAX_FAST_TAG) | ((vals >= 0x80) & (np.arange(vw) < length[:, None])).any(axis=1)
-            slow[owner[bad]] = True
-            good = ~bad
-            out[owner[good]] = java_hash_ascii(vals[good], length[good])
+    lo, hi = int(f.props_pos[0]), int(f.props_pos[-1] + plen[-1])
+    if buf is None or not hasattr(buf, "find"):
+        buf = arr[lo:hi].tobytes()
+        cand = _find_all(buf, _TAGS_KEY.tobytes(), 0, hi - lo) + lo
+    else:
+        cand = _find_all(buf, _TAGS_KEY.tobytes(), lo, hi)
+    # keep the hits that start a pair inside their record's properties
+    owner = np.searchsorted(f.props_pos, cand, side="right") - 1
+    ok = owner >= 0
+    owner = np.where(ok, owner, 0)
+    pend = f.props_pos[owner] + plen[owner]
+    ok &= (cand + 5 <= pend) & ((cand == f.props_pos[owner]) | (arr[np.maximum(cand - 1, 0)] == _SEP))
+    owner, vpos, pend = owner[ok], cand[ok] + 5, pend[ok]
+    counts = np.bincount(owner, minlength=n)
+    slow |= counts > 1                       # a later TAGS overrides an earlier one: rare
+    one = ~slow[owner]
+    owner, vpos, pend = owner[one], vpos[one], pend[one]
+    if len(owner):
+        avail = pend - vpos
+        vw = int(min(_MAX_FAST_TAG + 1, avail.max()))
+        vals = _rows(arr, vpos, vw) if vw else np.zeros((len(owner), 0), np.uint8)
+        sep = (vals == _SEP) | (np.arange(vw) >= avail[:, None])
+        length = np.where(sep.any(axis=1), np.argmax(sep, axis=1), vw)
+        bad = (length > _MAX_FAST_TAG) | ((vals >= 0x80) & (np.arange(vw) < length[:, None])).any(axis=1)
+        slow[owner[bad]] = True
+        good = ~bad
+        out[owner[good]] = java_hash_ascii(vals[good], length[good])
     for i in np.flatnonzero(slow).tolist():
         p, n_ = int(f.props_pos[i]), int(f.props_len[i])
         props = string_to_properties(java_string(arr[p:p + n_].tobytes())) if n_ else {}
-        out[i] = consume_queue_tags_code(f.topics[f.topic_id[i]], props, int(f.store_timestamp[i])) if n_ else 0
+        ts = int(f.store_timestamp[i])
+        out[i] = consume_queue_tags_code(f.topics[f.topic_id[i]], props, ts) if n_ else 0
     return out

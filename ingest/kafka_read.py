@@ -33,6 +33,7 @@ READ_TUNING: dict[str, Any] = {
     "receive_buffer_bytes": 4 * 1024 * 1024,
 }
 
+SHORT_LOG_GRACE_S = 3.0  # a high watermark below the plan for this long is not a leader-change blip
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
@@ -74,7 +75,15 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
                     if batch.num_rows:
                         yield batch
             position = max(position, consumer.position(part))
-            if (time.monotonic() - idle_since) * 1000 > poll_timeout_ms:
+            idle_s = time.monotonic() - idle_since
+            high_watermark = consumer.highwater(part)
+            if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= position:
+                # The log ends before the planned range does (topic re-created, an in-memory broker
+                # restarted). Kafka answers OffsetOutOfRange then, Tansu just returns nothing.
+                position = _skip_lost(consumer, part, rng, position, fail_on_data_loss)
+                idle_since = time.monotonic()
+                continue
+            if idle_s * 1000 > poll_timeout_ms:
                 raise KafkaFetchTimeoutError(
                     f"task for {rng.topic}-{rng.partition} read up to offset {position} of the planned "
                     f"[{rng.from_offset}, {rng.until_offset}) and got no records for {poll_timeout_ms} ms "
@@ -84,15 +93,19 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
 
 
 def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, fail: bool) -> int:
+    """After OffsetOutOfRange: the records at ``position`` are gone. Fail, or move past them."""
     earliest = int(consumer.beginning_offsets([part])[part])
+    if earliest > position:
+        what = f"offsets {position}..{earliest - 1} were deleted (earliest now {earliest})"
+        new_position = min(earliest, rng.until_offset)
+    else:  # the log is now shorter than planned: topic re-created or truncated
+        what = f"offset {position} is past the partition's end now"
+        new_position = rng.until_offset
     if fail:
-        raise DataLossError(
-            f"{rng.topic}-{rng.partition}: offsets {position}..{earliest - 1} of the planned range "
-            f"[{rng.from_offset}, {rng.until_offset}) were deleted (earliest now {earliest}) before this "
-            "task read them. Set failOnDataLoss=false to skip them.")
-    new_position = min(max(earliest, position), rng.until_offset)
-    log.warning("data loss: %s-%d offsets %d..%d deleted before being read; skipping to %d",
-                rng.topic, rng.partition, position, new_position - 1, new_position)
+        raise DataLossError(f"{rng.topic}-{rng.partition}: {what}, inside the planned range "
+                            f"[{rng.from_offset}, {rng.until_offset}) this task had to read. "
+                            "Set failOnDataLoss=false to skip them.")
+    log.warning("data loss: %s-%d: %s; skipping to %d", rng.topic, rng.partition, what, new_position)
     if new_position < rng.until_offset:
         consumer.seek(part, new_position)
     return new_position

@@ -14,7 +14,7 @@ from kafka.admin import NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from ingest.kafka_admin import OffsetReader, latest_offsets, offsets_for_timestamp
-from ingest.kafka_offsets import offsets_from_json
+from ingest.kafka_offsets import KafkaOffsetRange, offsets_from_json
 from ingest.kafka_source import KafkaDataSource, kafka_schema, source_format, spark_kafka_available
 from ingest.options import DataLossError, kafka_client_params
 
@@ -273,3 +273,17 @@ def test_a_deleted_topic_is_data_loss_unless_fail_on_data_loss_is_false(bootstra
     finally:
         strict.stop()
         lenient.stop()
+
+
+def test_a_task_whose_planned_range_is_past_the_log_end_reports_data_loss(bootstrap_servers: str) -> None:
+    # e.g. the topic was re-created after the batch was planned: Kafka answers OffsetOutOfRange,
+    # Tansu answers nothing; either way the task must not wait for records that will never come
+    topic = new_topic(bootstrap_servers, "short", partitions=1)
+    produce(bootstrap_servers, topic, 10, partitions=1)
+    planned = KafkaOffsetRange(topic, 0, 8, 20)
+
+    strict = stream_reader(bootstrap_servers, subscribe=topic)
+    with pytest.raises(DataLossError, match=f"{topic}-0: offset 10 is past the partition's end"):
+        read_all(strict, [planned])
+    lenient = stream_reader(bootstrap_servers, subscribe=topic, failOnDataLoss="false")
+    assert read_all(lenient, [planned]) == [(0, 8, b"value-8value-8value-8"), (0, 9, b"value-9")]

@@ -246,7 +246,9 @@ class RetentionService:
         self._clock = clock
         self._disk_usage = disk_usage
         self._recheck_s = recheck_s
-        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()    # one clean pass at a time
+        self._flag_lock = threading.Lock()   # the disk-full flag; never held while deleting, so a
+        # writer checking it inside its put lock cannot wait on a pass that waits on that lock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._disk_full = False
@@ -262,6 +264,10 @@ class RetentionService:
         return ratio
 
     def _update_flag(self, ratio: float) -> None:
+        with self._flag_lock:
+            self._set_flag(ratio)
+
+    def _set_flag(self, ratio: float) -> None:
         if ratio > self.config.disk_full_ratio:
             if not self._disk_full:
                 log.error("disk %.1f%% used at %s, over disk_full_ratio %.0f%%: refusing writes",
@@ -281,9 +287,10 @@ class RetentionService:
     def check_writable(self) -> None:
         """Raise DiskFullError while the disk is past disk_full_ratio (measured at most every
         ``recheck_s`` seconds); the writer calls this before each append."""
-        with self._lock:
+        with self._flag_lock:
             if self._measured_at is None or self._clock() - self._measured_at >= self._recheck_s:
-                self._measure()
+                u = self._disk_usage(self.root)
+                self._set_flag(int(u.used) / max(int(u.total), 1))
             if self._disk_full:
                 raise DiskFullError(
                     f"disk {self._last_ratio:.1%} used at {self.root}, over disk_full_ratio "
@@ -294,7 +301,7 @@ class RetentionService:
     # --- cleaning -----------------------------------------------------------------------------
     def run_once(self, manual: bool = False) -> CleanPlan:
         """One clean pass: plan, delete, then update the disk-full flag."""
-        with self._lock:
+        with self._run_lock:
             plan = plan_clean(self.root, self.config, self._clock(), self._disk_usage,
                               committed_offset=self._committed_offset(), manual=manual)
             self._update_flag(plan.usage_ratio)

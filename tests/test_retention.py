@@ -191,3 +191,34 @@ def test_the_background_service_runs_passes_until_stopped(tmp_path: Path) -> Non
 def test_a_config_that_cannot_work_is_refused(kw: dict) -> None:
     with pytest.raises(ValueError):
         RetentionConfig(**kw)
+
+
+def test_a_writer_checking_the_disk_inside_its_lock_never_deadlocks_with_a_clean_pass(tmp_path: Path) -> None:
+    import threading
+
+    make_store(tmp_path, [100, 100, 1], FOUR)
+    put_lock = threading.Lock()
+    in_pass = threading.Event()
+
+    def delete_segment(path: Path) -> None:   # as the engine does: under its put lock
+        in_pass.set()
+        with put_lock:
+            path.unlink()
+
+    svc = RetentionService(tmp_path, RetentionConfig(), committed_offset=lambda: 3 * SEG,
+                           delete_segment=delete_segment, clock=lambda: FOUR, disk_usage=Disk(tmp_path, 0),
+                           recheck_s=0)
+
+    def writer() -> None:
+        with put_lock:
+            in_pass.wait(5)
+            svc.check_writable()
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    cleaner = threading.Thread(target=svc.run_once, daemon=True)
+    cleaner.start()
+    t.join(5)
+    cleaner.join(5)
+    assert not t.is_alive() and not cleaner.is_alive()
+    assert remaining(tmp_path) == [2]

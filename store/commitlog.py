@@ -98,6 +98,8 @@ def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
 
 
 class CommitLog:
+    copy_block = 512 * 1024   # bytes copied and patched at a time (about an L2 cache)
+
     def __init__(self, directory: Path, segment_size: int, codec: CodecConfig, *,
                  preallocate: bool = True, mlock: bool = False, read_only: bool = False) -> None:
         self.segment_size = segment_size
@@ -179,15 +181,10 @@ class CommitLog:
         patch_qo = batch.queue_offsets is None
         for s_slot, pos, i, k in chunks:
             seg = segs[s_slot]
-            src_start = int(offsets[i])
-            nbytes = int(cum[k - 1] - starts_rel[i])
-            seg.buf[pos:pos + nbytes] = data[src_start:src_start + nbytes]
-            rel = starts_rel[i:k] - starts_rel[i] + pos     # record starts inside the segment
+            rel = starts_rel[i:k] - starts_rel[i] + pos      # record starts inside the segment
             phys[i:k] = rel + seg.base_offset
-            self._patch(seg.buf, pos, nbytes, rel, sizes[i:k], phys[i:k],
-                        queue_offsets[i:k] if patch_qo else None, v6[i:k], store_timestamp)
-            if self.codec.enabled_append_prop_crc:
-                apply_prop_crcs(seg.buf, rel, sizes[i:k])
+            self._copy_and_patch(seg.buf, data, int(offsets[i]) - pos, rel, sizes[i:k], phys[i:k],
+                                 queue_offsets[i:k] if patch_qo else None, v6[i:k], store_timestamp)
         for s_slot, pos in blanks:
             _BLANK.pack_into(segs[s_slot].view, pos, size - pos, BLANK_MAGIC_CODE)
 
@@ -273,10 +270,33 @@ class CommitLog:
         return out, updates
 
     # --- patching ------------------------------------------------------------------------------
+    def _copy_and_patch(self, buf: np.ndarray, data: np.ndarray, src_shift: int, rel: np.ndarray,
+                        sizes: np.ndarray, phys: np.ndarray, queue_offsets: np.ndarray | None,
+                        v6: np.ndarray, store_timestamp: int) -> None:
+        """Copy records into the segment (record at segment position p comes from data[p +
+        src_shift]) and patch them, block by block: patching a block while it is still in the
+        CPU cache halves the memory traffic of patching after one big copy."""
+        uniform = bool((sizes == sizes[0]).all()) and bool((v6 == v6[0]).all())
+        m = len(rel)
+        first, last_end = int(rel[0]), int(rel[-1] + sizes[-1])
+        if last_end - first <= self.copy_block:
+            edges = [0, m]
+        else:
+            cuts = np.searchsorted(rel, np.arange(first + self.copy_block, last_end, self.copy_block))
+            edges = [0, *np.unique(cuts[(cuts > 0) & (cuts < m)]).tolist(), m]
+        for a, b in zip(edges[:-1], edges[1:]):
+            start, end = int(rel[a]), int(rel[b - 1] + sizes[b - 1])
+            buf[start:end] = data[start + src_shift:end + src_shift]
+            self._patch(buf, start, end - start, rel[a:b], sizes[a:b], phys[a:b],
+                        None if queue_offsets is None else queue_offsets[a:b], v6[a:b],
+                        store_timestamp, uniform)
+            if self.codec.enabled_append_prop_crc:
+                apply_prop_crcs(buf, rel[a:b], sizes[a:b])
+
     @staticmethod
     def _patch(buf: np.ndarray, pos: int, nbytes: int, rel: np.ndarray, sizes: np.ndarray,
                phys: np.ndarray, queue_offsets: np.ndarray | None, v6: np.ndarray,
-               store_timestamp: int) -> None:
+               store_timestamp: int, uniform: bool) -> None:
         """Write the big-endian fields the store owns into the records at segment positions
         ``rel``. Equal-sized records are patched through strided views (one field = one strided
         copy); otherwise through byte-stride views whose element i is the 8 (or 16) bytes at
@@ -285,7 +305,6 @@ class CommitLog:
         if m == 0:
             return
         ts = np.array(store_timestamp, dtype=">i8")
-        uniform = bool((sizes == sizes[0]).all()) and bool((v6 == v6[0]).all())
         if uniform:
             stride = int(sizes[0])
 

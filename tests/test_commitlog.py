@@ -79,9 +79,11 @@ def varied_messages(n: int, seed: int = 1) -> list[Message]:
             for i in range(n)]
 
 
-def test_a_batch_crossing_segment_ends_is_written_like_one_message_at_a_time(tmp_path: Path) -> None:
+@pytest.mark.parametrize("copy_block", [512 * 1024, 3000], ids=["one-block", "many-blocks"])
+def test_a_batch_crossing_segment_ends_is_written_like_one_message_at_a_time(tmp_path: Path, copy_block: int) -> None:
     msgs = varied_messages(300)
     with open_store(tmp_path / "a") as a, open_store(tmp_path / "b") as b:
+        a._log.copy_block = copy_block
         ra = a.append_encoded(_batch_from_messages(msgs, a.config), store_timestamp=TS)
         rb = [b.append_encoded(_batch_from_messages([m], b.config), store_timestamp=TS) for m in msgs]
         assert ra.physical_offsets.tolist() == [int(r.physical_offsets[0]) for r in rb]
@@ -135,6 +137,7 @@ def test_a_batch_carrying_queue_offsets_must_continue_its_queues(store: MessageS
 def test_prop_crc_is_rewritten_after_the_store_fields_are_patched(tmp_path: Path) -> None:
     codec = CodecConfig(enabled_append_prop_crc=True)
     with open_store(tmp_path / "s", codec=codec) as s:
+        s._log.copy_block = 1000     # copied and patched in several blocks
         r = s.append([Message(topic="C", body=b"z" * i, properties="TAGS\x01t\x02") for i in range(50)])
         verify = CodecConfig(force_verify_prop_crc=True)
         seg = s._segments.find(0)

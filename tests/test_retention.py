@@ -222,3 +222,30 @@ def test_a_writer_checking_the_disk_inside_its_lock_never_deadlocks_with_a_clean
     cleaner.join(5)
     assert not t.is_alive() and not cleaner.is_alive()
     assert remaining(tmp_path) == [2]
+
+
+def test_a_running_store_deletes_its_old_segments_and_stays_verifiable(tmp_path: Path) -> None:
+    from ingest.cli import main
+    from store import MessageStore
+    from store.codec import Message
+    from store.config import StoreConfig
+
+    h = time.localtime().tm_hour
+    hour = f"{h:02d};{(h + 1) % 24:02d}"                   # still the delete hour if the hour turns
+    cfg = StoreConfig(segment_size=SEG, consume_queue_units=20,
+                      retention=RetentionConfig(file_reserved_time_h=0, delete_when=hour, interval_s=0.02))
+    root = tmp_path / "store"
+    with MessageStore.open(root, cfg) as store:
+        store.append([Message(topic="T", body=b"x" * 300, queue_id=i % 2) for i in range(60)])
+        store.commit()
+        deadline = time.monotonic() + 10
+        while store.queue_range("T", 0)[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)                               # segments go first, then queue files
+        assert store.min_offset > 0                        # old segments went
+        lo, hi = store.queue_range("T", 0)
+        assert 0 < lo < hi == 30                           # the queue's head follows the log
+        store.append([Message(topic="T", body=b"y" * 300, queue_id=0)])
+        store.commit()
+    assert main(["verify", str(root)]) == 0
+    files = sorted(p.name for p in (root / "consumequeue" / "T" / "0").iterdir())
+    assert files[0] != "0".zfill(20)                       # and its first consume-queue files too

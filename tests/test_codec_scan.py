@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.codec import CodecConfig, Message, encode_message
+from store.codec import CodecConfig, Message, decode_message, encode_message
 from store.hosts import HostAddress
 from store.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
 
@@ -127,3 +127,32 @@ def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.Mon
     monkeypatch.setattr(scan, "_WALK_CHUNK_BYTES", 700)
     assert list(scan_segment(buf, BASE, len(buf))) == whole == slow_scan(buf, BASE, len(buf))
     assert whole[-1].offset == BASE + victim and len(whole) > 20
+
+
+def test_records_reaching_the_very_end_of_the_buffer_are_checked() -> None:
+    buf, starts = build_segment(40)
+    end = starts[-1] + check_record(buf, starts[-1], len(buf), BASE).size
+    exact = bytes(buf[:end])                      # no byte after the last record
+    assert list(scan_segment(exact, BASE, end)) == slow_scan(exact, BASE, end)
+    assert list(scan_segment(exact, BASE, end))[-1].kind == "end"
+    broken = bytearray(exact)
+    broken[-3] ^= 0x40                            # inside the last record's properties
+    assert list(scan_segment(broken, BASE, end)) == slow_scan(broken, BASE, end)
+    broken = bytearray(exact)
+    props = decode_message(exact, starts[-1]).properties_string.encode()
+    broken[end - len(props) - 1] ^= 0x01           # PROPERTIESLENGTH of the last record
+    assert list(scan_segment(broken, BASE, end))[-1].error_kind == "length"
+
+
+@settings(max_examples=40, deadline=None)
+@given(topic=st.integers(1, 200), n=st.integers(1, 30), victim=st.integers(0, 29), at=st.integers(0, 400),
+       byte=st.integers(0, 255))
+def test_fast_scan_agrees_for_long_topics_and_tight_buffers(topic: int, n: int, victim: int, at: int, byte: int) -> None:
+    buf = bytearray()
+    for i in range(n):
+        buf += encode_message(Message(topic="t" * topic, body=bytes(i), properties="K\x01v\x02" * (i % 4),
+                                      physical_offset=BASE + len(buf)))
+    starts = [c.offset - BASE for c in slow_scan(buf, BASE, len(buf))[:-1]]
+    if victim < len(starts) and starts[victim] + at < len(buf):
+        buf[starts[victim] + at] = byte
+    assert list(scan_segment(bytes(buf), BASE, len(buf))) == slow_scan(bytes(buf), BASE, len(buf))

@@ -4,6 +4,7 @@ while a writer runs (they read up to the last commit); ``clean`` takes the write
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -22,11 +23,12 @@ def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
     def wrapped(args: argparse.Namespace) -> int:
         try:
             return run(args)
+        except BrokenPipeError:   # `commitlog dump ... | head`: stop quietly
+            sys.stdout = open(os.devnull, "w")   # noqa: SIM115  (the interpreter flushes stdout at exit)
+            return EXIT_OK
         except (StoreError, OSError) as e:
             print(f"commitlog {args.command}: {e}", file=sys.stderr)
             return EXIT_UNREADABLE
-        except BrokenPipeError:   # `commitlog dump ... | head`
-            return EXIT_OK
     return wrapped
 
 

@@ -61,7 +61,10 @@ class ConsumeQueueStore(ConsumeQueueReads):
             self._queues = {}
             for topic, qid, qdir in self._queue_dirs():
                 q = _Queue(topic, qid, qdir)
-                self._scan(q)
+                try:
+                    self._scan(q)
+                except FileNotFoundError:
+                    self._scan(q)   # retention removed a file between listing and reading
                 if q.files:
                     self._queues[(topic, qid)] = q
             self._loaded = True

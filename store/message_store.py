@@ -191,14 +191,17 @@ class MessageStore(RecordReads):
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             m = out.dispatch_mask
+            everyone = bool(m.all())   # the usual case: no masked copies of seven columns
+
+            def pick(a: np.ndarray) -> np.ndarray:
+                return a if everyone else np.asarray(a)[m]
+
             try:
                 if m.any():
-                    self._cq.dispatch(batch.topic_names, np.asarray(batch.topic_index)[m],
-                                      np.asarray(batch.queue_ids)[m], out.queue_offsets[m],
-                                      out.physical_offsets[m], out.sizes[m],
-                                      np.asarray(batch.tags_codes)[m],
-                                      delay_levels=np.asarray(batch.delay_levels)[m],
-                                      store_timestamp=ts)
+                    self._cq.dispatch(batch.topic_names, pick(batch.topic_index), pick(batch.queue_ids),
+                                      pick(out.queue_offsets), pick(out.physical_offsets),
+                                      pick(out.sizes), pick(batch.tags_codes),
+                                      delay_levels=pick(batch.delay_levels), store_timestamp=ts)
             except (StoreError, OSError) as e:
                 # The commit log has the batch and the queues do not: only recovery (which
                 # redispatches) can make them agree again.

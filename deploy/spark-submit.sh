@@ -72,6 +72,12 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
 os.replace(tmp, out)
 PY
 
+# The driver JVM also starts Python workers of its own: the one that plans a Python streaming data
+# source (our Kafka source) gets neither --py-files nor the driver's sys.path, only the JVM's
+# PYTHONPATH. In client mode the zip is a local file, so put it there too; executors still get the
+# code only through --py-files.
+export PYTHONPATH="$zip_path${PYTHONPATH:+:$PYTHONPATH}"
+
 app="${COMMITLOG_DRIVER_SCRIPT:-$here/driver.py}"
 driver_python="${COMMITLOG_DRIVER_PYTHON:-$python}"
 conf=(--conf "spark.pyspark.driver.python=$driver_python")

@@ -204,8 +204,8 @@ def test_driver_leaves_the_master_to_spark_submit_unless_given() -> None:
 # --- deploy/README.md -----------------------------------------------------------------------------
 
 def readme_command_lines() -> list[tuple[int, list[str]]]:
-    """Every `commitlog ...` line and every `deploy/spark-submit.sh ... -- ...` line of the README's
-    shell blocks, continuation lines joined, as the `commitlog` argv."""
+    """Every `commitlog ...`, `deploy/spark-submit.sh ... -- ...` and `docker run ... IMAGE ...`
+    line of the README's shell blocks, continuation lines joined, as the `commitlog` argv."""
     text = (DEPLOY / "README.md").read_text()
     found = []
     for block in re.finditer(r"```(?:sh|bash|shell)\n(.*?)```", text, flags=re.S):
@@ -216,10 +216,15 @@ def readme_command_lines() -> list[tuple[int, list[str]]]:
             if not line or line.startswith("#"):
                 continue
             words = shlex.split(line)
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):   # VAR=value prefixes
+                words = words[1:]
+            image = next((i for i, w in enumerate(words) if w.startswith("commitlog-ingest:")), None)
             if words[0] == "commitlog":
                 found.append((start_line + offset, words[1:]))
             elif words[0].endswith("spark-submit.sh") and "--" in words:
                 found.append((start_line + offset, driver_argv(words[words.index("--") + 1:])))
+            elif words[:2] == ["docker", "run"] and image is not None and words[image + 1:]:
+                found.append((start_line + offset, words[image + 1:]))   # the image's entry point
     return found
 
 

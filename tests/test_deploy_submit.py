@@ -91,8 +91,9 @@ PROBE = textwrap.dedent('''
         # find_spec locates a package without running its __init__; store.constants is really
         # imported (it imports nothing of ours).
         import importlib, importlib.util
-        found = {pkg: importlib.util.find_spec(pkg).origin for pkg in ("ingest", "sink", "store")}
-        found["constants"] = importlib.import_module("store.constants").__file__
+        found = {pkg: os.path.abspath(importlib.util.find_spec(pkg).origin)
+                 for pkg in ("ingest", "sink", "store")}
+        found["constants"] = os.path.abspath(importlib.import_module("store.constants").__file__)
         yield {"pid": os.getpid(), "python": sys.executable, "cwd": os.getcwd(), **found}
 
     spark = SparkSession.builder.getOrCreate()
@@ -131,7 +132,7 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
         assert Path(ex["cwd"]).is_relative_to(cluster.work_dir), "runs in a Worker's executor dir"
         for pkg in ("store", "ingest", "sink", "constants"):
             # The executor fetched the zip into its own work dir and imports from inside it.
-            assert "commitlog_ingest.zip" in ex[pkg] and not ex[pkg].startswith(str(ROOT)), ex
+            assert Path(ex[pkg]).is_relative_to(Path(ex["cwd"]) / "commitlog_ingest.zip"), ex
     apps = cluster.state()["completedapps"]
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 
@@ -187,13 +188,12 @@ def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, 
     store, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
     env = daemon_env(cluster.spark_home, tmp_path)
     env.update({"PYTHON": str(executor_python), "COMMITLOG_EXECUTOR_PYTHON": str(executor_python),
-                "COMMITLOG_DRIVER_PYTHON": str(executor_python), "COMMITLOG_BUILD_DIR": str(tmp_path / "build"),
-                "COMMITLOG_APP_NAME": "commitlog-e2e"})
+                "COMMITLOG_DRIVER_PYTHON": str(executor_python), "COMMITLOG_BUILD_DIR": str(tmp_path / "build")})
     cmd = ["bash", str(SUBMIT), "--master", cluster.master_url,
            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
            "--conf", "spark.executor.memory=512m", "--driver-memory", "1g",
            "--", "run", "--bootstrap-servers", bootstrap_servers, "--subscribe", topic,
-           "--store", str(store), "--checkpoint", str(checkpoint), "--trigger", "500ms",
+           "--store", str(store), "--checkpoint", str(checkpoint), "--trigger", "500 milliseconds",
            "--max-offsets-per-trigger", "500", "--segment-size", "1m", "--flush", "sync",
            "--shuffle-partitions", "2"]
     log_path = tmp_path / "submit.log"
@@ -229,5 +229,6 @@ def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, 
                       if p == partition)
         assert [q for q, _ in rows] == list(range(len(rows))), f"queue {partition} offsets not contiguous"
         assert [o for _, o in rows] == sorted(o for _, o in rows), f"queue {partition} not in Kafka order"
-    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "commitlog-e2e"]
+    # The job names its own session (commitlog-run), over spark-submit's --name.
+    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "commitlog-run"]
     assert apps, "the job ran as an application of the standalone cluster"

@@ -8,9 +8,9 @@ from .commit_point import CommitPoint
 from .config import StoreConfig
 from .errors import (CommitPointError, CommittedDataCorruptError, ConsumeQueueError,
                      ConsumeQueueGapError, CorruptRecordError, DiskFullError, FieldLimitError,
-                     FlushError, InvalidMessageError, InvalidTopicError, NotARecordStartError,
-                     QueueOffsetMismatchError, SegmentAllocationError, SegmentSizeError,
-                     StoreError, StoreLockedError, StoreReadOnlyError)
+                     FlushError, InvalidMessageError, InvalidTopicError, MessageNotFoundError,
+                     NotARecordStartError, QueueOffsetMismatchError, SegmentAllocationError,
+                     SegmentSizeError, StoreError, StoreLockedError, StoreReadOnlyError)
 from .hosts import HostAddress
 from .message_store import AppendResult, MessageStore
 from .reader import StoreReader
@@ -20,7 +20,7 @@ __all__ = [
     "Message", "MessageStore", "StoreConfig", "StoreReader", "encode_batch",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
-    "InvalidTopicError", "NotARecordStartError",
+    "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",
     "QueueOffsetMismatchError", "SegmentAllocationError", "SegmentSizeError", "StoreError",
     "StoreLockedError", "StoreReadOnlyError",
 ]

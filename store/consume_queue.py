@@ -48,6 +48,9 @@ class ConsumeQueueStore(ConsumeQueueReads):
         self._lock = threading.RLock()
         self._loaded = False
         self._dirs_to_sync: set[Path] = set()
+        # A reader sets this to the commit log's first offset, so queue minimums skip units whose
+        # records retention deleted (the writer corrects its own in delete_below).
+        self.commitlog_min_offset = 0
 
     @property
     def file_size(self) -> int:
@@ -90,8 +93,8 @@ class ConsumeQueueStore(ConsumeQueueReads):
             # a reader looks at few units of a writer's files, and takes their size as it is
             self._adopt_file_size(first_path)
             q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + prefix_counts(last_path)[0]
-            written, blanks = prefix_counts(first_path)
-            q.min_offset = base + blanks if blanks < written or len(q.files) == 1 else \
+            written, skipped = prefix_counts(first_path, self.commitlog_min_offset)
+            q.min_offset = base + skipped if skipped < written or len(q.files) == 1 else \
                 q.files[1] // CQ_STORE_UNIT_SIZE
             return
         for start in q.files:

@@ -77,9 +77,10 @@ def _unit_at(fd: int, i: int) -> tuple[int, int, int] | None:
     return UNIT_STRUCT.unpack(raw) if len(raw) == CQ_STORE_UNIT_SIZE else None
 
 
-def prefix_counts(path: Path) -> tuple[int, int]:
-    """(written units, leading blank units) of one file by binary search: a reader's view, which
-    relies on units being written in order into a zeroed file (~40 reads instead of the file)."""
+def prefix_counts(path: Path, below: int = 0) -> tuple[int, int]:
+    """(written units, leading units to skip) of one file by binary search: the skipped ones are
+    the blank filler and units pointing below ``below`` (the commit log's first offset). A
+    reader's view, relying on units written in order into a zeroed file (~60 reads, not the file)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         n = os.fstat(fd).st_size // CQ_STORE_UNIT_SIZE
@@ -97,7 +98,8 @@ def prefix_counts(path: Path) -> tuple[int, int]:
 
         written = first(lambda u: u[0] >= 0 and u[1] > 0)
         blanks = first(lambda u: u == CQ_BLANK_UNIT)
-        return written, min(blanks, written)
+        gone = first(lambda u: u[0] < below) if below > 0 else 0   # records deleted by retention
+        return written, min(max(blanks, gone), written)
     finally:
         os.close(fd)
 

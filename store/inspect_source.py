@@ -77,6 +77,7 @@ class Source:
         from store.consume_queue import ConsumeQueueStore
 
         cq = ConsumeQueueStore(self.root, read_only=True)
+        cq.commitlog_min_offset = self.segments[0].base_offset if self.segments else 0
         cq.load()
         return cq
 

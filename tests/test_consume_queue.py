@@ -249,3 +249,18 @@ def test_the_store_refuses_a_path_escaping_topic_before_writing_anything(tmp_pat
         assert store.next_queue_offsets() == {("Good", 0): 1}
     assert sorted(p.name for p in (root / "consumequeue").iterdir()) == ["Good"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+def test_a_reader_skips_units_whose_records_retention_deleted(tmp_path: Path) -> None:
+    writer = ConsumeQueueStore(tmp_path, units_per_file=4)
+    dispatch_list(writer, [("T", 0, i, i * 100, 100, i) for i in range(10)])
+    dispatch_list(writer, [("B", 0, 2, 50, 100, 0)])        # blanks, then one unit
+    reader = ConsumeQueueStore(tmp_path, read_only=True)
+    assert reader.queue_range("T", 0) == (0, 10)
+    assert reader.queue_range("B", 0) == (2, 3)
+    reader.commitlog_min_offset = 250
+    assert reader.queue_range("T", 0) == (3, 10)
+    assert reader.find("T", 0, 0, 2) == [(300, 100, 3), (400, 100, 4)]
+    assert reader.queue_range("B", 0) == (3, 3)
+    writer.delete_below(250)
+    assert reader.queue_range("T", 0) == writer.queue_range("T", 0) == (3, 10)

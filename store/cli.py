@@ -55,7 +55,7 @@ def _stat(args: argparse.Namespace) -> int:
     from store.inspect_source import open_source
     from store.stat import collect_stat, print_stat
 
-    print_stat(collect_stat(open_source(args.path, base=args.base)), sys.stdout, as_json=args.json)
+    print_stat(collect_stat(open_source(args.path, base=args.base), full=args.full), sys.stdout, as_json=args.json)
     return EXIT_OK
 
 
@@ -106,6 +106,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("stat", help="segments, offsets, topics and queues, checkpoint")
     p.add_argument("path", help=path_help)
+    p.add_argument("--full", action="store_true", help="scan every segment (message counts); default: "
+                                                       "only the newest, older ones are full")
     p.add_argument("--json", action="store_true", help="as one JSON object")
     p.add_argument("--base", type=_int, default=None, help="start offset of a single segment file")
     p.set_defaults(func=_guard(_stat))

@@ -17,7 +17,7 @@ class SegmentStat:
     base_offset: int
     size: int
     used: int                # bytes of records (messages and the closing BLANK) from the start
-    messages: int
+    messages: int | None     # None: not scanned (see collect_stat)
     closed: bool             # ends with a BLANK
 
     @property
@@ -59,13 +59,21 @@ class StoreStat:
         return d
 
 
-def collect_stat(src: Source, config: CodecConfig | None = None) -> StoreStat:
+def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = False) -> StoreStat:
+    """The store's shape. Only the newest segments are scanned (older ones are closed by their
+    BLANK, so full, as RocketMQ counts them) unless ``full``: then every segment is scanned for
+    its message count too."""
     config = config or CodecConfig()
     st = StoreStat(str(src.path), src.kind, committed_offset=src.committed_offset)
     st.min_offset = src.segments[0].base_offset if src.segments else 0
     st.max_offset = st.min_offset
     ended = False
-    for seg in src.segments:
+    active = _active_index(src)
+    for i, seg in enumerate(src.segments):
+        if not full and i < active:
+            st.segments.append(SegmentStat(seg.name, seg.base_offset, seg.size, seg.size, None, True))
+            st.max_offset = seg.end_offset
+            continue
         end = src.segment_end(seg)
         with mapped(seg) as mv:
             scan = scan_segment_fast(mv, seg.base_offset, end, config)
@@ -96,6 +104,17 @@ def collect_stat(src: Source, config: CodecConfig | None = None) -> StoreStat:
     return st
 
 
+def _active_index(src: Source) -> int:
+    """Index of the segment holding the end of the data: the one with the commit point, else
+    the newest (a writer's preallocated, empty, newest segment makes it the one before)."""
+    segs = src.segments
+    if src.committed_offset is not None:
+        for i, seg in enumerate(segs):
+            if seg.base_offset <= src.committed_offset < seg.end_offset:
+                return max(i - 1, 0)
+    return max(len(segs) - 2, 0)
+
+
 def _committed_queue_end(cq: Any, topic: str, qid: int, lo: int, hi: int, committed: int) -> int:
     """The first queue offset whose record is not committed (binary search on the units)."""
     while lo < hi:
@@ -118,7 +137,8 @@ def print_stat(st: StoreStat, out: TextIO, as_json: bool = False) -> None:
               + (f"  flushed {st.flushed_offset}" if st.flushed_offset is not None else "") + "\n")
     out.write(f"  {'segment':<22}{'size':>14}{'used':>14}{'fill':>8}{'messages':>10}  closed\n")
     for s in st.segments:
-        out.write(f"  {s.name:<22}{s.size:>14,}{s.used:>14,}{s.fill:>8.1%}{s.messages:>10,}  "
+        count = f"{s.messages:,}" if s.messages is not None else "-"
+        out.write(f"  {s.name:<22}{s.size:>14,}{s.used:>14,}{s.fill:>8.1%}{count:>10}  "
                   f"{'yes' if s.closed else 'no'}\n")
     if st.queues:
         out.write(f"  {'topic':<30}{'queue':>6}{'min':>14}{'max':>14}{'depth':>14}\n")

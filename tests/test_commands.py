@@ -105,6 +105,10 @@ def test_stat_gives_the_manifest_s_segments_offsets_queues_and_checkpoint(golden
         assert st["checkpoint"] == {k.split("@")[0]: v for k, v in ck.items() if "@" in k}
         rc, out, _ = run("stat", str(store))
         assert rc == 0 and "TopicA" in out and "confirmPhyOffset" in out
+        rc, out, _ = run("stat", str(store), "--json", "--full")
+        full = json.loads(out)
+        assert sum(s["messages"] for s in full["segments"]) == sum(r["type"] == "message" for r in manifest["records"])
+        assert [s["used"] for s in full["segments"]] == [s["used"] for s in st["segments"]]
 
 
 def test_get_finds_every_manifest_record_by_offset_msg_id_and_queue_position(golden_dir: Path) -> None:

@@ -132,12 +132,6 @@ class Segment:
         except (OSError, AttributeError, TypeError, ValueError) as e:
             log.info("mlock of %s not available: %s", self.path, e)
 
-    def advise_sequential(self) -> None:
-        try:
-            self._mm.madvise(mmap.MADV_SEQUENTIAL)
-        except (OSError, ValueError):
-            pass
-
     # --- positions -------------------------------------------------------------------------
     @property
     def end_offset(self) -> int:
@@ -150,9 +144,6 @@ class Segment:
     @property
     def remaining(self) -> int:
         return self.size - self.wrote
-
-    def is_full(self) -> bool:
-        return self.wrote >= self.size
 
     # --- durability ------------------------------------------------------------------------
     def flush(self, upto: int | None = None) -> int:

@@ -156,3 +156,20 @@ def test_fast_scan_agrees_for_long_topics_and_tight_buffers(topic: int, n: int, 
     if victim < len(starts) and starts[victim] + at < len(buf):
         buf[starts[victim] + at] = byte
     assert list(scan_segment(bytes(buf), BASE, len(buf))) == slow_scan(bytes(buf), BASE, len(buf))
+
+
+@pytest.mark.parametrize("records_with_magic_in_body", [1, 5, 40])
+def test_magic_codes_inside_bodies_do_not_mislead_the_scan(records_with_magic_in_body: int) -> None:
+    fake = b"\x00\x00\x00\x64\xda\xa3\x20\xa7" + b"\xda\xa3\x20\xab" * 3
+    buf = bytearray(32768)
+    pos, starts = 0, []
+    for i in range(60):
+        body = fake * (1 + i % 3) if i < records_with_magic_in_body else bytes([i]) * 20
+        rec = encode_message(Message(topic="T", body=body, physical_offset=BASE + pos))
+        buf[pos:pos + len(rec)] = rec
+        starts.append(pos)
+        pos += len(rec)
+    checks = list(scan_segment(buf, BASE, len(buf)))
+    assert [c.offset - BASE for c in checks[:-1]] == starts and checks[-1].kind == "end"
+    buf[starts[50] + 90] ^= 0x01
+    assert list(scan_segment(buf, BASE, len(buf))) == slow_scan(buf, BASE, len(buf))

@@ -119,21 +119,8 @@ def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return (h ^ 0x80000000) - 0x80000000
 
 
-def _find_all(buf: object, needle: bytes, lo: int, hi: int) -> np.ndarray:
-    """Every position of ``needle`` in ``buf[lo:hi]`` (C-speed search, one call per hit)."""
-    find = buf.find   # mmap and bytes both have it
-    out: list[int] = []
-    append = out.append
-    i = find(needle, lo, hi)
-    while i >= 0:
-        append(i)
-        i = find(needle, i + 1, hi)
-    return np.asarray(out, dtype=np.int64)
-
-
-def tags_codes(arr: np.ndarray, f: RecordFields, buf: object | None = None) -> np.ndarray:
-    """The consume-queue tagsCode each record should have (FORMAT §12). ``buf`` is the segment
-    as an object with ``find`` (the mmap), used to locate "TAGS\x01" quickly."""
+def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
+    """The consume-queue tagsCode each record should have (FORMAT §12)."""
     from store.properties import java_string, string_to_properties
     from store.record_json import consume_queue_tags_code
 
@@ -146,11 +133,11 @@ def tags_codes(arr: np.ndarray, f: RecordFields, buf: object | None = None) -> n
         slow |= f.topic_id == f.topics.index(SCHEDULE_TOPIC)
     plen = f.props_len
     lo, hi = int(f.props_pos[0]), int(f.props_pos[-1] + plen[-1])
-    if buf is None or not hasattr(buf, "find"):
-        buf = arr[lo:hi].tobytes()
-        cand = _find_all(buf, _TAGS_KEY.tobytes(), 0, hi - lo) + lo
-    else:
-        cand = _find_all(buf, _TAGS_KEY.tobytes(), lo, hi)
+    # Every \x01 ends a pair's name; the few in bodies are dropped by the checks below.
+    ones = np.flatnonzero(arr[lo + 4:hi] == 1) + lo
+    for k in range(4):
+        ones = ones[arr[ones + k] == _TAGS_KEY[k]]
+    cand = ones
     # keep the hits that start a pair inside their record's properties
     owner = np.searchsorted(f.props_pos, cand, side="right") - 1
     ok = owner >= 0

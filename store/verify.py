@@ -183,11 +183,11 @@ def verify_segment(seg: SegmentFile, end: int, expected_size: int, is_last: bool
         res.messages = len(starts)
         res.message_bytes = int(sizes.sum())
         if len(starts):
-            _check_queues(arr, mv, seg, starts, sizes, units, res)
+            _check_queues(arr, seg, starts, sizes, units, res)
     return res
 
 
-def _check_queues(arr: np.ndarray, mv: memoryview, seg: SegmentFile, starts: np.ndarray, sizes: np.ndarray, units: _Units,
+def _check_queues(arr: np.ndarray, seg: SegmentFile, starts: np.ndarray, sizes: np.ndarray, units: _Units,
                   res: SegmentResult) -> None:
     f = record_fields(arr, starts, sizes)
     tx = f.sys_flag & TRANSACTION_TYPE_MASK
@@ -195,7 +195,7 @@ def _check_queues(arr: np.ndarray, mv: memoryview, seg: SegmentFile, starts: np.
     idx_all = np.flatnonzero(eligible)
     if not len(idx_all):
         return
-    tags = tags_codes(arr, f, getattr(mv, "obj", None)) if units.present else None
+    tags = tags_codes(arr, f) if units.present else None
     key = f.topic_id[idx_all] * (1 << 32) + (f.queue_id[idx_all] & 0xFFFFFFFF)
     order = idx_all[np.argsort(key, kind="stable")]
     skey = f.topic_id[order] * (1 << 32) + (f.queue_id[order] & 0xFFFFFFFF)

@@ -143,8 +143,8 @@ def _tail_ok(log_: CommitLog, cp: CommitPoint, codec: CodecConfig) -> bool:
     return end == c or (c == seg.end_offset)
 
 
-def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail: bool
-                    ) -> RecoveryResult:
+def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail: bool,
+                    what: str = "uncommitted data") -> RecoveryResult:
     """Drop everything from ``end`` on: zero the rest of its segment where not zero already,
     delete later segments, make ``end`` the write end."""
     q = log_.queue
@@ -174,8 +174,8 @@ def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail:
         q.next_segment() if q.segments else q.create_first(end)
     log_.set_end(end)
     if dropped or later:
-        log.warning("recovery: dropped uncommitted data after offset %d: %d non-zero bytes "
-                    "zeroed in its segment, %d later segment(s) deleted (%s)", end, dropped,
+        log.warning("recovery: dropped %s after offset %d: %d non-zero bytes "
+                    "zeroed in its segment, %d later segment(s) deleted (%s)", what, end, dropped,
                     len(later), ", ".join(p.name for p in dropped_segments) or "-")
     return RecoveryResult(end, end, True, dropped_bytes=dropped, dropped_segments=dropped_segments)
 
@@ -246,7 +246,8 @@ def _recover_abnormally(log_: CommitLog, cp: CommitPoint, checkpoint: StoreCheck
         end = c_effective if c_effective is not None else reached
         log.error("recovery: %s -- truncating the commit log at %d as asked "
                   "(truncate_on_corruption=True); everything after it is lost", corruption, end)
-        result = _truncate_after(log_, end, codec, scan_tail=False)
+        result = _truncate_after(log_, end, codec, scan_tail=False,
+                                 what="data after the corruption")
         result.commit_point_valid = False
         result.corruption = corruption
     else:
@@ -270,7 +271,8 @@ def _recover_rocketmq(log_: CommitLog, checkpoint: StoreCheckpoint | None, *, ab
     if bad is not None:
         log.info("recovery of a store without commit point: valid data ends at %d (%s)",
                  end, bad.check.error_kind or bad.check.kind)
-    result = _truncate_after(log_, end, codec, scan_tail=False)
+    result = _truncate_after(log_, end, codec, scan_tail=False,
+                             what="invalid data (end of the valid prefix)")
     result.commit_point_valid = False
     result.dispatch_from = start
     result.last_record_offset = last_record

@@ -14,6 +14,7 @@ import hashlib
 import mmap
 import os
 import random
+import select
 import signal
 import time
 from collections import Counter
@@ -132,7 +133,8 @@ def test_sigkill_at_random_points_never_loses_a_commit_nor_keeps_uncommitted_byt
         if rng.random() < 0.1:
             time.sleep(rng.uniform(0, 0.05))          # maybe still opening / recovering
         else:
-            assert os.read(r, 1) == b"r", "the writer died before it was ready"
+            ready, _, _ = select.select([r], [], [], 60)
+            assert ready and os.read(r, 1) == b"r", "the writer died or hung before it was ready"
             time.sleep(rng.uniform(0.005, 0.25))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)

@@ -206,7 +206,10 @@ class MessageStore(RecordReads):
                 # The commit log has the batch and the queues do not: only recovery (which
                 # redispatches) can make them agree again.
                 self._failure = e
-                raise
+                raise StoreReadOnlyError(
+                    f"writing the consume queues of {self.root} failed ({e}); the batch is in "
+                    f"the commit log but not committed. The store refuses writes now; reopen it "
+                    f"to recover from the last commit point") from e
         if self.config.flush_mode == "sync" and len(batch):
             self._flusher.wait_durable(out.end_offset)
         return AppendResult(out.physical_offsets, out.sizes, out.queue_offsets, out.end_offset, ts)

@@ -64,8 +64,25 @@ class JobConfig:
             raise JobConfigError(f"--segment-size {self.segment_size}: a positive multiple of 4096")
         if self.source not in ("kafka-python", "spark-kafka"):
             raise JobConfigError(f"--source {self.source!r}: use kafka-python or spark-kafka")
+        if self.trigger != "available-now":
+            spark_interval(self.trigger)
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise JobConfigError("--max-offsets-per-trigger must be positive")
+
+
+_INTERVAL_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
+
+
+def spark_interval(text: str) -> str:
+    """'500ms', '2s', '1m' or Spark's own '2 seconds' -> the interval string Spark's trigger takes."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*", text)
+    if m:
+        return f"{m.group(1)} {_INTERVAL_UNITS[m.group(2)]}"
+    if re.fullmatch(r"\s*\d+(?:\.\d+)?\s+(milli)?(second|minute|hour)s?\s*", text):
+        return text.strip()
+    raise JobConfigError(f"--trigger {text!r}: an interval like 500ms, 2s, 1m, or available-now")
 
 
 def _key_value(text: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ingest.config import JobConfig, kafka_reader_options
+from ingest.config import JobConfig, kafka_reader_options, spark_interval
 from ingest.kafka_admin import earliest_offsets
 from ingest.mapping import MappingConfig
 from ingest.prepare import prepare_batch
@@ -129,7 +129,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         if available_now or cfg.trigger == "available-now":
             stream = stream.trigger(availableNow=True)
         else:
-            stream = stream.trigger(processingTime=cfg.trigger)
+            stream = stream.trigger(processingTime=spark_interval(cfg.trigger))
         query = stream.start()
         log.info("streaming %s into %s (flush %s, checkpoint %s)", options.get("subscribe") or
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)

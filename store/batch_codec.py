@@ -48,7 +48,7 @@ from store.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from store.errors import InvalidMessageError
-from store.properties import string_to_properties, tags_code
+from store.properties import java_parse_int, string_to_properties, tags_code
 
 __all__ = ["MESSAGE_TABLE_SCHEMA", "OPTIONAL_COLUMNS", "EncodedBatch", "encode_batch", "encode_batch_to_arrow",
            "validate_batch"]
@@ -106,7 +106,8 @@ class EncodedBatch:
             queue_offsets=queue_offsets)
 
 
-def validate_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = None) -> tuple[np.ndarray, list[str | None]]:
+def validate_batch(table: pa.Table | pa.RecordBatch,
+                   config: CodecConfig | None = None) -> tuple[np.ndarray, list[str | None]]:
     """Which rows can be encoded (True) and, for the others, why: the text of the error
     encode_batch would raise, so a dead-letter record says what to fix."""
     config = config or CodecConfig()
@@ -254,9 +255,8 @@ def _delay_levels(props: pa.Array, n: int) -> np.ndarray:
         return out
     for i in rows_containing(props, (PROPERTY_DELAY + "\x01").encode()):
         # delayed messages are rare: read them the exact RocketMQ way
-        value = string_to_properties(props[int(i)].as_py().decode("utf-8", "replace")).get(PROPERTY_DELAY)
-        if value is not None and value.strip().lstrip("-").isdigit():
-            out[i] = int(value)
+        text = props[int(i)].as_py().decode("utf-8", "replace")
+        out[i] = java_parse_int(string_to_properties(text).get(PROPERTY_DELAY)) or 0
     return out
 
 

@@ -77,7 +77,8 @@ def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets as int64, values buffer as uint8) of a binary/string array, honouring its slice offset."""
     large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
     bufs = arr.buffers()
-    offs = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32, count=len(arr) + 1, offset=arr.offset * (8 if large else 4))
+    width = 8 if large else 4
+    offs = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32, count=len(arr) + 1, offset=arr.offset * width)
     values = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     return offs.astype(np.int64), values
 

@@ -207,8 +207,7 @@ def _detail(where: str, what: str) -> str:
 def encode_message(msg: Message, config: CodecConfig | None = None) -> bytes:
     """The record the broker writes for ``msg`` at ``msg.physical_offset``."""
     config = config or CodecConfig()
-    born = HostAddress.parse(msg.born_host) if not isinstance(msg.born_host, HostAddress) else msg.born_host
-    store = HostAddress.parse(msg.store_host) if not isinstance(msg.store_host, HostAddress) else msg.store_host
+    born, store = HostAddress.parse(msg.born_host), HostAddress.parse(msg.store_host)
     born_bytes, store_bytes = born.to_bytes(), store.to_bytes()
     sys_flag = msg.sys_flag
     if len(born_bytes) == IPV6_HOST_LENGTH:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from store.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
@@ -81,6 +82,17 @@ def delete_property(s: str, name: str) -> str:
             break
         idx0 = idx2 + 1
     return "".join(out)
+
+
+_JAVA_INT = re.compile(r"[+-]?\d+")
+
+
+def java_parse_int(s: str | None) -> int | None:
+    """Java ``Integer.parseInt``: an optional sign and digits, within int32; None where Java throws."""
+    if s is None or not _JAVA_INT.fullmatch(s):
+        return None
+    v = int(s)
+    return v if -2**31 <= v < 2**31 else None
 
 
 def tags_code(tags: str | None) -> int:

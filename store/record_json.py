@@ -28,7 +28,7 @@ from store.constants import (
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_TYPE_MASK,
 )
-from store.properties import java_utf8, tags_code, utf16_sort_key
+from store.properties import java_parse_int, java_utf8, tags_code, utf16_sort_key
 
 BODY_INLINE_LIMIT = 64 * 1024            # bodies over 64 KiB are given by sha256 only
 _KNOWN_SYS_FLAG_BITS = 0x7FF
@@ -50,10 +50,10 @@ def consume_queue_tags_code(topic: str, properties: dict[str, str], store_timest
     """The tagsCode of the consume-queue unit (FORMAT §12): TAGS.hashCode(), or for
     SCHEDULE_TOPIC_XXXX with DELAY > 0 the delivery time (level capped at the highest)."""
     code = tags_code(properties.get("TAGS"))
-    delay = properties.get(PROPERTY_DELAY)
+    delay = java_parse_int(properties.get(PROPERTY_DELAY))
     if topic == SCHEDULE_TOPIC and delay is not None:
         delays = delays_ms or _DEFAULT_DELAYS
-        level = min(int(delay), len(delays))
+        level = min(delay, len(delays))
         if level > 0:
             code = store_timestamp + delays[level - 1]
     return code
@@ -99,11 +99,8 @@ def dispatch_check(decoded: DecodedMessage, record: memoryview | None = None,
             and body_crc(decoded.body) != decoded.body_crc:
         return fail
     delay = decoded.properties.get(PROPERTY_DELAY)
-    if decoded.topic == SCHEDULE_TOPIC and delay is not None:
-        try:
-            int(delay)
-        except ValueError:
-            return fail      # Integer.parseInt throws; the whole check fails
+    if decoded.topic == SCHEDULE_TOPIC and delay is not None and java_parse_int(delay) is None:
+        return fail          # Integer.parseInt throws; the whole check fails
     if config.check_crc_on_recover and config.force_verify_prop_crc:
         expected = parse_prop_crc(decoded.properties.get(PROPERTY_CRC32))
         if expected <= 0 or record is None or \

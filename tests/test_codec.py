@@ -223,3 +223,9 @@ def test_apply_prop_crcs_writes_what_apply_prop_crc_writes() -> None:
         apply_prop_crc(one_by_one, o, s)                                  # ... then re-sign
     apply_prop_crcs(vectorized, offsets, sizes)
     assert vectorized.tobytes() == bytes(one_by_one) != b"".join(records)
+
+
+def test_java_parse_int_rules_for_delay_levels() -> None:
+    from store.properties import java_parse_int
+    assert [java_parse_int(s) for s in ("3", "+3", "-1", " 3", "1_0", "", None, "2147483648")] == \
+        [3, 3, -1, None, None, None, None, None]

@@ -259,3 +259,11 @@ def test_decode_segment_files_equals_each_decoded_jsonl(golden_dir: Path, case: 
     # same objects, same key order, same lines
     dump = lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
     assert [dump(o) for o in ours] == [dump(o) for o in expected]
+
+
+def test_the_golden_folder_has_cases_and_every_indexed_file(golden_dir: Path) -> None:
+    index = _read_json(golden_dir / "INDEX.json")
+    assert index and CASES["encode"], f"no golden cases found in {golden_dir}"
+    for entry in index:
+        for name in entry.get("files", []):
+            assert (golden_dir / name.rstrip("/")).exists(), f"{entry['case']}: {name} is missing"

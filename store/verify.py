@@ -31,6 +31,9 @@ from store.progress import Progress
 from store.scan import scan_segment_fast
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
+# problems that do not end the valid data (RocketMQ's recovery reads on past them)
+_NOT_RECORD_ERRORS = ("blank", "segmentNotClosed", "queueOffsetGap", "consumeQueueUnit", "consumeQueueMissing",
+                      "consumeQueueDangling")
 PARALLEL_MIN_BYTES = 256 << 20     # below this, starting processes costs more than it saves
 MAX_JOBS = 4
 
@@ -326,7 +329,7 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
         problems.extend(res.problems)
         stopped = stopped or not contiguous
         if not stopped:
-            errors = [p.offset for p in res.problems if p.kind not in ("blank", "segmentNotClosed")]
+            errors = [p.offset for p in res.problems if p.kind not in _NOT_RECORD_ERRORS]
             if errors:
                 data_end, stopped, by_error = min(errors), True, True
             else:
@@ -338,9 +341,6 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
                 problems.append(Problem(span.first_offset, "queueOffsetGap",
                                         f"{key[0]}/{key[1]}: queue offset {span.first_qo} follows "
                                         f"{before.last_qo} (at {before.last_offset})"))
-            if before is None and src.segments[0].base_offset == 0 and span.first_qo != 0 and not problems:
-                problems.append(Problem(span.first_offset, "queueOffsetGap",
-                                        f"{key[0]}/{key[1]}: the log starts at 0 but this queue at {span.first_qo}"))
             spans[key] = QueueSpan(before.first_qo if before else span.first_qo,
                                    before.first_offset if before else span.first_offset,
                                    span.last_qo, span.last_offset)
@@ -352,7 +352,8 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
 
 
 def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], QueueSpan], data_end: int) -> list[Problem]:
-    """Units past the last record of their queue that point into the verified data."""
+    """Units with no record of their queue in the log (before its first or after its last
+    record) that point into the verified data."""
     out: list[Problem] = []
     if not units.present:
         return out
@@ -363,18 +364,25 @@ def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], Que
         for qid in qids:
             lo, hi = cq.queue_range(topic, qid)
             span = spans.get((topic, qid))
-            start = span.last_qo + 1 if span else lo
-            if hi <= start:
-                continue
-            extra = units.read(topic, qid, start, hi - start)
-            for k, u in enumerate(extra.tolist()):
-                phys, size, _ = u
-                # past the valid data a unit is only ahead of the log (a writer's, or a crash's
-                # dirty tail that recovery truncates): report those pointing into checked data
-                if src.segments and src.segments[0].base_offset <= phys < data_end:
-                    out.append(Problem(phys, "consumeQueueDangling",
-                                       f"{topic}/{qid} unit {start + k} points at {phys} (size {size}), "
-                                       f"but the queue's last record is at queue offset {start - 1}"))
+            ranges = [(span.last_qo + 1, hi), (lo, span.first_qo)] if span else [(lo, hi)]
+            for start, stop in ranges:
+                if stop > start:
+                    out.extend(_dangling(units, topic, qid, start, stop, data_end, src))
+    return out
+
+
+def _dangling(units: _Units, topic: str, qid: int, start: int, stop: int, data_end: int,
+              src: Source) -> list[Problem]:
+    """Units start..stop of a queue have no record of theirs in the log."""
+    out: list[Problem] = []
+    extra = units.read(topic, qid, start, stop - start)
+    for k, (phys, size, _) in enumerate(extra.tolist()):
+        # past the valid data a unit is only ahead of the log (a writer's, or a crash's dirty
+        # tail that recovery truncates): report those pointing into the checked data
+        if src.segments and src.segments[0].base_offset <= phys < data_end and size > 0:
+            out.append(Problem(phys, "consumeQueueDangling",
+                               f"{topic}/{qid} unit {start + k} points at {phys} (size {size}), but no record "
+                               f"of this queue has queue offset {start + k}"))
     return out
 
 

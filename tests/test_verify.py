@@ -216,3 +216,26 @@ def test_vectorized_tags_codes_equal_the_reference_rule(topic: str) -> None:
         d = decode_message(buf, s)
         want.append(consume_queue_tags_code(d.topic, d.properties, d.store_timestamp) if d.properties_string else 0)
     assert got.tolist() == want
+
+
+def test_a_queue_starting_past_zero_in_a_fresh_store_is_no_gap(tmp_path: Path) -> None:
+    """Queue offsets may come from outside (the sink writes Kafka offsets): a queue whose first
+    record has queue offset 1000 is fine when its consume queue starts there too."""
+    from store import MessageStore
+    from store.codec import Message
+    from store.config import StoreConfig
+
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(segment_size=SEG, consume_queue_units=64)) as store:
+        store.append([Message(topic="T", body=b"x" * 50, queue_offset=1000 + i) for i in range(5)])
+        store.commit()
+    assert problems(root) == []
+
+
+def test_units_before_a_queue_s_first_record_are_reported(store: Path) -> None:
+    ms = [m for m in messages(store) if (m["topic"], m["queue_id"]) == ("TopicA", 0)]
+    for m in ms[:3]:   # the first three records of the queue become another queue's
+        patch(m["segment"], m["pos"] + 12, struct.pack(">i", 7))
+    found = problems(store)
+    assert [(o, k) for o, k in found if k == "consumeQueueDangling"] == [(m["offset"], "consumeQueueDangling")
+                                                                        for m in ms[:3]]

@@ -47,9 +47,7 @@ _HEAD = struct.Struct(">iIiiiqqiq")
 _I64 = struct.Struct(">q")
 # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH
 _TAIL = struct.Struct(">iqi")
-_I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_U32 = struct.Struct(">I")
 _CRC_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode("ascii")
 _CRC_SUFFIX = PROPERTY_SEPARATOR.encode("ascii")
 

@@ -37,16 +37,16 @@ _COMPRESSION_NAMES = {1: "LZ4", 2: "ZSTD", 3: "ZLIB"}
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-def delay_level_millis(levels: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> list[int]:
+def delay_level_millis(levels: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> tuple[int, ...]:
     """messageDelayLevel parsed to milliseconds; index 0 is level 1."""
-    return [int(tok[:-1]) * _DELAY_UNITS_MS[tok[-1]] for tok in levels.split()]
+    return tuple(int(tok[:-1]) * _DELAY_UNITS_MS[tok[-1]] for tok in levels.split())
 
 
 _DEFAULT_DELAYS = delay_level_millis()
 
 
 def consume_queue_tags_code(topic: str, properties: dict[str, str], store_timestamp: int,
-                            delays_ms: list[int] | None = None) -> int:
+                            delays_ms: tuple[int, ...] | list[int] | None = None) -> int:
     """The tagsCode of the consume-queue unit (FORMAT §12): TAGS.hashCode(), or for
     SCHEDULE_TOPIC_XXXX with DELAY > 0 the delivery time (level capped at the highest)."""
     code = tags_code(properties.get("TAGS"))

@@ -32,21 +32,26 @@ def _discovery_root() -> Path:
 def _discover() -> dict[str, list[str]]:
     root = _discovery_root()
     names: set[str] = set()
+    reports: set[str] = set()
     index = root / "INDEX.json"
     if index.is_file():
         for entry in json.loads(index.read_text()):
             names.add(entry["case"])
+            if any(f.endswith(".decoded.jsonl") for f in entry.get("files", [])):
+                reports.add(entry["case"])
     if root.is_dir():
         for p in root.iterdir():
             for suffix in (".spec.json", ".decoded.jsonl", ".manifest.json", ".bin"):
                 if p.name.endswith(suffix):
                     names.add(p.name[: -len(suffix)])
+            if p.name.endswith(".decoded.jsonl"):
+                reports.add(p.name[: -len(".decoded.jsonl")])
             if p.is_dir() and (p.name.startswith("store_") or p.name.startswith("corrupt_")):
                 names.add(p.name)
     store = sorted(n for n in names if n.startswith("store_"))
     corrupt = sorted(n for n in names if n.startswith("corrupt_"))
     encode = sorted(n for n in names if n not in store and n not in corrupt)
-    return {"encode": encode, "store": store, "corrupt": corrupt, "decoded": sorted(names)}
+    return {"encode": encode, "store": store, "corrupt": corrupt, "decoded": sorted(reports)}
 
 
 CASES = _discover()
@@ -224,6 +229,16 @@ def _expected_report(golden_dir: Path, case: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def _case_config(golden_dir: Path, case: str) -> CodecConfig:
+    """The MessageStoreConfig the case was written with (manifest, then spec overrides)."""
+    overrides: dict[str, Any] = {}
+    for path in (golden_dir / f"{case}.manifest.json", golden_dir / case / "manifest.json",
+                 golden_dir / f"{case}.spec.json"):
+        if path.is_file():
+            overrides.update(json.loads(path.read_text(encoding="utf-8")).get("config", {}))
+    return _config(overrides)
+
+
 def _report_inputs(golden_dir: Path, case: str) -> list[Path]:
     if (golden_dir / case).is_dir():
         return _segments(golden_dir / case)
@@ -255,7 +270,7 @@ def test_reading_each_corrupt_copy_reports_exactly_its_errors(golden_dir: Path, 
 def test_decode_segment_files_equals_each_decoded_jsonl(golden_dir: Path, case: str) -> None:
     from store.scan import decode_segment_files
     expected = _expected_report(golden_dir, case)
-    ours = list(decode_segment_files(_report_inputs(golden_dir, case)))
+    ours = list(decode_segment_files(_report_inputs(golden_dir, case), _case_config(golden_dir, case)))
     # same objects, same key order, same lines
     dump = lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
     assert [dump(o) for o in ours] == [dump(o) for o in expected]

@@ -8,9 +8,9 @@ dropped: it leaves with ``dead_reason`` set and its raw Kafka fields kept, for t
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +27,7 @@ from store.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
+from ingest.mapping_fast import map_fast
 from store.hosts import HostAddress
 from store.properties import tags_code as java_string_hash
 
@@ -94,8 +95,10 @@ class MappingConfig:
 
 
 def uniq_key(topic: str, partition: int, offset: int) -> str:
-    """32 upper-case hex chars derived from the source coordinates: the same every time."""
-    return hashlib.md5(f"{topic}\x00{partition}\x00{offset}".encode()).hexdigest().upper()
+    """32 upper-case hex chars derived from the source coordinates, the same every time:
+    crc32(topic) | partition | offset, big-endian. Unique within a topic by construction; the
+    KAFKA_* properties stay the authoritative coordinates."""
+    return f"{zlib.crc32(topic.encode('utf-8')):08X}{partition & 0xFFFFFFFF:08X}{offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def topic_problem(topic: str | None) -> str | None:
@@ -248,51 +251,74 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
     return _Row(target_topic, queue_id, flag, body or b"", properties, tags, born or default_born)
 
 
-def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig) -> pa.RecordBatch:
-    """Map one Arrow batch of Kafka rows (Spark's kafka columns) to MAPPED_SCHEMA rows, same order."""
+def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_id: pa.Array,
+              flag: pa.Array, body: pa.Array, properties: pa.Array, tags: pa.Array, born_host: pa.Array,
+              dead_reason: pa.Array) -> pa.RecordBatch:
+    """MAPPED_SCHEMA from the mapped columns and the columns every row shares the rule of."""
     n = batch.num_rows
-    cols = {name: batch.column(name) for name in ("key", "value", "topic", "partition", "offset", "headers")}
-    keys, values = cols["key"].to_pylist(), cols["value"].to_pylist()
-    topics, partitions = cols["topic"].to_pylist(), cols["partition"].to_pylist()
-    offsets, headers = cols["offset"].to_pylist(), cols["headers"].to_pylist()
     ts = batch.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())
-    born_ms = pc.divide(ts, 1000).fill_null(0)
-    default_born = HostAddress.parse(cfg.born_host).to_bytes()
+    dead = pc.is_valid(dead_reason)
     store_host = HostAddress.parse(cfg.store_host).to_bytes()
-
-    out_topic, out_queue, out_flag, out_body, out_props, out_tags, out_born = [], [], [], [], [], [], []
-    dead_reason: list[str | None] = []
-    for i in range(n):
-        try:
-            row = _map_row(keys[i], values[i], topics[i], partitions[i], offsets[i], headers[i], cfg, default_born)
-        except _Dead as dead:
-            row = _Row(None, 0, 0, None, "", None, default_born, str(dead))
-        out_topic.append(row.topic)
-        out_queue.append(row.queue_id)
-        out_flag.append(row.flag)
-        out_body.append(row.body)
-        out_props.append(row.properties)
-        out_tags.append(row.tags)
-        out_born.append(row.born_host)
-        dead_reason.append(row.dead_reason)
-
-    dead = pa.array([r is not None for r in dead_reason], pa.bool_())
-    alive = pc.invert(dead)
     zeros32 = pa.array(np.zeros(n, np.int32))
+    live = {"topic": topic, "queue_id": queue_id, "body": body, "properties": properties, "tags": tags}
+    live = {k: pc.if_else(dead, pa.scalar(None, v.type), v) for k, v in live.items()}
     arrays = [
-        pa.array(out_topic, pa.string()), pa.array(out_queue, pa.int32()), pa.array(out_flag, pa.int32()),
-        pa.array(out_body, pa.binary()), pa.array(out_props, pa.string()), pa.array(out_tags, pa.string()),
-        zeros32, born_ms.cast(pa.int64()), pa.array(out_born, pa.binary()),
-        pa.array([store_host] * n, pa.binary()), zeros32, pa.array(np.zeros(n, np.int64)),
-        cols["topic"].cast(pa.string()), cols["partition"].cast(pa.int32()), cols["offset"].cast(pa.int64()),
-        pa.array(dead_reason, pa.string()),
-        pc.if_else(dead, cols["key"], pa.scalar(None, pa.binary())),
-        pc.if_else(dead, cols["value"], pa.scalar(None, pa.binary())),
-        pc.if_else(alive, pa.nulls(n, HEADER_TYPE), cols["headers"].cast(HEADER_TYPE)) if n else pa.nulls(0, HEADER_TYPE),
+        live["topic"], live["queue_id"].cast(pa.int32()), flag.cast(pa.int32()), live["body"],
+        live["properties"], live["tags"], zeros32, pc.divide(ts, 1000).fill_null(0), born_host,
+        pa.repeat(pa.scalar(store_host, pa.binary()), n), zeros32, pa.array(np.zeros(n, np.int64)),
+        batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
+        batch.column("offset").cast(pa.int64()), dead_reason,
+        pc.if_else(dead, batch.column("key"), pa.scalar(None, pa.binary())),
+        pc.if_else(dead, batch.column("value"), pa.scalar(None, pa.binary())),
+        pc.if_else(dead, batch.column("headers").cast(HEADER_TYPE), pa.scalar(None, HEADER_TYPE)),
         ts.fill_null(0),
     ]
-    return pa.RecordBatch.from_arrays([a if isinstance(a, pa.Array) else a.combine_chunks() for a in arrays],
+    return pa.RecordBatch.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
                                       schema=MAPPED_SCHEMA)
+
+
+def _map_rows(batch: pa.RecordBatch, cfg: MappingConfig) -> pa.RecordBatch:
+    """The per-row path: every rule, one record at a time (envelopes, odd keys and headers)."""
+    n = batch.num_rows
+    keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
+    topics, partitions = batch.column("topic").to_pylist(), batch.column("partition").to_pylist()
+    offsets, headers = batch.column("offset").to_pylist(), batch.column("headers").to_pylist()
+    default_born = HostAddress.parse(cfg.born_host).to_bytes()
+    rows = []
+    for i in range(n):
+        try:
+            rows.append(_map_row(keys[i], values[i], topics[i], partitions[i], offsets[i], headers[i], cfg,
+                                 default_born))
+        except _Dead as dead:
+            rows.append(_Row(None, 0, 0, None, "", None, default_born, str(dead)))
+    return _assemble(
+        batch, cfg, pa.array([r.topic for r in rows], pa.string()), pa.array([r.queue_id for r in rows], pa.int32()),
+        pa.array([r.flag for r in rows], pa.int32()), pa.array([r.body for r in rows], pa.binary()),
+        pa.array([r.properties for r in rows], pa.string()), pa.array([r.tags for r in rows], pa.string()),
+        pa.array([r.born_host for r in rows], pa.binary()), pa.array([r.dead_reason for r in rows], pa.string()))
+
+
+def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vectorized: bool = True) -> pa.RecordBatch:
+    """Map one Arrow batch of Kafka rows (Spark's kafka columns) to MAPPED_SCHEMA rows, same order."""
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], KAFKA_SCHEMA)
+    n = batch.num_rows
+    if n == 0 or cfg.envelope or not vectorized:
+        return _map_rows(batch, cfg)
+    cols, slow = map_fast(batch, cfg.topic_map, frozenset(RESERVED_PROPERTIES), cfg.born_host_header,
+                          cfg.queue_count if cfg.queue_mode == "key-hash" else None, cfg.max_message_size,
+                          topic_problem)
+    born = pa.repeat(pa.scalar(HostAddress.parse(cfg.born_host).to_bytes(), pa.binary()), n)
+    fast = _assemble(batch, cfg, cols["topic"], cols["queue_id"], pa.array(np.zeros(n, np.int32)), cols["body"],
+                     cols["properties"], cols["tags"], born, cols["dead_reason"])
+    if not slow.any():
+        return fast
+    slow_idx, fast_idx = np.nonzero(slow)[0], np.nonzero(~slow)[0]
+    redone = _map_rows(batch.take(pa.array(slow_idx)), cfg)
+    combined = pa.Table.from_batches([fast.take(pa.array(fast_idx)), redone])
+    order = np.empty(n, dtype=np.int64)
+    order[np.concatenate([fast_idx, slow_idx])] = np.arange(n)
+    return combined.take(pa.array(order)).combine_chunks().to_batches()[0]
 
 
 def map_kafka_batches(batches: Iterator[pa.RecordBatch], cfg: MappingConfig) -> Iterator[pa.RecordBatch]:

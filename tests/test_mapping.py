@@ -111,3 +111,22 @@ def test_bad_settings_are_refused() -> None:
         MappingConfig(queue_mode="round-robin")
     with pytest.raises(MappingConfigError, match="store_host"):
         MappingConfig(store_host="nowhere")
+
+
+def test_vectorized_and_per_row_paths_agree() -> None:
+    rows = []
+    for i in range(300):
+        headers = [{"key": "TAGS", "value": f"t{i % 4}".encode()}, {"key": "n", "value": str(i).encode()}]
+        if i % 17 == 0:
+            headers.append({"key": "bornHost", "value": b"10.0.0.1:99"})      # per-row path
+        if i % 23 == 0:
+            headers.append({"key": "odd", "value": "ünïcode".encode()})        # per-row path
+        if i % 29 == 0:
+            headers = []
+        key = None if i % 5 == 0 else (f"key-{i}".encode() if i % 7 else "clé".encode())
+        rows.append({"key": key, "value": b"z" * (i % 150), "offset": i, "partition": i % 3,
+                     "topic": "orders" if i % 11 else "bad topic", "headers": headers})
+    batch = kafka_rows(*rows)
+    for cfg in (MappingConfig(max_message_size=120), MappingConfig(queue_mode="key-hash", queue_count=5,
+                                                                   topic_map={"orders": "Orders"})):
+        assert map_kafka_batch(batch, cfg).to_pylist() == map_kafka_batch(batch, cfg, vectorized=False).to_pylist()

@@ -139,3 +139,12 @@ def test_int_columns_out_of_range_are_refused_not_wrapped() -> None:
 def test_an_empty_table_gives_an_empty_batch() -> None:
     batch = encode_batch(table([]))
     assert len(batch) == 0 and batch.nbytes == 0
+
+
+@pytest.mark.parametrize("lengths", [[0, 7, 7, 30], list(range(0, 300, 3)), [64]])
+def test_bodies_grouped_by_length_get_their_own_crc(lengths: list[int]) -> None:
+    rng = np.random.default_rng(len(lengths))
+    rows = [row(body=rng.integers(0, 256, lengths[i % len(lengths)], dtype=np.uint8).tobytes(), flag=i)
+            for i in range(400)]
+    batch = encode_batch(table(rows))
+    assert [bytes(batch.record(i)) for i in range(len(rows))] == [single(r) for r in rows]

@@ -11,7 +11,6 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import CommitPointError
 from .segment import fsync_dir

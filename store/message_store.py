@@ -24,17 +24,16 @@ from .codec import Message, encode_message
 from .commit_point import CommitPoint, read_commit_point, write_commit_point
 from .commitlog import CommitLog, queue_eligible
 from .config import StoreConfig
-from .constants import (ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR, POS_SYSFLAG, PROPERTY_DELAY,
+from .constants import (ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, POS_SYSFLAG, PROPERTY_DELAY,
                         PROPERTY_TAGS)
 from .consume_queue import ConsumeQueueStore, check_topic_name
-from .cq_redispatch import redispatch
 from .cq_units import parse_delay_property
 from .errors import FlushError, StoreError, StoreReadOnlyError
 from .flush import FlushService
 from .lock import StoreLock
 from .properties import string_to_properties, tags_code
 from .reader import RecordReads
-from .recovery import recover
+from .recovery import recover, recover_queues, remove_unfinished_queue_files
 from .segment import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -99,19 +98,16 @@ class MessageStore(RecordReads):
         commit_point = read_commit_point(self.root)
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
         self._log.queue.load()
-        _remove_unfinished_queue_files(self.root)
+        remove_unfinished_queue_files(self.root)
         self._cq.load()
         result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
                          truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
         end = result.end_offset
-        self._cq.truncate_dirty(end)
-        added = redispatch(self._cq, self.iter_messages(max(result.dispatch_from, self.min_offset), end))
-        if added:
-            log.info("recovery: %d consume-queue units rebuilt from offset %d", added,
-                     result.dispatch_from)
-        self._cq.flush()
-        if result.commit_point_valid and commit_point is not None:
-            queue_offsets = dict(commit_point.queue_offsets)
+        valid_point = commit_point if result.commit_point_valid else None
+        recover_queues(self._cq, self.iter_messages, self.min_offset, end, result.dispatch_from,
+                       valid_point)
+        if valid_point is not None:
+            queue_offsets = dict(valid_point.queue_offsets)
         else:
             queue_offsets = self._cq.next_queue_offsets()
         self._log.queue_offsets = dict(queue_offsets)
@@ -340,19 +336,6 @@ class MessageStore(RecordReads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _remove_unfinished_queue_files(root: Path) -> None:
-    """A writer killed between creating a consume-queue file and sizing it leaves it empty.
-    It never held a unit (units are written after sizing), and recovery redispatches what the
-    queues miss, so it can go; ConsumeQueueStore.load would refuse its size."""
-    for path in (root / CONSUMEQUEUE_DIR).glob("*/*/*"):
-        try:
-            if path.is_file() and path.stat().st_size == 0:
-                log.warning("removing empty consume-queue file %s (creation cut short by a crash)", path)
-                path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def _batch_from_messages(messages: Sequence[Message], config: StoreConfig) -> EncodedBatch:

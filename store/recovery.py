@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,9 @@ from .checkpoint import StoreCheckpoint
 from .codec import CodecConfig, record_store_timestamp_pos
 from .commit_point import CommitPoint
 from .commitlog import CommitLog
+from .constants import CONSUMEQUEUE_DIR
+from .consume_queue import ConsumeQueueStore
+from .cq_redispatch import redispatch
 from .errors import CommittedDataCorruptError
 from .scan import RecordCheck, check_record, scan_segment
 from .segment import Segment
@@ -278,3 +281,49 @@ def _recover_rocketmq(log_: CommitLog, checkpoint: StoreCheckpoint | None, *, ab
     result.last_record_offset = last_record
     result.mode = "rocketmq-" + ("abnormal" if abnormal else "normal")
     return result
+
+
+# --- consume queues ------------------------------------------------------------------------------
+
+def remove_unfinished_queue_files(root: Path) -> None:
+    """A writer killed between creating a consume-queue file and sizing it leaves it empty.
+    It never held a unit (units are written after sizing) and the queues are repaired below,
+    so it can go; ConsumeQueueStore.load would refuse its size."""
+    for path in (Path(root) / CONSUMEQUEUE_DIR).glob("*/*/*"):
+        try:
+            if path.is_file() and path.stat().st_size == 0:
+                log.warning("removing empty consume-queue file %s (creation cut short by a crash)", path)
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def recover_queues(cq: ConsumeQueueStore, records: Callable[[int, int], Iterator],
+                   min_offset: int, end: int, dispatch_from: int,
+                   commit_point: CommitPoint | None) -> None:
+    """Drop consume-queue units past ``end`` and add the missing ones. Units below a valid
+    commit point were flushed before it was written, so normally nothing is redispatched; a
+    queue behind the commit point (files lost or damaged) is rebuilt from further back.
+    ``records(start, end)`` iterates (offset, message) of the commit log."""
+    cq.truncate_dirty(end)
+
+    def behind() -> list[tuple[str, int]]:
+        have = cq.next_queue_offsets()
+        return [k for k, v in (commit_point.queue_offsets if commit_point else {}).items()
+                if have.get(k, 0) < v]
+
+    starts = [dispatch_from] if commit_point is None else [end]
+    if commit_point is not None and behind():
+        starts = [dispatch_from, min_offset]
+    for start in starts:
+        start = max(start, min_offset)
+        added = redispatch(cq, records(start, end))
+        if added:
+            log.info("recovery: %d consume-queue units rebuilt from offset %d", added, start)
+        if not behind():
+            break
+    lagging = behind()
+    if lagging:
+        log.error("recovery: consume queues %s stay behind the commit point: their units "
+                  "point below the commit log's first offset %d", lagging, min_offset)
+    cq.flush()

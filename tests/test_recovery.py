@@ -173,3 +173,14 @@ def test_a_rocketmq_store_with_a_bad_crc_ends_at_the_bad_record(tmp_path: Path, 
         assert len(list(s.iter_messages())) == sum(
             1 for r in records if r.get("type") == "message" and r["offset"] < hit["offset"])
         assert struct.unpack(">i", seg_path(root, 0).read_bytes()[s.max_offset:s.max_offset + 4])[0] == 0
+
+
+def test_consume_queues_lost_behind_the_commit_point_are_rebuilt_from_the_commit_log(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    s, offs = committed_store(root)
+    s.close()
+    shutil.rmtree(root / "consumequeue" / "R" / "1")
+    with open_store(root) as s2:
+        assert s2.queue_range("R", 1) == (0, 300)
+        assert [m.body.tobytes() for m in s2.get_by_queue("R", 1, 299, 5)] == [msgs(1, 898)[0].body]
+        assert s2.append(msgs(1, 900)).queue_offsets.tolist() == [300]

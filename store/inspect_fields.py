@@ -114,9 +114,17 @@ def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """String.hashCode of ASCII strings (rows of ``mat``, ``lengths`` long), sign-extended."""
     h = np.zeros(len(mat), dtype=np.int64)
     for j in range(mat.shape[1]):
-        live = j < lengths
-        h = np.where(live, (h * 31 + mat[:, j]) & 0xFFFFFFFF, h)
+        h = np.where(j < lengths, (h * 31 + mat[:, j]) & 0xFFFFFFFF, h)
     return (h ^ 0x80000000) - 0x80000000
+
+
+def _value_lengths(arr: np.ndarray, vpos: np.ndarray, avail: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Length of each property value (up to its \x02 or the end of the properties) within the
+    first ``width`` bytes, and those bytes; -1 where the value is longer than ``width``."""
+    vals = _rows(arr, vpos, width)
+    sep = (vals == _SEP) | (np.arange(width) >= avail[:, None])
+    found = sep.any(axis=1)
+    return np.where(found, np.argmax(sep, axis=1), -1), vals
 
 
 def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
@@ -150,15 +158,27 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
     one = ~slow[owner]
     owner, vpos, pend = owner[one], vpos[one], pend[one]
     if len(owner):
+        # most tags are short: look at 16 bytes first, at more only for the longer values
         avail = pend - vpos
-        vw = int(min(_MAX_FAST_TAG + 1, avail.max()))
-        vals = _rows(arr, vpos, vw) if vw else np.zeros((len(owner), 0), np.uint8)
-        sep = (vals == _SEP) | (np.arange(vw) >= avail[:, None])
-        length = np.where(sep.any(axis=1), np.argmax(sep, axis=1), vw)
-        bad = (length > _MAX_FAST_TAG) | ((vals >= 0x80) & (np.arange(vw) < length[:, None])).any(axis=1)
-        slow[owner[bad]] = True
-        good = ~bad
-        out[owner[good]] = java_hash_ascii(vals[good], length[good])
+        length, vals = _value_lengths(arr, vpos, avail, int(min(16, avail.max())))
+        longer = np.flatnonzero(length < 0)
+        if len(longer):
+            slow[owner[longer]] = True        # over _MAX_FAST_TAG: the per-record path
+            more = int(min(_MAX_FAST_TAG + 1, avail[longer].max()))
+            l2, v2 = _value_lengths(arr, vpos[longer], avail[longer], more)
+            ok2 = (l2 >= 0) & (l2 <= _MAX_FAST_TAG)
+            slow[owner[longer[ok2]]] = False
+            fast2 = longer[ok2]
+            l2, v2 = l2[ok2], v2[ok2]
+            nonascii2 = ((v2 >= 0x80) & (np.arange(more) < l2[:, None])).any(axis=1)
+            slow[owner[fast2[nonascii2]]] = True
+            out[owner[fast2[~nonascii2]]] = java_hash_ascii(v2[~nonascii2], l2[~nonascii2])
+        short = np.flatnonzero(length >= 0)
+        ls, vs = length[short], vals[short]
+        nonascii = ((vs >= 0x80) & (np.arange(vs.shape[1]) < ls[:, None])).any(axis=1)
+        slow[owner[short[nonascii]]] = True
+        keep = short[~nonascii]
+        out[owner[keep]] = java_hash_ascii(vs[~nonascii], ls[~nonascii])
     for i in np.flatnonzero(slow).tolist():
         p, n_ = int(f.props_pos[i]), int(f.props_len[i])
         props = string_to_properties(java_string(arr[p:p + n_].tobytes())) if n_ else {}

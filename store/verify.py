@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -306,7 +307,9 @@ def _pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
     if jobs <= 1:
         yield None
         return
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    # fork is quick, but only safe with no other thread holding a lock (e.g. a store's flusher)
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
         yield pool
 
 

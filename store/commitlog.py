@@ -169,7 +169,8 @@ class CommitLog:
                 w += int(cum[k - 1]) - prev
                 i = k
             if i < n:
-                blanks.append((slot, w))
+                if w < size:   # a segment already closed by its BLANK needs none
+                    blanks.append((slot, w))
                 slot, w = slot + 1, 0
 
         new_segments = self._allocate(slot)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -184,8 +185,17 @@ def test_parallel_verification_finds_the_same_as_serial(store: Path) -> None:
     patch(m["segment"], m["pos"] + 88 + 10, b"\xff")
     (store / "commitlog" / str(4 * SEG).zfill(20)).unlink()
     serial = verify_source(open_source(store), jobs=1)
-    parallel = verify_source(open_source(store), jobs=2)
+    parallel = verify_source(open_source(store), jobs=2)           # forked workers
     assert [(p.offset, p.kind) for p in serial.problems] == [(p.offset, p.kind) for p in parallel.problems]
+    busy = threading.Event()
+    other = threading.Thread(target=busy.wait, daemon=True)      # with another thread: spawned workers
+    other.start()
+    try:
+        spawned = verify_source(open_source(store), jobs=2)
+    finally:
+        busy.set()
+        other.join()
+    assert [(p.offset, p.kind) for p in spawned.problems] == [(p.offset, p.kind) for p in serial.problems]
     assert (m["offset"], "crc") in [(p.offset, p.kind) for p in serial.problems]
     assert (serial.messages, serial.units_checked, serial.data_end) == \
         (parallel.messages, parallel.units_checked, parallel.data_end)

@@ -10,8 +10,6 @@ patched by the store at append time).
 
 from __future__ import annotations
 
-import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,14 +45,13 @@ from store.constants import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from store.crc import crc32_many
 from store.errors import InvalidMessageError
 from store.properties import java_parse_int, string_to_properties, tags_code
 
 __all__ = ["MESSAGE_TABLE_SCHEMA", "OPTIONAL_COLUMNS", "EncodedBatch", "encode_batch", "encode_batch_to_arrow",
            "validate_batch"]
 
-_MASK = 0x7FFFFFFF
-_ROWS_PER_LENGTH_GROUP = 16     # group bodies by length when a length has this many rows on average
 
 
 @dataclass
@@ -133,43 +130,9 @@ def _head_dtype(born: int, store: int) -> np.dtype:
 
 
 def _body_crcs(body: pa.Array) -> np.ndarray:
-    """Masked CRC32 of every body. The one per-record Python step of the hot path: a zlib call per
-    body. Bodies of equal length are cut by struct.iter_unpack (no Python index arithmetic); when
-    few lengths occur, rows are grouped by length to the same end."""
+    """Masked CRC32 of every body: the one per-record Python step of the hot path."""
     offs, values = binary_parts(body)
-    n = len(body)
-    out = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return out
-    lengths = np.diff(offs)
-    if np.all(lengths == lengths[0]):
-        out[:] = _equal_length_crcs(memoryview(values)[offs[0]:offs[-1]], int(lengths[0]), n)
-        return out
-    order = np.argsort(lengths, kind="stable")
-    sorted_lengths = lengths[order]
-    bounds = np.flatnonzero(np.diff(sorted_lengths)) + 1
-    if len(bounds) + 1 <= n // _ROWS_PER_LENGTH_GROUP:
-        for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [n]]).tolist()):
-            rows = order[a:b]
-            width = int(sorted_lengths[a])
-            if width:
-                block = np.ndarray((len(values) - width + 1,), dtype=f"V{width}", buffer=values,
-                                   strides=(1,))[offs[rows]]
-                out[rows] = _equal_length_crcs(memoryview(block).cast("B"), width, len(rows))
-        return out
-    mv = memoryview(values)
-    crc = zlib.crc32
-    out[:] = np.fromiter([crc(mv[a:b]) for a, b in zip(offs[:-1].tolist(), offs[1:].tolist())],
-                         dtype=np.int64, count=n)
-    return out & _MASK
-
-
-def _equal_length_crcs(buf: memoryview, width: int, n: int) -> np.ndarray:
-    if width == 0:
-        return np.zeros(n, dtype=np.int64)
-    crc = zlib.crc32
-    crcs = [crc(b) for (b,) in struct.Struct(f"{width}s").iter_unpack(buf)]
-    return np.fromiter(crcs, dtype=np.int64, count=n) & _MASK
+    return crc32_many(values, offs[:-1], np.diff(offs))
 
 
 def _heads(plan: BatchPlan, queue_offsets: np.ndarray) -> pa.Array:

@@ -26,6 +26,7 @@ from store.constants import (
     PROPERTY_CRC32,
     STOREHOSTADDRESS_V6_FLAG,
 )
+from store.crc import crc32_many
 from store.properties import java_string, string_to_properties
 
 _HEADER = struct.Struct(">iI")
@@ -288,15 +289,12 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
         return first
     if config.force_verify_prop_crc:
         return _first_prop_crc_failure(mv, starts[:first], sizes[:first], first)
-    return _first_crc_mismatch(heads["body_crc"][:first], mv, (body_pos + 4)[:first], body_len[:first], first)
+    return _first_crc_mismatch(heads["body_crc"][:first], arr, (body_pos + 4)[:first], body_len[:first], first)
 
 
-def _first_crc_mismatch(stored: np.ndarray, mv: memoryview, body_start: np.ndarray, body_len: np.ndarray,
+def _first_crc_mismatch(stored: np.ndarray, arr: np.ndarray, body_start: np.ndarray, body_len: np.ndarray,
                         default: int) -> int:
-    crc = zlib.crc32
-    # The only per-record Python work: one C call per body over a zero-copy slice.
-    computed = np.fromiter([crc(mv[b:e]) for b, e in zip(body_start.tolist(), (body_start + body_len).tolist())],
-                           dtype=np.int64, count=len(stored)) & _MASK
+    computed = crc32_many(arr, body_start, body_len)
     bad = np.flatnonzero((computed != stored) & (body_len > 0))
     return int(bad[0]) if len(bad) else default
 

@@ -229,3 +229,25 @@ def test_java_parse_int_rules_for_delay_levels() -> None:
     from store.properties import java_parse_int
     assert [java_parse_int(s) for s in ("3", "+3", "-1", " 3", "1_0", "", None, "2147483648")] == \
         [3, 3, -1, None, None, None, None, None]
+
+
+@pytest.mark.parametrize("shape", ["contiguous equal", "scattered equal", "few lengths", "many lengths", "empty"])
+def test_crc32_many_equals_zlib_per_slice(shape: str) -> None:
+    import numpy as np
+
+    from store.crc import crc32_many
+    rng = np.random.default_rng(7)
+    buf = rng.integers(0, 256, 200_000, dtype=np.uint8)
+    n = 500
+    if shape == "contiguous equal":
+        starts, lengths = np.arange(n) * 100, np.full(n, 100)
+    elif shape == "scattered equal":
+        starts, lengths = np.sort(rng.choice(190_000, n, replace=False)), np.full(n, 37)
+    elif shape == "few lengths":
+        starts, lengths = rng.integers(0, 190_000, n), rng.choice([0, 5, 64, 250], n)
+    elif shape == "many lengths":
+        starts, lengths = rng.integers(0, 190_000, n), rng.integers(0, 3000, n)
+    else:
+        starts, lengths = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    want = [zlib.crc32(buf[s:s + k].tobytes()) & 0x7FFFFFFF for s, k in zip(starts, lengths)]
+    assert crc32_many(buf, starts, lengths).tolist() == want

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -29,10 +30,20 @@ _LOG_APPEND_TIME = 0x08
 
 @dataclass
 class ArrowChunk:
-    """Records of one fetch response, as columns (see kafka_decode.decode_sections)."""
+    """Records of one fetch response, decoded into columns (kafka_decode.decode_sections) on first
+    use: after poll() has returned, so that the consumer's next fetch is already on its way."""
 
-    offset: int                   # first offset (kafka-python skips items whose .offset < fetch offset)
-    columns: dict[str, pa.Array]
+    offset: int                   # >= the fetch offset: kafka-python drops items below it
+    sections: list[BatchSection]
+    fetch_offset: int             # a fetch may start inside a batch: records below it are dropped
+
+    @cached_property
+    def columns(self) -> dict[str, pa.Array]:
+        columns = decode_sections(self.sections)
+        self.sections = []
+        offsets = columns["offset"].to_numpy()
+        first = int(np.searchsorted(offsets, self.fetch_offset))
+        return {k: v.slice(first) for k, v in columns.items()} if first else columns
 
     @property
     def num_rows(self) -> int:
@@ -91,14 +102,8 @@ def _fast_partition_records(base: type) -> type:
                 # v2 keeps a batch's last offset even when compaction removed its last records
                 self.next_fetch_offset = last.next_offset
             if sections:
-                columns = decode_sections(sections)
-                offsets = columns["offset"].to_numpy()
-                first = int(np.searchsorted(offsets, self.fetch_offset))  # a fetch may start mid-batch
-                if first:
-                    columns = {k: v.slice(first) for k, v in columns.items()}
-                if first < len(offsets):
-                    self.records_read += len(offsets) - first
-                    yield ArrowChunk(int(offsets[first]), columns)
+                self.records_read += sum(sec.count for sec in sections)
+                yield ArrowChunk(max(self.fetch_offset, sections[0].base_offset), sections, self.fetch_offset)
             self.drain()
 
     _CLASSES[base] = FastPartitionRecords

@@ -38,6 +38,7 @@ from store.constants import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from store.crc import crc32_many
 from store.errors import CorruptRecordError, FieldLimitError, InvalidMessageError
 from store.hosts import HostAddress
 from store.properties import delete_property, java_string, java_utf8, string_to_properties, utf16_length
@@ -292,14 +293,13 @@ def apply_prop_crcs(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> 
     n = len(offsets)
     if n == 0:
         return
-    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
+    arr = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     offsets = np.asarray(offsets, dtype=np.int64)
-    ends = offsets + np.asarray(sizes, dtype=np.int64) - CRC32_RESERVED_LEN
-    crc = zlib.crc32
-    crcs = np.fromiter([crc(mv[a:b]) for a, b in zip(offsets.tolist(), ends.tolist())], dtype=np.int64, count=n)
+    signed = np.asarray(sizes, dtype=np.int64) - CRC32_RESERVED_LEN
+    ends = offsets + signed
+    crcs = crc32_many(arr, offsets, signed)
     pairs = np.tile(_CRC_PAIR_TEMPLATE, (n, 1))
-    pairs[:, len(_CRC_PREFIX):len(_CRC_PREFIX) + 10] = 0x30 + ((crcs & 0x7FFFFFFF)[:, None] // _POW10) % 10
-    arr = np.frombuffer(mv, dtype=np.uint8)
+    pairs[:, len(_CRC_PREFIX):len(_CRC_PREFIX) + 10] = 0x30 + (crcs[:, None] // _POW10) % 10
     windows = np.lib.stride_tricks.as_strided(arr, (len(arr) - CRC32_RESERVED_LEN + 1, CRC32_RESERVED_LEN), (1, 1))
     windows[ends] = pairs
 

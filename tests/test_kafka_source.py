@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from ingest.kafka_admin import OffsetReader, latest_offsets, offsets_for_timestamp
 from ingest.kafka_offsets import KafkaOffsetRange, offsets_from_json

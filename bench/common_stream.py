@@ -148,7 +148,7 @@ class RssSampler:
 
     def __init__(self, interval_s: float = 0.2) -> None:
         self.interval_s = interval_s
-        self.samples: list[tuple[float, int, int]] = []   # (t, python rss, jvm rss)
+        self.samples: list[tuple[float, int, int, int]] = []   # (t, python rss, python anon, jvm rss)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.jvm_pid = jvm_child()
@@ -167,7 +167,7 @@ class RssSampler:
         t0 = time.monotonic()
         while not self._stop.is_set():
             jvm = common.rss_bytes(self.jvm_pid) if self.jvm_pid else 0
-            self.samples.append((time.monotonic() - t0, common.rss_bytes(), jvm))
+            self.samples.append((time.monotonic() - t0, common.rss_bytes(), common.rss_bytes(kind="RssAnon"), jvm))
             self._stop.wait(self.interval_s)
 
     @property
@@ -175,8 +175,12 @@ class RssSampler:
         return max((s[1] for s in self.samples), default=0)
 
     @property
-    def jvm_peak(self) -> int:
+    def python_anon_peak(self) -> int:
         return max((s[2] for s in self.samples), default=0)
+
+    @property
+    def jvm_peak(self) -> int:
+        return max((s[3] for s in self.samples), default=0)
 
 
 def jvm_child() -> int | None:

@@ -29,7 +29,7 @@ import common_stream as cs  # noqa: E402
 
 MIB = 1 << 20
 FULL = {"messages": 1_000_000, "batches": [25_000, 100_000, 250_000], "partitions": 2}
-QUICK = {"messages": 20_000, "batches": [10_000], "partitions": 2}
+QUICK = {"messages": 10_000, "batches": [10_000], "partitions": 2}
 TOPIC = "bench-pipeline"
 
 
@@ -80,7 +80,8 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
 
 def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: float, rate: int) -> None:
     """`commitlog run` (trigger 1s, SYNC) against a producer writing ``rate`` msg/s for ``seconds``;
-    samples the Python driver's RSS every 5 s."""
+    samples the Python driver's anonymous RSS (heap: what batches cost; the mapped segments are
+    file pages the kernel can drop) every 5 s."""
     from ingest.job import run_stream
 
     topic = "bench-soak"
@@ -97,7 +98,7 @@ def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: flo
             def sample() -> None:
                 t0 = time.monotonic()
                 while not stop.wait(5.0):
-                    samples.append((time.monotonic() - t0, common.rss_bytes()))
+                    samples.append((time.monotonic() - t0, common.rss_bytes(kind="RssAnon")))
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
             timer = threading.Timer(seconds, stop.set)
@@ -112,9 +113,10 @@ def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: flo
         q = max(1, len(samples) // 4)
         first = [s[1] / MIB for s in samples[:q]]
         last = [s[1] / MIB for s in samples[-q:]]
-        rep.add("soak.rss_first_quarter_mib", first, "MiB")
-        rep.add("soak.rss_last_quarter_mib", last, "MiB")
-        rep.ratio("soak.ratio.rss_last_vs_first_quarter", "soak.rss_last_quarter_mib", "soak.rss_first_quarter_mib")
+        rep.add("soak.anon_rss_first_quarter_mib", first, "MiB")
+        rep.add("soak.anon_rss_last_quarter_mib", last, "MiB")
+        rep.ratio("soak.ratio.anon_rss_last_vs_first_quarter", "soak.anon_rss_last_quarter_mib",
+                  "soak.anon_rss_first_quarter_mib")
     rep.params["soak"] = {"seconds": seconds, "rate": rate,
                           "rss_mib": [(round(t), round(r / MIB)) for t, r in samples]}
 
@@ -138,6 +140,44 @@ def producer_child(bootstrap: str, topic: str, rate: int, seconds: float) -> int
     return 0
 
 
+SERIES = [("commitlog.sync", "commitlog run, SYNC", "tab:blue"), ("commitlog.async", "commitlog run, ASYNC", "tab:cyan"),
+          ("parquet", "parquet sink (peer)", "tab:orange"), ("noop", "noop sink (source ceiling)", "tab:gray")]
+
+
+def plot(report: dict[str, Any], png: Path) -> None:
+    """Throughput and batch latency against maxOffsetsPerTrigger, one line per sink."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = report["figures"]
+    sizes = sorted({int(k.split(".")[0].removeprefix("batch")) for k in figs if k.startswith("batch")})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=80)
+    for key, label, color in SERIES:
+        def med(metric: str) -> list[float]:
+            return [figs.get(f"batch{b}.{key}.{metric}", {}).get("median", float("nan")) for b in sizes]
+        ax1.plot(sizes, [v / 1e3 for v in med("msgs_per_s")], "o-", color=color, label=label)
+        if key.startswith("commitlog"):
+            ax2.plot(sizes, [v / 1e3 for v in med("batch_p50_ms")], "o-", color=color, label=f"{label} p50")
+            ax2.plot(sizes, [v / 1e3 for v in med("batch_p99_ms")], "s--", color=color, label=f"{label} p99")
+        else:
+            ax2.plot(sizes, [v / 1e3 for v in med("batch_p50_ms")], "o:", color=color, label=f"{label} p50")
+    ax1.set(xscale="log", xlabel="maxOffsetsPerTrigger (records per batch)", ylabel="sustained k msg/s",
+            title="throughput")
+    ax2.set(xscale="log", xlabel="maxOffsetsPerTrigger (records per batch)", ylabel="batch latency, s",
+            title="batch latency")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=6)
+    fig.suptitle(f"Kafka -> CommitLog, {report['machine']['nproc']} cores, {report['date'][:10]}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child-producer":
         _, _, bootstrap, topic, rate, seconds = sys.argv
@@ -146,7 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of the RSS soak run (0: none)")
     ap.add_argument("--soak-rate", type=int, default=20_000, help="msg/s the soak producer writes")
     ap.add_argument("--batches", default=None, help="maxOffsetsPerTrigger values, comma separated")
+    ap.add_argument("--png", default=None, help="also plot throughput and latency against batch size here")
+    ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
     args = ap.parse_args(argv)
+    if args.plot_from:
+        import json
+
+        plot(json.loads(Path(args.plot_from).read_text()), Path(args.png or "bench/pipeline.png"))
+        return 0
     runs = common.runs_of(args, quick_default=1)
     p = dict(QUICK if args.quick else FULL)
     if args.batches:
@@ -165,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 for batch in p["batches"]:
                     tag = f"batch{batch}"
                     for what in ("commitlog.sync", "commitlog.async", "noop", "parquet"):
-                        res = {"rate": [], "p50": [], "p99": [], "py_rss": [], "jvm_rss": [], "batches": []}
+                        res = {"rate": [], "p50": [], "p99": [], "py_rss": [], "py_anon": [], "jvm_rss": [],
+                               "batches": []}
                         for _ in range(runs):
                             with common.scratch(args, f"pipeline/{tag}") as root:
                                 flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
@@ -178,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                             res["p50"].append(prog.latency_ms(50))
                             res["p99"].append(prog.latency_ms(99))
                             res["py_rss"].append(rss.python_peak / MIB)
+                            res["py_anon"].append(rss.python_anon_peak / MIB)
                             res["jvm_rss"].append(rss.jvm_peak / MIB)
                             res["batches"].append(len(prog.data_batches))
                         name = f"{tag}.{what}"
@@ -185,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                         rep.add(f"{name}.batch_p50_ms", res["p50"], "ms")
                         rep.add(f"{name}.batch_p99_ms", res["p99"], "ms")
                         rep.add(f"{name}.driver_python_rss_peak_mib", res["py_rss"], "MiB")
+                        rep.add(f"{name}.driver_python_anon_peak_mib", res["py_anon"], "MiB")
                         rep.add(f"{name}.driver_jvm_rss_peak_mib", res["jvm_rss"], "MiB")
                         rep.params[f"{name}.batches"] = res["batches"]
                     for flush in ("sync", "async"):
@@ -200,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             common.remove_work_dir(out)
     rep.finish()
+    if args.png:
+        plot(rep.as_json(), Path(args.png))
     return 0
 
 

@@ -1,0 +1,141 @@
+"""How fast does `commitlog replay` copy a pre-filled topic into a store, against a plain
+kafka-python consumer reading the same records with the same parallelism?
+
+A topic of 100-byte records (2 partitions, the embedded Tansu broker) is pre-filled. Then:
+- ``replay``: ingest.replay.replay (what `commitlog replay --topics T --no-verify` runs), Spark
+  local[2], batches of ``--max-offsets-per-trigger``, one durable commit per batch (SYNC);
+  msg/s = records / wall time of the call (planning included, JVM start excluded: the session is
+  built once, before timing);
+- ``plain_consumer``: 2 processes (one per partition, as Spark runs 2 tasks at once), each a
+  KafkaConsumer with the source's fetch tuning (ingest.kafka_read.READ_TUNING), assign + seek to
+  the start, poll until the end; msg/s = records / the slower one's time.
+Target: replay >= 0.8 of the plain consumer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+import common_stream as cs  # noqa: E402
+
+FULL = {"messages": 1_000_000, "batch": 250_000, "partitions": 2}
+QUICK = {"messages": 10_000, "batch": 10_000, "partitions": 2}
+TOPIC = "bench-replay"
+
+
+def consumer_child(bootstrap: str, topic: str, partition: int, end: int) -> int:
+    """Subprocess: connect, say ready, wait for "go" on stdin, read [0, end) of one partition,
+    print "done <records> <seconds>"."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from ingest.kafka_read import READ_TUNING
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                      auto_offset_reset="earliest", **READ_TUNING)
+    tp = TopicPartition(topic, partition)
+    c.assign([tp])
+    c.seek(tp, 0)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = time.perf_counter()
+    n = 0
+    nbytes = 0
+    while n < end:
+        for rec in c.poll(timeout_ms=500).get(tp, ()):
+            if rec.offset < end:
+                n += 1
+                nbytes += len(rec.value)
+    elapsed = time.perf_counter() - t0
+    c.close()
+    print(f"done {n} {elapsed} {nbytes}", flush=True)
+    return 0
+
+
+def run_plain(bootstrap: str, partitions: int, per_partition: int) -> float:
+    procs = [subprocess.Popen([sys.executable, __file__, "--child-consumer", bootstrap, TOPIC, str(p),
+                               str(per_partition)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=common.env_for_subprocess()) for p in range(partitions)]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("a consumer child did not start")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        secs = []
+        for p in procs:
+            parts = p.stdout.readline().split()
+            if not parts or parts[0] != "done" or int(parts[1]) != per_partition:
+                raise RuntimeError(f"a consumer child failed: {parts}")
+            secs.append(float(parts[2]))
+            p.wait(timeout=60)
+        return max(secs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def run_replay(spark: Any, bootstrap: str, root: Path, batch: int, expected: int) -> float:
+    from ingest.config import JobConfig
+    from ingest.replay import ReplayOptions, replay
+
+    cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=TOPIC, store=str(root / "store"),
+                    max_offsets_per_trigger=batch, flush="sync", master="local[2]", shuffle_partitions=2)
+    opts = ReplayOptions(topics=(TOPIC,), verify=False, progress="none")
+    t0 = time.perf_counter()
+    summary = replay(cfg, opts, spark=spark)
+    elapsed = time.perf_counter() - t0
+    if not summary.complete or summary.records != expected:
+        raise RuntimeError(f"replay wrote {summary.records} records (complete={summary.complete}), "
+                           f"expected {expected}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child-consumer":
+        _, _, bootstrap, topic, partition, end = sys.argv
+        return consumer_child(bootstrap, topic, int(partition), int(end))
+    ap = common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=None, help="maxOffsetsPerTrigger of the replay")
+    args = ap.parse_args(argv)
+    runs = common.runs_of(args, quick_default=1)
+    p = dict(QUICK if args.quick else FULL)
+    if args.batch:
+        p["batch"] = args.batch
+    n, parts = p["messages"], p["partitions"]
+    rep = common.Report("replay", args)
+    rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, master="local[2]", flush="sync")
+    out = Path(args.out) / "replay"
+    try:
+        with cs.tansu(out / "broker") as broker:
+            secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, parts, n)
+            rep.log(f"pre-filled {TOPIC} with {n:,} records in {secs:.1f} s")
+            plain = [run_plain(broker.bootstrap_servers, parts, n // parts) for _ in range(runs)]
+            spark = cs.spark_session(parts)
+            try:
+                rep_secs = []
+                for _ in range(runs):
+                    with common.scratch(args, "replay/run") as root:
+                        rep_secs.append(run_replay(spark, broker.bootstrap_servers, root, p["batch"], n))
+            finally:
+                spark.stop()
+            rep.add("replay.msgs_per_s", [n / s for s in rep_secs], "msg/s")
+            rep.add("plain_consumer.msgs_per_s", [n / s for s in plain], "msg/s")
+            rep.ratio("ratio.replay_vs_plain_consumer", "replay.msgs_per_s", "plain_consumer.msgs_per_s")
+    finally:
+        if not args.keep:
+            common.remove_work_dir(out)
+    rep.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

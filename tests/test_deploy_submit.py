@@ -158,7 +158,9 @@ def driver_python_pid(submit_pid: int, timeout_s: float = 120) -> int:
                     cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if any(arg.endswith(b"driver.py") for arg in cmdline):
+                # A Python running driver.py (spark-class's launcher JVM also has it among its args).
+                program = Path(cmdline[0].decode(errors="replace")).name
+                if program.startswith("python") and any(arg.endswith(b"driver.py") for arg in cmdline[1:]):
                     return int(child)
         time.sleep(0.5)
     raise AssertionError(f"no Python driver under spark-submit pid {submit_pid} after {timeout_s:.0f} s")
@@ -201,7 +203,6 @@ def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, 
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        driver_pid = driver_python_pid(proc.pid)
         deadline = time.monotonic() + 240
         while committed_messages(store) < n:
             assert proc.poll() is None, (f"the job exited with {proc.returncode} early\n"
@@ -209,7 +210,8 @@ def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, 
             assert time.monotonic() < deadline, (f"only {committed_messages(store)} of {n} in after 240 s\n"
                                                  f"{log_path.read_text(errors='replace')[-6000:]}")
             time.sleep(1.0)
-        os.kill(driver_pid, signal.SIGTERM)   # the job's graceful stop: finish the batch, close the store
+        # The job's graceful stop: finish the batch in progress, close the store, exit 0.
+        os.kill(driver_python_pid(proc.pid), signal.SIGTERM)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:

@@ -160,19 +160,30 @@ class ConsumeQueueStore(ConsumeQueueReads):
         bounds = np.flatnonzero(np.diff(skey)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
+        groups = [(topic_names[int(topic_index[order[s]])], int(queue_ids[order[s]]), order[s:e])
+                  for s, e in zip(starts.tolist(), ends.tolist())]
         with self._lock:
             self._ensure_loaded()
-            for s, e in zip(starts.tolist(), ends.tolist()):
-                idx = order[s:e]
-                topic = topic_names[int(topic_index[idx[0]])]
-                self._append(topic, int(queue_ids[idx[0]]), queue_offsets[idx], units[idx])
+            for topic, qid, idx in groups:   # every queue is checked before any is written
+                self._check_continues(topic, qid, queue_offsets[idx])
+            for topic, qid, idx in groups:
+                self._append(topic, qid, queue_offsets[idx], units[idx])
 
-    def _append(self, topic: str, queue_id: int, qoffs: np.ndarray, units: np.ndarray) -> None:
-        if len(qoffs) > 1 and not np.all(np.diff(qoffs) == 1):
-            bad = int(np.flatnonzero(np.diff(qoffs) != 1)[0])
+    def _check_continues(self, topic: str, queue_id: int, qoffs: np.ndarray) -> None:
+        steps = np.diff(qoffs)
+        if len(steps) and not np.all(steps == 1):
+            bad = int(np.flatnonzero(steps != 1)[0])
             raise ConsumeQueueGapError(
                 f"queue {topic}/{queue_id}: queue offsets not consecutive in the batch "
-                f"({int(qoffs[bad])} then {int(qoffs[bad + 1])})")
+                f"({int(qoffs[bad])} then {int(qoffs[bad + 1])}); nothing was written")
+        q = self._queues.get((topic, queue_id))
+        if q is not None and q.files and int(qoffs[0]) > q.max_offset:
+            raise ConsumeQueueGapError(
+                f"queue {topic}/{queue_id}: next queue offset is {q.max_offset} but the unit for "
+                f"{int(qoffs[0])} arrived; the commit log is missing records of this queue; nothing "
+                f"was written")
+
+    def _append(self, topic: str, queue_id: int, qoffs: np.ndarray, units: np.ndarray) -> None:
         q = self._queues.get((topic, queue_id))
         first = int(qoffs[0])
         if q is None:
@@ -187,14 +198,9 @@ class ConsumeQueueStore(ConsumeQueueReads):
             self._open_file(q, file_first * CQ_STORE_UNIT_SIZE)
             if first > file_first:
                 self._write(q, file_first, blank_units(first - file_first))
-        skip = q.max_offset - first
-        if skip >= len(qoffs):
-            return
-        if skip < 0:
-            raise ConsumeQueueGapError(
-                f"queue {topic}/{queue_id}: next queue offset is {q.max_offset} but the unit for "
-                f"{first} arrived; the commit log is missing records of this queue")
-        self._write(q, q.max_offset, units[skip:])
+        skip = q.max_offset - first     # >= 0: checked by _check_continues
+        if skip < len(qoffs):
+            self._write(q, q.max_offset, units[skip:])
 
     def _write(self, q: _Queue, qoff: int, units: np.ndarray) -> None:
         pos = 0

@@ -132,6 +132,13 @@ def test_dispatch_twice_writes_once_and_a_hole_is_refused(tmp_path: Path) -> Non
     assert cq.find("T", 0, 0, 10) == [(0, 100, 1), (100, 100, 2), (200, 100, 3)]
     with pytest.raises(ConsumeQueueGapError, match="next queue offset is 3"):
         dispatch_list(cq, [("T", 0, 5, 500, 100, 4)])
+    # a hole in one queue refuses the whole batch: the other queue gets nothing either
+    with pytest.raises(ConsumeQueueGapError, match="nothing was written"):
+        dispatch_list(cq, [("A", 0, 0, 600, 100, 5), ("T", 0, 7, 700, 100, 6)])
+    assert cq.next_queue_offsets() == {("T", 0): 3}
+    with pytest.raises(ConsumeQueueGapError, match="not consecutive"):
+        dispatch_list(cq, [("T", 0, 3, 300, 100, 5), ("T", 0, 5, 500, 100, 6)])
+    assert cq.find("T", 0, 3, 10) == []
 
 
 def test_truncate_dirty_drops_units_at_or_past_the_end(tmp_path: Path) -> None:

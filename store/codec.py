@@ -341,6 +341,9 @@ def decode_message(buf: bytes | bytearray | memoryview | np.ndarray, pos: int = 
     p = pos + _HEAD.size
     born_len = IPV6_HOST_LENGTH if sys_flag & BORNHOST_V6_FLAG else IPV4_HOST_LENGTH
     store_len = IPV6_HOST_LENGTH if sys_flag & STOREHOSTADDRESS_V6_FLAG else IPV4_HOST_LENGTH
+    if total < FIXED_PART_LENGTH + born_len + store_len - 2 * IPV4_HOST_LENGTH:
+        raise CorruptRecordError(pos, "length",
+                                 f"TOTALSIZE {total} is too small for the hosts SYSFLAG {sys_flag:#x} says")
     born = HostAddress.from_bytes(mv[p:p + born_len])
     p += born_len
     store_ts = _I64.unpack_from(mv, p)[0]

@@ -91,6 +91,8 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
     rec_end = pos + total
     sys_flag = _I32.unpack_from(mv, pos + 36)[0]
     p = pos + 84 + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    if p + 4 > rec_end:
+        return _error(offset, "length", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
     body_len = _I32.unpack_from(mv, p)[0]
     body_start = p + 4
     v2 = magic == MESSAGE_MAGIC_CODE_V2
@@ -258,10 +260,11 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0) * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
     body_pos = starts + 84 + hosts
     body_len = heads["body_length"].astype(np.int64)
-    moved = np.flatnonzero(hosts)
+    rec_end = starts + sizes
+    ok &= body_pos + 4 <= rec_end
+    moved = np.flatnonzero((hosts != 0) & ok)
     if len(moved):
         body_len[moved] = _be(arr, body_pos[moved], 4)
-    rec_end = starts + sizes
     v2 = is_v2.astype(np.int64)
     ok &= (body_len >= 0) & (body_pos + 5 + body_len + v2 <= rec_end)
     tl_pos = np.where(ok, body_pos + 4 + body_len, starts)

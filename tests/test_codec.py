@@ -205,6 +205,10 @@ def test_decode_refuses_what_is_not_a_record() -> None:
     record[84:88] = (10_000).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError, match="BODYLENGTH"):
         decode_message(record)
+    short = bytearray(encode_message(msg(body=b"", properties="")))
+    short[39] |= 0x30                                   # two IPv6 hosts claimed by a 101-byte record
+    with pytest.raises(CorruptRecordError, match="too small for the hosts"):
+        decode_message(short)
 
 
 def test_apply_prop_crcs_writes_what_apply_prop_crc_writes() -> None:

@@ -173,3 +173,12 @@ def test_magic_codes_inside_bodies_do_not_mislead_the_scan(records_with_magic_in
     assert [c.offset - BASE for c in checks[:-1]] == starts and checks[-1].kind == "end"
     buf[starts[50] + 90] ^= 0x01
     assert list(scan_segment(buf, BASE, len(buf))) == slow_scan(buf, BASE, len(buf))
+
+
+def test_ipv6_flags_on_a_record_too_short_for_them_are_a_length_error() -> None:
+    record = bytearray(encode_message(Message(topic="T", body=b"", physical_offset=BASE)))
+    record[39] |= 0x30                                # claims two IPv6 hosts in a 95-byte record
+    assert len(record) < 112
+    stop = list(scan_segment(bytes(record), BASE, len(record)))[-1]
+    assert (stop.kind, stop.error_kind) == ("error", "length")
+    assert stop == slow_scan(bytes(record), BASE, len(record))[-1]

@@ -182,3 +182,17 @@ def test_ipv6_flags_on_a_record_too_short_for_them_are_a_length_error() -> None:
     stop = list(scan_segment(bytes(record), BASE, len(record)))[-1]
     assert (stop.kind, stop.error_kind) == ("error", "length")
     assert stop == slow_scan(bytes(record), BASE, len(record))[-1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(flips=st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=6), n=st.integers(1, 12))
+def test_damaged_segments_never_raise_and_both_scans_agree(flips: list[tuple[int, int]], n: int, tmp_path_factory) -> None:
+    from store.scan import decode_segment_files
+    buf, _ = build_segment(n, size=4096)
+    for at, value in flips:
+        buf[at] = value
+    assert list(scan_segment(bytes(buf), BASE, len(buf))) == slow_scan(bytes(buf), BASE, len(buf))
+    path = tmp_path_factory.mktemp("seg") / f"{BASE:020d}"
+    path.write_bytes(bytes(buf))
+    report = list(decode_segment_files([path]))
+    assert report[-1]["type"] == "summary" and report[-1]["fileBytes"] == 4096

@@ -181,6 +181,7 @@ def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, An
 
     opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers,
             "failOnDataLoss": str(cfg.fail_on_data_loss).lower(),
+            "includeHeaders": "true",   # Spark's own source leaves headers out unless asked
             "startingOffsets": starting_offsets if isinstance(starting_offsets, str) else json.dumps(starting_offsets)}
     for name, opt in (("subscribe", "subscribe"), ("subscribe_pattern", "subscribePattern"), ("assign", "assign")):
         if getattr(cfg, name):

@@ -51,15 +51,14 @@ def spark_session(cfg: JobConfig) -> Any:
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
 
 
-def source_format(cfg: JobConfig, spark: Any) -> str:
-    if cfg.source == "spark-kafka":
-        from ingest.kafka_source import spark_kafka_available
+def spark_format(cfg: JobConfig, spark: Any) -> str:
+    """The Spark format to read with; Spark's own only when its package is on the classpath."""
+    from ingest.kafka_source import source_format, spark_kafka_available
 
-        if not spark_kafka_available(spark):
-            raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
-                               "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
-        return "kafka"
-    return "kafka-python"
+    if cfg.source == "spark-kafka" and not spark_kafka_available(spark):
+        raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
+                           "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
+    return source_format(cfg.source)
 
 
 def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
@@ -119,7 +118,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     try:
         spark = spark or spark_session(cfg)
         options = kafka_reader_options(cfg, starting_offsets(writer, cfg))
-        df = spark.readStream.format(source_format(cfg, spark)).options(**options).load()
+        df = spark.readStream.format(spark_format(cfg, spark)).options(**options).load()
         codec = CodecConfig(max_message_size=cfg.max_message_size)
         sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec),
                                 checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch)

@@ -92,6 +92,10 @@ def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np
     if len(pos) == 0:
         return np.zeros(0, dtype=np.int64), []
     width = int(length.max())
+    if width <= 16:
+        got = _topic_ids_short(arr, pos, length, width)
+        if got is not None:
+            return got
     mat = _rows(arr, pos, width) if width else np.zeros((len(pos), 0), np.uint8)
     live = np.arange(width) < length[:, None]
     h = length.astype(np.uint64)
@@ -108,6 +112,33 @@ def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np
         inverse = inverse.reshape(-1)
     topics = [java_string(arr[pos[i]:pos[i] + length[i]].tobytes()) for i in first.tolist()]
     return inverse.astype(np.int64), topics
+
+
+def _topic_ids_short(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, width: int
+                     ) -> tuple[np.ndarray, list[str]] | None:
+    """Topics of at most 16 bytes as exact 128-bit keys (bytes, zero-padded, and the length);
+    the usual handful of topics is peeled off with one comparison pass each."""
+    from store.properties import java_string
+
+    mat = np.zeros((len(pos), 16), dtype=np.uint8)
+    if width:
+        mat[:, :width] = _rows(arr, pos, width)
+        mat[np.arange(16) >= length[:, None]] = 0
+    words = mat.view(np.uint64)                     # two words per row
+    hi = words[:, 0]
+    lo = words[:, 1]
+    ids = np.full(len(pos), -1, dtype=np.int64)
+    topics: list[str] = []
+    left = np.arange(len(pos))
+    while len(left):
+        if len(topics) == 32:
+            return None                              # many topics: the general path
+        i = int(left[0])
+        same = (hi[left] == hi[i]) & (lo[left] == lo[i]) & (length[left] == length[i])
+        ids[left[same]] = len(topics)
+        topics.append(java_string(arr[pos[i]:pos[i] + length[i]].tobytes()))
+        left = left[~same]
+    return ids, topics
 
 
 def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -160,7 +191,7 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
     if len(owner):
         # most tags are short: look at 16 bytes first, at more only for the longer values
         avail = pend - vpos
-        length, vals = _value_lengths(arr, vpos, avail, int(min(16, avail.max())))
+        length, vals = _value_lengths(arr, vpos, avail, int(min(8, avail.max())))
         longer = np.flatnonzero(length < 0)
         if len(longer):
             slow[owner[longer]] = True        # over _MAX_FAST_TAG: the per-record path
@@ -175,7 +206,9 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
             out[owner[fast2[~nonascii2]]] = java_hash_ascii(v2[~nonascii2], l2[~nonascii2])
         short = np.flatnonzero(length >= 0)
         ls, vs = length[short], vals[short]
-        nonascii = ((vs >= 0x80) & (np.arange(vs.shape[1]) < ls[:, None])).any(axis=1)
+        # any byte >= 0x80 in the window (even past the value) sends the record the slow way:
+        # conservative, and one test per row
+        nonascii = (vs >= 0x80).any(axis=1)
         slow[owner[short[nonascii]]] = True
         keep = short[~nonascii]
         out[owner[keep]] = java_hash_ascii(vs[~nonascii], ls[~nonascii])

@@ -249,3 +249,17 @@ def test_units_before_a_queue_s_first_record_are_reported(store: Path) -> None:
     found = problems(store)
     assert [(o, k) for o, k in found if k == "consumeQueueDangling"] == [(m["offset"], "consumeQueueDangling")
                                                                         for m in ms[:3]]
+
+
+@pytest.mark.parametrize("names", [["A", "B", "AB", "B\x00"[:1], "x" * 16, "x" * 15 + "y"],
+                                   [f"t{i}" for i in range(40)], ["long-topic-name-over-16-bytes", "short"]])
+def test_topics_are_grouped_exactly(names: list[str]) -> None:
+    from store.codec import Message, encode_message
+    from store.inspect_fields import record_fields
+
+    topics = [names[i % len(names)] for i in range(3 * len(names))]
+    recs = [encode_message(Message(topic=t, body=b"b")) for t in topics]
+    buf = np.frombuffer(b"".join(recs), dtype=np.uint8)
+    starts = np.cumsum([0] + [len(r) for r in recs[:-1]])
+    f = record_fields(buf, starts, np.array([len(r) for r in recs]))
+    assert [f.topics[i] for i in f.topic_id] == topics

@@ -18,14 +18,20 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from store.codec import CodecConfig
-from store.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
+from store.constants import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
 from store.inspect_fields import record_fields, tags_codes
 from store.inspect_source import SegmentFile, Source, mapped
 from store.progress import Progress
@@ -256,6 +262,20 @@ def _layout_problems(src: Source) -> tuple[list[Problem], int]:
     return problems, expected
 
 
+def _with_loose_base(src: Source) -> Source:
+    """A loose record file (no 20-digit name, no --base) is taken to start where its first
+    record says it is (its PHYSICALOFFSET), so its offsets can be checked."""
+    if src.kind != "segment" or src.segments[0].check_physical_offset:
+        return src
+    seg = src.segments[0]
+    with open(seg.path, "rb") as f:
+        head = f.read(36)
+    base = 0
+    if len(head) == 36 and int.from_bytes(head[4:8], "big") in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        base = max(int.from_bytes(head[28:36], "big", signed=True), 0)
+    return replace(src, segments=[replace(seg, base_offset=base)])
+
+
 def _verify_one(args: tuple) -> SegmentResult:
     seg, end, expected, is_last, units, config = args
     try:
@@ -278,6 +298,7 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     config = config or CodecConfig()
     t0 = time.perf_counter()
     report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
+    src = _with_loose_base(src)
     problems, expected = _layout_problems(src)
     units = _Units(src.root)
     todo = []

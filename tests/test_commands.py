@@ -283,6 +283,14 @@ def test_dump_lists_exactly_the_manifest_s_records(golden_dir: Path) -> None:
                 assert hashlib.sha256(raw).hexdigest() == r["sha256"]
 
 
+def test_dump_json_of_every_golden_record_file_is_the_reference_decoding(golden_dir: Path) -> None:
+    cases = sorted(golden_dir.glob("*.bin"))
+    assert cases, f"no golden *.bin files in {golden_dir}"
+    for case in cases:
+        rc, out, _ = run("dump", str(case), "--json")
+        assert (case.name, rc, jsonl(out)) == (case.name, 0, jsonl(case.with_suffix(".decoded.jsonl").read_text()))
+
+
 def test_verify_accepts_every_golden_record_file(golden_dir: Path) -> None:
     cases = sorted(golden_dir.glob("*.bin"))
     assert cases, f"no golden *.bin files in {golden_dir}"

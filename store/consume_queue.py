@@ -105,14 +105,14 @@ class ConsumeQueueStore(ConsumeQueueReads):
                     f"consume-queue file {path} is {size} bytes, expected {self.file_size} "
                     f"({self.units_per_file} units of {CQ_STORE_UNIT_SIZE}) at a multiple of that; set "
                     f"consume_queue_units to match, or delete the queue directory to rebuild it")
-        units = read_units(last_path)
-        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + valid_count(units)
-        first = read_units(first_path) if len(q.files) > 1 else units
-        n = valid_count(first)
-        real = np.flatnonzero(~blank_mask(first[:n]))
-        q.min_offset = base + (int(real[0]) if len(real) else n)
-        if len(q.files) > 1 and not len(real):
-            q.min_offset = q.files[1] // CQ_STORE_UNIT_SIZE
+        # the end: RocketMQ's rule, the first unit that is not (offset >= 0, size > 0) in the last
+        # file, read whole; the head: the blank filler, a prefix written in one go, found by search
+        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + valid_count(read_units(last_path))
+        written, blanks = prefix_counts(first_path)
+        if len(q.files) == 1:
+            written = q.max_offset - base
+        q.min_offset = base + min(blanks, written) if blanks < written or len(q.files) == 1 else \
+            q.files[1] // CQ_STORE_UNIT_SIZE
 
     def _adopt_file_size(self, path: Path) -> None:
         """A reader takes the unit count of the files it finds (a store may use any size)."""

@@ -41,8 +41,11 @@ class SparkCluster:
             return json.load(r)
 
     def logs(self, tail: int = 3000) -> str:
-        return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')[-tail:]}"
-                         for p in (self.master_log, self.worker_log) if p.exists())
+        return daemon_logs((self.master_log, self.worker_log), tail)
+
+
+def daemon_logs(paths: tuple[Path, ...], tail: int = 3000) -> str:
+    return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')[-tail:]}" for p in paths if p.exists())
 
 
 def spark_home() -> Path:
@@ -132,8 +135,7 @@ def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
         web = f"http://127.0.0.1:{web_port}"
 
         def logs() -> str:
-            return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')[-3000:]}"
-                             for p in (master_log, worker_log) if p.exists())
+            return daemon_logs((master_log, worker_log))
 
         def master_alive() -> bool:
             if master.poll() is not None:

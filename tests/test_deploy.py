@@ -233,3 +233,29 @@ def test_readme_command_lines_use_only_real_options() -> None:
     assert len(lines) >= 5, "the README shows how to run the job"
     for line_no, argv in lines:
         parse_commitlog(argv, f"deploy/README.md near line {line_no}")
+
+
+# --- values Spark itself must accept --------------------------------------------------------------
+
+def deployed_command_lines() -> list[tuple[str, list[str]]]:
+    compose = yaml.safe_load(COMPOSE.read_text())
+    app = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text()) if d}["SparkApplication"]
+    return ([("docker-compose.yml", compose["services"]["commitlog"]["command"]),
+             ("deploy/k8s", app["spec"]["arguments"])]
+            + [(f"deploy/README.md:{n}", argv) for n, argv in readme_command_lines()])
+
+
+def test_every_trigger_in_the_deploy_files_is_an_interval_spark_accepts(spark: object) -> None:
+    # The job hands --trigger to DataStreamWriter.trigger(processingTime=...), whose parser wants
+    # "1 second" / "500 milliseconds"; this asks Spark itself, without starting a query.
+    stream = spark.readStream.format("rate").load()  # type: ignore[attr-defined]
+    checked = 0
+    for where, argv in deployed_command_lines():
+        if "--trigger" in argv and option_value(argv, "--trigger") != "available-now":
+            value = option_value(argv, "--trigger")
+            try:
+                stream.writeStream.trigger(processingTime=value)
+            except Exception as exc:  # noqa: BLE001 - Spark raises its own IllegalArgumentException
+                pytest.fail(f"{where}: --trigger {value!r} is rejected by Spark: {str(exc)[:200]}")
+            checked += 1
+    assert checked >= 3

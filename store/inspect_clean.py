@@ -56,7 +56,8 @@ def print_plan(plan: CleanPlan, out: TextIO, dry_run: bool, as_json: bool) -> No
     verb = "would delete" if dry_run else "deleted"
     out.write(f"disk {plan.usage_ratio:.1%} used; delete hour: {'yes' if plan.time_up else 'no'}; "
               f"over 75%: {'yes' if plan.space_full else 'no'}; over 85%: {'yes' if plan.clean_immediately else 'no'}; "
-              f"over 90% (writes refused): {'yes' if plan.disk_full else 'no'}; last commit at {plan.committed_offset}\n")
+              f"over 90% (writes refused): {'yes' if plan.disk_full else 'no'}; "
+              f"last commit at {plan.committed_offset}\n")
     if not plan.segments:
         out.write(f"nothing to delete ({plan.stopped_at})\n")
         return

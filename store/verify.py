@@ -375,7 +375,8 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
     return spans, data_end, by_error
 
 
-def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], QueueSpan], data_end: int) -> list[Problem]:
+def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], QueueSpan],
+                    data_end: int) -> list[Problem]:
     """Units with no record of their queue in the log (before its first or after its last
     record) that point into the verified data."""
     out: list[Problem] = []

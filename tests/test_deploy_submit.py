@@ -48,6 +48,8 @@ def run_python(py: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
 def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as c:
         yield c
+    for pid in (c.master_pid, c.worker_pid):   # stopped by pid, nothing left running
+        assert not Path(f"/proc/{pid}").exists(), f"Spark daemon {pid} still running after the cluster stopped"
 
 
 @pytest.fixture(scope="module")

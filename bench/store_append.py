@@ -127,7 +127,7 @@ def run_write_fdatasync(path: Path, chunks: list[np.ndarray]) -> float:
 
 def run_jvm(classpath: Path, data: Path, target: Path, size: int, batch: int, runs: int, warmup: int,
             path: str, flush: str) -> list[float]:
-    heap = f"{(2 * data.stat().st_size + 256 * MIB) // MIB}m"   # the records twice: the data and a copy per run
+    heap = f"{(3 * data.stat().st_size + 512 * MIB) // MIB}m"   # the records and a working copy, with room
     cmd = ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseParallelGC", "-cp", str(classpath), "AppendPeer",
            str(data), str(target), str(size), str(batch), str(runs), str(warmup), path, flush, common.TOPIC]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)

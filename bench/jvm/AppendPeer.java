@@ -48,6 +48,7 @@ public final class AppendPeer {
         String topic = args.length > 8 ? args[8] : "BenchTopic";
 
         byte[] raw = Files.readAllBytes(data);
+        byte[] work = new byte[raw.length];   // each run patches its own copy of the records
         try (FileChannel ch = FileChannel.open(target, StandardOpenOption.CREATE, StandardOpenOption.READ,
                 StandardOpenOption.WRITE)) {
             MappedByteBuffer mapped = ch.map(FileChannel.MapMode.READ_WRITE, 0, targetSize);
@@ -56,7 +57,8 @@ public final class AppendPeer {
                 mapped.put(i, (byte) 0);
             }
             for (int r = 0; r < warmup + runs; r++) {
-                ByteBuffer src = ByteBuffer.wrap(raw.clone());
+                System.arraycopy(raw, 0, work, 0, raw.length);
+                ByteBuffer src = ByteBuffer.wrap(work);
                 long t0 = System.nanoTime();
                 long[] counts = single ? appendSingle(src, mapped, targetSize, batchRecords, sync, topic)
                         : appendBatches(src, mapped, targetSize, batchRecords, sync);

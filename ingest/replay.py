@@ -104,10 +104,10 @@ def _kafka_client_params(cfg: JobConfig) -> dict[str, Any]:
 
 def kafka_batch_loader(cfg: JobConfig, spark: Any) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
     """Ranges -> a batch DataFrame of the Kafka source's columns, read by the job's own source."""
-    from ingest.job import source_format
+    from ingest.job import spark_format
     from ingest.kafka_offsets import offsets_to_json
 
-    fmt = source_format(cfg, spark)
+    fmt = spark_format(cfg, spark)
     base = kafka_reader_options(cfg, "earliest")
     for name in ("subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "startingOffsets"):
         base.pop(name, None)
@@ -159,6 +159,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     files_df = None
     plan_file = None
     writer = None
+    batch_log = logging.getLogger("commitlog.batch")
+    batch_log_level = batch_log.level
     try:
         spark = spark or spark_session(cfg)
         if opts.from_files:
@@ -176,6 +178,9 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         summary = ReplaySummary(str(cfg.store), plan, notes=notes)
         first_records, first_dead = writer.state.records, writer.state.dead_letters
         progress = ReplayProgress(plan, opts.progress)
+        if progress.mode == "bar":
+            # the bar replaces the sink's per-batch log lines, which would break its redraw
+            batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
         if plan.todo == 0:
             log.warning("nothing to replay: the store already holds the whole range")
         codec = CodecConfig(max_message_size=cfg.max_message_size)
@@ -198,6 +203,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             plan_file.unlink(missing_ok=True)
         summary.elapsed_s = time.monotonic() - started
     finally:
+        batch_log.setLevel(batch_log_level)
         if writer is not None:
             writer.close()
         if files_df is not None:
@@ -294,14 +300,18 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
 def replay_command(args: argparse.Namespace) -> int:
     from ingest.job import StopSignal
     from ingest.options import KafkaSourceError
+    from store.errors import StoreError
 
+    if not getattr(args, "verbose", False):
+        # kafka-python logs every connection at INFO: noise around the progress lines
+        logging.getLogger("kafka").setLevel(logging.WARNING)
     signals = StopSignal()
     try:
         opts = options_from_args(args)
         cfg = job_config_from_args(args, opts)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
-    except (ReplayError, JobConfigError, KafkaSourceError) as exc:
+    except (ReplayError, JobConfigError, KafkaSourceError, StoreError) as exc:
         print(f"commitlog replay: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

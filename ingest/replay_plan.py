@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,17 +149,19 @@ def apply_store_offsets(plan: ReplayPlan, held: Mapping[str, int]) -> list[str]:
 
 def chunks(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int],
            limit: int | None) -> Iterator[tuple[Offsets, Offsets]]:
-    """Consecutive (from, until) offset maps of about ``limit`` offsets each, shared out over the
-    partitions in proportion to what each has left (Spark's maxOffsetsPerTrigger rule). Depends only
-    on (start, end, limit): a replay from Kafka and one from files of the same records cut the same
-    batches, so they write the same commit log."""
-    from ingest.kafka_offsets import rate_limit
-
-    current = {tp: min(int(start[tp]), int(end[tp])) for tp in end}
-    while any(current[tp] < end[tp] for tp in end):
-        until = dict(end) if not limit else rate_limit(current, end, limit)
-        yield dict(current), until
-        current = until
+    """Consecutive (from, until) offset maps: the range cut into the fewest batches of at most about
+    ``limit`` offsets, every partition advancing by an equal share of its own range in each (so no
+    batch is a tiny tail). Depends only on (start, end, limit): a replay from Kafka and one from files
+    of the same records cut the same batches, so they write the same commit log."""
+    begin = {tp: min(int(start[tp]), int(end[tp])) for tp in end}
+    total = sum(end[tp] - begin[tp] for tp in end)
+    if total <= 0:
+        return
+    n = max(1, math.ceil(total / limit)) if limit else 1
+    bounds = [{tp: begin[tp] + (end[tp] - begin[tp]) * i // n for tp in end} for i in range(n + 1)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        if any(hi[tp] > lo[tp] for tp in end):
+            yield lo, hi
 
 
 def sub_ranges(start: Mapping[TopicPartitionKey, int], until: Mapping[TopicPartitionKey, int]

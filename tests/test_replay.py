@@ -103,6 +103,16 @@ def test_a_range_replayed_twice_is_written_once(bootstrap_servers: str, spark: o
     coords = kafka_coordinates(store_messages(cfg.store))
     assert len(coords) == 3000 and not [c for c, n in Counter(coords).items() if n > 1]
 
+    # another topic into the same store: appended after what it held, which stays as it was
+    before = store_messages(cfg.store)
+    other = new_topic(bootstrap_servers, 1, "replay-other")
+    produce(bootstrap_servers, other, 300, 1)
+    replay(job_config(bootstrap_servers, other, Path(cfg.store)), ReplayOptions(topics=(other,), verify=False),
+           spark=spark)
+    after = store_messages(cfg.store)
+    assert after[:3000] == before and len(after) == 3300
+    assert {m["topic"] for m in after[3000:]} == {other} and after[3000]["offset"] > before[-1]["offset"]
+
 
 def test_timestamp_bounds_are_exact_at_their_edges(bootstrap_servers: str, spark: object, tmp_path: Path) -> None:
     topic = new_topic(bootstrap_servers, 2, "replay-ts")

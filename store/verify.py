@@ -19,20 +19,13 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from store.codec import CodecConfig
-from store.constants import (
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    TRANSACTION_TYPE_MASK,
-)
-from store.inspect_fields import record_fields, tags_codes
+from store.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, dangling_units
 from store.inspect_source import SegmentFile, Source, mapped
 from store.progress import Progress
 from store.scan import scan_segment_fast
@@ -43,21 +36,6 @@ _NOT_RECORD_ERRORS = ("blank", "segmentNotClosed", "queueOffsetGap", "consumeQue
                       "consumeQueueDangling")
 PARALLEL_MIN_BYTES = 256 << 20     # below this, starting processes costs more than it saves
 MAX_JOBS = 4
-
-
-@dataclass
-class Problem:
-    offset: int
-    kind: str
-    detail: str
-
-
-@dataclass
-class QueueSpan:
-    first_qo: int
-    first_offset: int
-    last_qo: int
-    last_offset: int
 
 
 @dataclass
@@ -104,50 +82,7 @@ class VerifyReport:
         return d
 
 
-class _Units:
-    """Consume-queue units read straight from the files (no per-call rescan)."""
-
-    def __init__(self, root: Path | None) -> None:
-        self.dir = root / "consumequeue" if root is not None else None
-        self.units_per_file: int | None = None
-
-    @property
-    def present(self) -> bool:
-        return self.dir is not None and self.dir.is_dir()
-
-    def read(self, topic: str, queue_id: int, first: int, count: int) -> np.ndarray:
-        from store.cq_units import UNIT_DTYPE, file_name, read_units
-
-        out = np.zeros(count, dtype=UNIT_DTYPE)
-        qdir = self.dir / topic / str(queue_id)
-        q, done = first, 0
-        while done < count:
-            upf = self._upf(qdir)
-            if upf is None:
-                break
-            fstart = q - q % upf
-            n = min(count - done, fstart + upf - q)
-            try:
-                got = read_units(qdir / file_name(fstart * 20), q - fstart, n)
-                out[done:done + len(got)] = got
-            except FileNotFoundError:
-                pass
-            done += n
-            q += n
-        return out
-
-    def _upf(self, qdir: Path) -> int | None:
-        if self.units_per_file is None:
-            from store.cq_units import file_name, list_unit_files
-
-            files = list_unit_files(qdir)
-            if not files:
-                return None
-            self.units_per_file = (qdir / file_name(files[0])).stat().st_size // 20 or None
-        return self.units_per_file
-
-
-def verify_segment(seg: SegmentFile, end: int, expected_size: int, is_last: bool, units: _Units,
+def verify_segment(seg: SegmentFile, end: int, expected_size: int, is_last: bool, units: QueueUnits,
                    config: CodecConfig) -> SegmentResult:
     res = SegmentResult(data_end=seg.base_offset)
     with mapped(seg) as mv:
@@ -193,48 +128,11 @@ def verify_segment(seg: SegmentFile, end: int, expected_size: int, is_last: bool
         res.messages = len(starts)
         res.message_bytes = int(sizes.sum())
         if len(starts):
-            _check_queues(arr, seg, starts, sizes, units, res)
+            qc = check_queues(arr, seg.base_offset, starts, sizes, units)
+            res.problems.extend(qc.problems)
+            res.queues.update(qc.spans)
+            res.units_checked += qc.units_checked
     return res
-
-
-def _check_queues(arr: np.ndarray, seg: SegmentFile, starts: np.ndarray, sizes: np.ndarray, units: _Units,
-                  res: SegmentResult) -> None:
-    f = record_fields(arr, starts, sizes)
-    tx = f.sys_flag & TRANSACTION_TYPE_MASK
-    eligible = (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
-    idx_all = np.flatnonzero(eligible)
-    if not len(idx_all):
-        return
-    tags = tags_codes(arr, f) if units.present else None
-    key = f.topic_id[idx_all] * (1 << 32) + (f.queue_id[idx_all] & 0xFFFFFFFF)
-    order = idx_all[np.argsort(key, kind="stable")]
-    skey = f.topic_id[order] * (1 << 32) + (f.queue_id[order] & 0xFFFFFFFF)
-    bounds = np.concatenate(([0], np.flatnonzero(np.diff(skey)) + 1, [len(order)]))
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        g = order[a:b]
-        topic, qid = f.topics[int(f.topic_id[g[0]])], int(f.queue_id[g[0]])
-        qo = f.queue_offset[g]
-        offs = f.starts[g] + seg.base_offset
-        jumps = np.flatnonzero(np.diff(qo) != 1)
-        for j in jumps.tolist():
-            res.problems.append(Problem(int(offs[j + 1]), "queueOffsetGap",
-                                        f"{topic}/{qid}: queue offset {int(qo[j + 1])} follows {int(qo[j])}"))
-        res.queues[(topic, qid)] = QueueSpan(int(qo[0]), int(offs[0]), int(qo[-1]), int(offs[-1]))
-        if tags is None or len(jumps):
-            continue
-        u = units.read(topic, qid, int(qo[0]), len(g))
-        res.units_checked += len(g)
-        sz = f.sizes[g]
-        missing = u["size"] <= 0
-        wrong = ~missing & ((u["phys"] != offs) | (u["size"] != sz) | (u["tags"] != tags[g]))
-        for i in np.flatnonzero(missing).tolist():
-            res.problems.append(Problem(int(offs[i]), "consumeQueueMissing",
-                                        f"{topic}/{qid}: no consume-queue unit for queue offset {int(qo[i])}"))
-        for i in np.flatnonzero(wrong).tolist():
-            res.problems.append(Problem(
-                int(offs[i]), "consumeQueueUnit",
-                f"{topic}/{qid} unit {int(qo[i])} is ({int(u['phys'][i])}, {int(u['size'][i])}, "
-                f"{int(u['tags'][i])}); the record is ({int(offs[i])}, {int(sz[i])}, {int(tags[g][i])})"))
 
 
 def _layout_problems(src: Source) -> tuple[list[Problem], int]:
@@ -300,7 +198,7 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
     src = _with_loose_base(src)
     problems, expected = _layout_problems(src)
-    units = _Units(src.root)
+    units = QueueUnits(src.root)
     todo = []
     for i, seg in enumerate(src.segments):
         if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
@@ -314,7 +212,7 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
         spans, data_end, stopped_by_error = _merge(src, todo, results, expected, report, problems, bar)
     report.data_end = data_end
     report.queues = len(spans)
-    problems.extend(_dangling_units(src, units, spans, data_end))
+    problems.extend(dangling_units(src, units, spans, data_end))
     if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
         problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
     problems.sort(key=lambda p: (p.offset, p.kind))
@@ -373,42 +271,6 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
         done += seg.size
         bar.update(done)
     return spans, data_end, by_error
-
-
-def _dangling_units(src: Source, units: _Units, spans: dict[tuple[str, int], QueueSpan],
-                    data_end: int) -> list[Problem]:
-    """Units with no record of their queue in the log (before its first or after its last
-    record) that point into the verified data."""
-    out: list[Problem] = []
-    if not units.present:
-        return out
-    cq = src.consume_queues()
-    if cq is None:
-        return out
-    for topic, qids in cq.topics().items():
-        for qid in qids:
-            lo, hi = cq.queue_range(topic, qid)
-            span = spans.get((topic, qid))
-            ranges = [(span.last_qo + 1, hi), (lo, span.first_qo)] if span else [(lo, hi)]
-            for start, stop in ranges:
-                if stop > start:
-                    out.extend(_dangling(units, topic, qid, start, stop, data_end, src))
-    return out
-
-
-def _dangling(units: _Units, topic: str, qid: int, start: int, stop: int, data_end: int,
-              src: Source) -> list[Problem]:
-    """Units start..stop of a queue have no record of theirs in the log."""
-    out: list[Problem] = []
-    extra = units.read(topic, qid, start, stop - start)
-    for k, (phys, size, _) in enumerate(extra.tolist()):
-        # past the valid data a unit is only ahead of the log (a writer's, or a crash's dirty
-        # tail that recovery truncates): report those pointing into the checked data
-        if src.segments and src.segments[0].base_offset <= phys < data_end and size > 0:
-            out.append(Problem(phys, "consumeQueueDangling",
-                               f"{topic}/{qid} unit {start + k} points at {phys} (size {size}), but no record "
-                               f"of this queue has queue offset {start + k}"))
-    return out
 
 
 def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int,

@@ -46,6 +46,9 @@ class JobConfig:
     envelope: bool = False
     kafka_option: dict[str, str] = field(default_factory=dict)   # any other kafka.* client setting
     spark_conf: dict[str, str] = field(default_factory=dict)
+    retention_hours: float | None = None     # fileReservedTime; None = never delete (an archive)
+    delete_when: str = "04"                  # deleteWhen: the hour(s) old segments are deleted
+    disk_max_used_space_ratio: float = 0.75
     truncate_on_corruption: bool = False
     skip_preflight: bool = False
 
@@ -132,6 +135,12 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="any other kafka.* client setting, e.g. security.protocol=SSL (repeatable)")
     p.add_argument("--spark-conf", action="append", type=_key_value, default=S, metavar="KEY=VALUE")
     p.add_argument("--fail-on-data-loss", choices=["true", "false"], default=S)
+    p.add_argument("--retention-hours", type=float, default=S,
+                   help="delete commit-log segments older than this (RocketMQ's fileReservedTime, e.g. 72) "
+                        "at --delete-when or when the disk passes --disk-max-used-space-ratio; default: keep all")
+    p.add_argument("--delete-when", default=S, help="hour(s) of the day for retention, e.g. 04 or 04;16")
+    p.add_argument("--disk-max-used-space-ratio", type=float, default=S,
+                   help="disk usage that triggers retention at any hour (default 0.75)")
     p.add_argument("--truncate-on-corruption", action="store_true", default=S,
                    help="open a store with damaged committed data by cutting it at the damage (loses data)")
     p.add_argument("--skip-preflight", action="store_true", default=S,

@@ -24,13 +24,20 @@ from sink.foreach_batch import ForeachBatchSink
 from sink.state import parse_tp_key
 from store import StoreConfig
 from store.codec import CodecConfig
+from store.retention import RetentionConfig
 
 log = logging.getLogger("commitlog.run")
 
 
 def store_config(cfg: JobConfig) -> StoreConfig:
+    retention = None
+    if cfg.retention_hours is not None:
+        retention = RetentionConfig(file_reserved_time_h=cfg.retention_hours, delete_when=cfg.delete_when,
+                                    disk_max_used_space_ratio=cfg.disk_max_used_space_ratio,
+                                    clean_immediately_ratio=max(0.85, cfg.disk_max_used_space_ratio),
+                                    disk_full_ratio=max(0.90, cfg.disk_max_used_space_ratio))
     return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
-                       consume_queue_units=cfg.consume_queue_units,
+                       consume_queue_units=cfg.consume_queue_units, retention=retention,
                        codec=CodecConfig(max_message_size=cfg.max_message_size))
 
 

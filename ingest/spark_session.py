@@ -16,9 +16,10 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.builder
     if master:
-        builder = builder.master(master)
+        # under spark-submit (master None) the submitter's --name and --master stand
+        builder = builder.master(master).appName(app_name)
     conf = {
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.showConsoleProgress": "false",

@@ -157,6 +157,9 @@ class StoreReader(RecordReads):
                 self._segments = SegmentQueue(cdir, size, read_only=True, preallocate=False)
         if _segment_size_of(cdir):
             self._segments.load()
+        # retention may have deleted old segments: their consume-queue units no longer count
+        if self._cq is not None:
+            self._cq.commitlog_min_offset = self._segments.min_offset
         self._commit_point = read_commit_point(self.root)
         if self._commit_point is not None:
             self._committed = self._commit_point.offset

@@ -52,40 +52,65 @@ def job_command(bootstrap: str, topic: str, tmp: Path, trigger: str = "300ms") -
             "--master", "local[1]", "--shuffle-partitions", "1", "--flush", "sync"]
 
 
+def wait_for_line(path: Path, text: str, proc: subprocess.Popen, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if text in path.read_text(errors="replace"):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.timeout(1800)
 def test_job_survives_sigkill_at_random_moments(bootstrap_servers: str, tmp_path: Path) -> None:
     topic = unique_topic("crash")
     create_topics(bootstrap_servers, [topic])
     producer = Producer(bootstrap_servers, topic)
     producer.start()
     rng = random.Random(20261121)
-    log = open(tmp_path / "job.log", "ab")
+    log = tmp_path / "job.log"
+    point_kills = 0
     try:
         for kill in range(KILLS):
             env = dict(os.environ)
             if kill % 2 == 0:
                 env["COMMITLOG_CRASH_AT"] = CRASH_POINTS[(kill // 2) % len(CRASH_POINTS)]
-            proc = subprocess.Popen(job_command(bootstrap_servers, topic, tmp_path), env=env,
-                                    stdout=log, stderr=log, start_new_session=True)
+            run_log = tmp_path / f"run-{kill}.log"
+            with open(run_log, "wb") as out:
+                proc = subprocess.Popen(job_command(bootstrap_servers, topic, tmp_path), env=env,
+                                        stdout=out, stderr=out, start_new_session=True)
             try:
-                proc.wait(timeout=rng.uniform(6.0, 12.0))
+                if "COMMITLOG_CRASH_AT" in env:
+                    # dies by its own hand at the named step of the protocol
+                    proc.wait(timeout=240)
+                    point_kills += proc.returncode == -signal.SIGKILL
+                else:
+                    # a random moment once batches are flowing: during Spark work, append, flush or commit
+                    assert wait_for_line(run_log, "batch ", proc, 240), f"run {kill} never ran a batch: {run_log}"
+                    time.sleep(rng.uniform(0.0, 3.0))
+                    assert proc.poll() is None, f"run {kill} exited by itself with {proc.returncode}: {run_log}"
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"run {kill} did not reach {env['COMMITLOG_CRASH_AT']}: {run_log}")
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)   # the run, its JVM and its Python workers
+                except ProcessLookupError:
+                    pass
                 proc.wait()
-            else:
-                if "COMMITLOG_CRASH_AT" not in env:
-                    pytest.fail(f"run {kill} exited by itself with {proc.returncode}; see {tmp_path / 'job.log'}")
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # the JVM and Python workers of that run too
-            except ProcessLookupError:
-                pass
+            with open(log, "ab") as all_runs:
+                all_runs.write(run_log.read_bytes())
     finally:
         producer.stop_event.set()
         producer.join(timeout=60)
     assert producer.error is None, producer.error
+    assert point_kills == KILLS // 2, f"only {point_kills} runs died at their crash point"
 
     # One last clean run takes in everything produced, then stops by itself.
-    final = subprocess.run(job_command(bootstrap_servers, topic, tmp_path, trigger="available-now"),
-                           stdout=log, stderr=log, timeout=300, start_new_session=True)
+    with open(log, "ab") as out:
+        final = subprocess.run(job_command(bootstrap_servers, topic, tmp_path, trigger="available-now"),
+                               stdout=out, stderr=out, timeout=300, start_new_session=True)
     assert final.returncode == 0, f"final run failed; see {tmp_path / 'job.log'}"
     verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(tmp_path / "store")],
                             capture_output=True, text=True, timeout=120)

@@ -28,6 +28,7 @@ from .commitlog import CommitLog
 from .constants import CONSUMEQUEUE_DIR
 from .consume_queue import ConsumeQueueStore
 from .cq_redispatch import redispatch
+from .errors import ConsumeQueueGapError
 from .errors import CommittedDataCorruptError
 from .scan import RecordCheck, check_record, scan_segment
 from .segment import Segment
@@ -317,7 +318,12 @@ def recover_queues(cq: ConsumeQueueStore, records: Callable[[int, int], Iterator
         starts = [dispatch_from, min_offset]
     for start in starts:
         start = max(start, min_offset)
-        added = redispatch(cq, records(start, end))
+        try:
+            added = redispatch(cq, records(start, end))
+        except ConsumeQueueGapError as gap:
+            # a queue's first missing unit lies before ``start``: rebuild from further back
+            log.warning("recovery: redispatch from %d left a gap (%s); trying further back", start, gap)
+            continue
         if added:
             log.info("recovery: %d consume-queue units rebuilt from offset %d", added, start)
         if not behind():

@@ -64,7 +64,8 @@ class ReplaySummary:
     records: int = 0                 # messages written by this run
     dead_letters: int = 0            # dead letters written by this run
     batches: int = 0
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0           # the whole run, Spark start-up and planning included
+    write_s: float = 0.0             # from the first batch on
     commit_offset: int = 0
     complete: bool = False
     verified: bool | None = None     # None: verify not run
@@ -72,7 +73,7 @@ class ReplaySummary:
 
     @property
     def rate(self) -> float:
-        return (self.records + self.dead_letters) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return (self.records + self.dead_letters) / self.write_s if self.write_s > 0 else 0.0
 
     def lines(self) -> list[str]:
         p = self.plan
@@ -82,7 +83,8 @@ class ReplaySummary:
                f"  range: {total} offsets over {len(p.partitions)} partitions of {len(p.topics())} topic(s); "
                f"{held} already in the store (skipped)",
                f"  written: {self.records} messages, {self.dead_letters} dead letters, {self.batches} batches, "
-               f"{self.elapsed_s:.1f} s, {self.rate:,.0f} rec/s; commit-log offset {self.commit_offset}"]
+               f"{self.write_s:.1f} s ({self.rate:,.0f} rec/s; {self.elapsed_s:.1f} s with start-up); commit-log "
+               f"offset {self.commit_offset}"]
         for topic in p.topics():
             parts = [x for x in p.partitions if x.topic == topic]
             ranges = ", ".join(f"{x.partition}:[{x.start},{x.end})" for x in parts)
@@ -202,6 +204,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             # done: the same command run later plans afresh (and skips what is now held)
             plan_file.unlink(missing_ok=True)
         summary.elapsed_s = time.monotonic() - started
+        summary.write_s = progress.elapsed()
     finally:
         batch_log.setLevel(batch_log_level)
         if writer is not None:
@@ -238,11 +241,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                     "writes nothing twice. Records with timestamp >= --from-timestamp and < --to-timestamp "
                     "(Kafka's and Spark's rule: a timestamp bound is the first offset at or after it).")
     src = p.add_argument_group("what to replay")
-    which = src.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topics", help="Kafka topics, comma separated")
+    which = src.add_mutually_exclusive_group()
+    which.add_argument("--topics", help="Kafka topics, comma separated (with --from-files: only these)")
     which.add_argument("--topic-pattern", help="a regex of Kafka topics (whole name)")
-    which.add_argument("--from-files", metavar="DIR",
-                       help="exported records (the Kafka source's columns) instead of Kafka")
+    src.add_argument("--from-files", metavar="DIR",
+                     help="exported records (the Kafka source's columns) instead of Kafka")
     src.add_argument("--format", choices=FORMATS, default="jsonl",
                      help="with --from-files: jsonl (key/value base64) or parquet")
     begin = src.add_mutually_exclusive_group()
@@ -267,6 +270,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
+    if not (args.topics or args.topic_pattern or args.from_files):
+        raise ReplayError("say what to replay: --topics T1,T2, --topic-pattern REGEX or --from-files DIR")
     if args.from_timestamp is not None:
         begin = Bound("timestamp", timestamp=args.from_timestamp)
     elif args.from_offsets:

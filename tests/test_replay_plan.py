@@ -126,8 +126,11 @@ def test_a_file_replay_needs_no_broker(tmp_path: Path) -> None:
     assert job_config_from_args(args, opts).store == str(tmp_path / "s")
 
 
-def test_the_sources_are_mutually_exclusive() -> None:
+def test_the_topic_selections_are_mutually_exclusive_and_one_source_is_needed() -> None:
     with pytest.raises(SystemExit):
-        _parse(["replay", "--topics", "a", "--from-files", "d", "--store", "s"])
+        _parse(["replay", "--topics", "a", "--topic-pattern", "b.*", "--store", "s"])
+    with pytest.raises(ReplayError, match="say what to replay"):
+        options_from_args(_parse(["replay", "--store", "s"]))
+    assert options_from_args(_parse(["replay", "--topics", "a", "--from-files", "d", "--store", "s"])).topics == ("a",)
     with pytest.raises(SystemExit):
         _parse(["replay", "--topics", "a", "--from-timestamp", "1", "--from-offsets", "{}", "--store", "s"])

@@ -72,11 +72,15 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
                 continue
             items = polled.get(part, ())
             if items:
-                idle_since = time.monotonic()
                 for batch in _to_batches(items, rng, arrow_schema):
                     if batch.num_rows:
                         yield batch
+                # idle time starts after Spark took the batches: a slow consumer of this generator
+                # is not a broker that stopped answering
+                idle_since = time.monotonic()
             position = max(position, consumer.position(part))
+            if position >= rng.until_offset:
+                break  # a fetch may move the position past the range end (Tansu does)
             idle_s = time.monotonic() - idle_since
             high_watermark = consumer.highwater(part)
             if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= position:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import common_stream as cs  # noqa: E402
 
-FULL = {"messages": 1_000_000, "batch": 250_000, "partitions": 2}
+FULL = {"messages": 300_000, "batch": 100_000, "partitions": 2}
 QUICK = {"messages": 10_000, "batch": 10_000, "partitions": 2}
 TOPIC = "bench-replay"
 

@@ -233,6 +233,6 @@ def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, 
                       if p == partition)
         assert [q for q, _ in rows] == list(range(len(rows))), f"queue {partition} offsets not contiguous"
         assert [o for _, o in rows] == sorted(o for _, o in rows), f"queue {partition} not in Kafka order"
-    # The job names its own session (commitlog-run), over spark-submit's --name.
-    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "commitlog-run"]
+    # Under spark-submit the job keeps the submitter's --name (deploy/spark-submit.sh: commitlog-ingest).
+    apps = [a for a in cluster.state()["completedapps"] if a["name"] == "commitlog-ingest"]
     assert apps, "the job ran as an application of the standalone cluster"

@@ -19,6 +19,7 @@ from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinat
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 KILLS = 20
+PRODUCE_AT_MOST = 12_000     # a bounded backlog: the final run must catch up on a loaded machine too
 CRASH_POINTS = ["after-append:1", "after-flush:1", "after-commit:2", "after-append:3", "after-flush:2"]
 
 
@@ -35,12 +36,12 @@ class Producer(threading.Thread):
     def run(self) -> None:
         i = 0
         try:
-            while not self.stop_event.is_set():
+            while not self.stop_event.is_set() and i < PRODUCE_AT_MOST:
                 batch = [(self.topic, (i + j) % 4, f"k{i + j}".encode(), f"v{i + j}".encode() * 3,
-                          [("TAGS", b"t")]) for j in range(150)]
+                          [("TAGS", b"t")]) for j in range(100)]
                 self.sent += produce(self.bootstrap, batch)
                 i += len(batch)
-                time.sleep(0.15)
+                time.sleep(0.5)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -48,7 +49,7 @@ class Producer(threading.Thread):
 def job_command(bootstrap: str, topic: str, tmp: Path, trigger: str = "300ms") -> list[str]:
     return [sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", bootstrap, "--subscribe", topic,
             "--store", str(tmp / "store"), "--checkpoint", str(tmp / "checkpoint"), "--segment-size", "256k",
-            "--consume-queue-units", "500", "--max-offsets-per-trigger", "400", "--trigger", trigger,
+            "--consume-queue-units", "500", "--max-offsets-per-trigger", "1500", "--trigger", trigger,
             "--master", "local[1]", "--shuffle-partitions", "1", "--flush", "sync"]
 
 
@@ -110,7 +111,7 @@ def test_job_survives_sigkill_at_random_moments(bootstrap_servers: str, tmp_path
     # One last clean run takes in everything produced, then stops by itself.
     with open(log, "ab") as out:
         final = subprocess.run(job_command(bootstrap_servers, topic, tmp_path, trigger="available-now"),
-                               stdout=out, stderr=out, timeout=300, start_new_session=True)
+                               stdout=out, stderr=out, timeout=600, start_new_session=True)
     assert final.returncode == 0, f"final run failed; see {tmp_path / 'job.log'}"
     verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(tmp_path / "store")],
                             capture_output=True, text=True, timeout=120)

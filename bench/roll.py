@@ -1,12 +1,12 @@
 """What does a segment roll cost an append, with and without background pre-creation?
 
-Appends fixed-size batches of pre-encoded 100-byte-body messages (ASYNC flush) through many
-segment rolls and times every append_encoded call. A "roll" batch is one whose records cross
-into a new segment; every other batch is "inside" a segment. Figures per variant
-(``prealloc``: the next segment is created and pre-touched in the background, the default;
-``no_prealloc``: created when the roll needs it): p50 / p99 / max latency of roll batches and of
-inside batches, and the ratio p99(roll) / p99(inside) (target with pre-creation: <= 2).
-The peer in the same run is the variant without pre-creation.
+Appends fixed-size batches of pre-encoded 100-byte-body messages (ASYNC flush), paced at
+``--rate`` msg/s, through many segment rolls, and times every append_encoded call. A "roll"
+batch is one whose records cross into a new segment; every other batch is "inside" a segment.
+Figures per variant (``prealloc``: the next segment is created and pre-touched in the
+background, the default; ``no_prealloc``: created when the roll needs it): p50 / p99 / max
+latency of roll batches and of inside batches, and the ratio p99(roll) / p99(inside) (target
+with pre-creation: <= 2). The peer in the same run is the variant without pre-creation.
 """
 
 from __future__ import annotations
@@ -22,12 +22,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 MIB = 1 << 20
-FULL = {"segment_size": 64 * MIB, "rolls": 24, "batch": 5_000}
+FULL = {"segment_size": 16 * MIB, "rolls": 40, "batch": 5_000}
 QUICK = {"segment_size": 8 * MIB, "rolls": 6, "batch": 1_000}
+# Appends arrive at this rate (msg/s), 10x the pipeline's target: a segment then lasts long enough
+# for its successor to be pre-touched, as with 1 GiB segments at the pipeline's pace. Unpaced
+# (--rate 0), the writer fills a 16 MiB segment faster than any background pre-touch can follow.
+DEFAULT_RATE = 1_000_000
 
 
-def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Append until ``rolls`` rolls happened; returns (latencies in ms, roll mask)."""
+def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool, rate: float = 0.0
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Append until ``rolls`` rolls happened, one batch every len(batch)/rate seconds (as fast as
+    possible if rate is 0); returns (latencies in ms, roll mask)."""
     from store import MessageStore, StoreConfig
 
     cfg = StoreConfig(segment_size=segment_size, flush_mode="async", preallocate=prealloc)
@@ -40,9 +46,12 @@ def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool) -
             time.sleep(0.5 if prealloc else 0)  # let the first background pre-creation finish
             seg_index = store.max_offset // segment_size
             n_rolls = 0
+            period = len(batch) / rate if rate else 0.0
+            due = time.perf_counter()
             gc.disable()
             try:
                 while n_rolls < rolls:
+                    due += period
                     t0 = time.perf_counter()
                     res = store.append_encoded(batch)
                     lat.append((time.perf_counter() - t0) * 1e3)
@@ -51,6 +60,9 @@ def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool) -
                     if now != seg_index:
                         n_rolls += 1
                         seg_index = now
+                    pause = due - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
             finally:
                 gc.enable()
         finally:
@@ -59,11 +71,14 @@ def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ap = common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=DEFAULT_RATE,
+                    help=f"messages/s the appends arrive at (default {DEFAULT_RATE:,}; 0: as fast as possible)")
+    args = ap.parse_args(argv)
     runs = common.runs_of(args, quick_default=1)
     p = QUICK if args.quick else FULL
     rep = common.Report("roll", args)
-    rep.params = dict(p, body=100, runs=runs, flush="async")
+    rep.params = dict(p, body=100, runs=runs, flush="async", rate=args.rate)
     batch = common.encode(common.message_table(p["batch"], 100))
     first = common.encode(common.message_table(1, 100, common.SEED + 1))
     rep.params["batch_bytes"] = int(batch.nbytes) if hasattr(batch, "nbytes") else None
@@ -76,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                                               "inside.max", "msgs_per_s")}
             warmup = 0 if args.quick else 1  # a first run warms the page cache and the allocator
             for r in range(warmup + runs):
-                lat, rolled = one_run(args, batch, first, p["segment_size"], p["rolls"], prealloc)
+                lat, rolled = one_run(args, batch, first, p["segment_size"], p["rolls"], prealloc, args.rate)
                 if r < warmup:
                     continue
                 roll, inside = lat[rolled], lat[~rolled]

@@ -19,7 +19,9 @@ from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinat
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 KILLS = 20
-PRODUCE_AT_MOST = 12_000     # a bounded backlog: the final run must catch up on a loaded machine too
+# A steady ~120 records/s: always new data for the next batch (a crash point waits for one), and a
+# backlog the final run catches up with even on a loaded machine.
+PRODUCE_BATCH, PRODUCE_PAUSE_S = 60, 0.5
 CRASH_POINTS = ["after-append:1", "after-flush:1", "after-commit:2", "after-append:3", "after-flush:2"]
 
 
@@ -36,12 +38,12 @@ class Producer(threading.Thread):
     def run(self) -> None:
         i = 0
         try:
-            while not self.stop_event.is_set() and i < PRODUCE_AT_MOST:
+            while not self.stop_event.is_set():
                 batch = [(self.topic, (i + j) % 4, f"k{i + j}".encode(), f"v{i + j}".encode() * 3,
-                          [("TAGS", b"t")]) for j in range(100)]
+                          [("TAGS", b"t")]) for j in range(PRODUCE_BATCH)]
                 self.sent += produce(self.bootstrap, batch)
                 i += len(batch)
-                time.sleep(0.5)
+                time.sleep(PRODUCE_PAUSE_S)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 

@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.parser(__doc__.splitlines()[0])
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of the RSS soak run (0: none)")
     ap.add_argument("--soak-rate", type=int, default=20_000, help="msg/s the soak producer writes")
+    ap.add_argument("--soak-only", action="store_true", help="only the soak run (with --soak SECONDS)")
     ap.add_argument("--batches", default=None, help="maxOffsetsPerTrigger values, comma separated")
     ap.add_argument("--png", default=None, help="also plot throughput and latency against batch size here")
     ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
@@ -204,12 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / "pipeline"
     try:
         with cs.tansu(out / "broker") as broker:
-            secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, p["partitions"], n)
-            rep.log(f"pre-filled {TOPIC} with {n:,} records in {secs:.1f} s")
+            if not args.soak_only:
+                secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, p["partitions"], n)
+                rep.log(f"pre-filled {TOPIC} with {n:,} records in {secs:.1f} s")
             spark = cs.spark_session(2)
             try:
                 _, events = cs.progress_listener(spark)
-                for batch in p["batches"]:
+                for batch in ([] if args.soak_only else p["batches"]):
                     tag = f"batch{batch}"
                     for what in ("commitlog.sync", "commitlog.async", "noop", "parquet"):
                         res = {"rate": [], "p50": [], "p99": [], "py_rss": [], "py_anon": [], "jvm_rss": [],

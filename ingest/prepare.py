@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.mapping import MAPPED_SCHEMA, MappingConfig, map_kafka_batches
+from ingest.mapping import MAPPED_SCHEMA, MappingConfig, map_kafka_batch, map_kafka_batches
 from sink.foreach_batch import BatchInputs
 from store.batch_codec import encode_batch_to_arrow, validate_batch
 from store.codec import CodecConfig
@@ -85,6 +85,43 @@ def encode_prepared_batches(batches: Iterator[pa.RecordBatch], codec: CodecConfi
             yield out
 
 
+def fusable(mapping: MappingConfig) -> bool:
+    """When a RocketMQ queue is exactly one Kafka partition (partition mode, no renaming, no envelope),
+    the window can number the raw Kafka rows and one Python pass can map and encode."""
+    return mapping.queue_mode == "partition" and not mapping.topic_map and not mapping.envelope
+
+
+def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
+                           codec: CodecConfig) -> Iterator[pa.RecordBatch]:
+    """The fused pass: Kafka rows numbered by the window (``rn``, ``queue_start``) -> encoded records.
+
+    A dead letter takes no queue offset, so each live row's offset is its window number less the dead
+    rows before it in its queue; a queue's rows arrive in order in one Spark partition, possibly over
+    several Arrow batches, hence the carried counts."""
+    dead_before: dict[tuple[str, int], int] = {}
+    for batch in batches:
+        mapped = pa.Table.from_batches([map_kafka_batch(batch, mapping)])
+        n = mapped.num_rows
+        if n == 0:
+            continue
+        queue_offset = (np.asarray(batch.column("queue_start"), dtype=np.int64)
+                        + np.asarray(batch.column("rn"), dtype=np.int64) - 1)
+        dead = np.asarray(pc.is_valid(mapped.column("dead_reason")), dtype=bool)
+        if dead.any() or dead_before:
+            topics = batch.column("topic").to_pylist()
+            parts = np.asarray(batch.column("partition"))
+            bounds = [0] + [i for i in range(1, n) if parts[i] != parts[i - 1] or topics[i] != topics[i - 1]] + [n]
+            for s, e in zip(bounds[:-1], bounds[1:]):
+                key = (topics[s], int(parts[s]))
+                d = dead[s:e].astype(np.int64)
+                queue_offset[s:e] -= dead_before.get(key, 0) + np.cumsum(d) - d
+                dead_before[key] = dead_before.get(key, 0) + int(d.sum())
+        mapped = mapped.append_column("queue_offset", pa.array(queue_offset, pa.int64(), mask=dead))
+        out = encode_prepared_batch(mapped.combine_chunks().to_batches()[0], codec)
+        if out.num_rows:
+            yield out
+
+
 def _spark_schema(schema: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
     return from_arrow_schema(schema)
@@ -112,6 +149,17 @@ def prepare_batch(df: Any, inputs: BatchInputs, mapping: MappingConfig, codec: C
     tp = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
     stored_below = F.coalesce(_lookup(tp, inputs.kafka_next_offsets), F.lit(0))
     fresh = df.where(F.col("offset") >= stored_below)
+
+    if fusable(mapping):
+        # 2+3+4 in one pass: the window numbers each partition's rows in offset order (the shuffle
+        # carries only the Kafka columns), then map, correct for dead letters and encode.
+        window = Window.partitionBy("topic", "partition").orderBy("offset")
+        queue_key = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
+        next_by_queue = {f"{t}/{q}": n for (t, q), n in inputs.next_queue_offsets.items()}
+        numbered = (fresh.withColumn("rn", F.row_number().over(window))
+                    .withColumn("queue_start", F.coalesce(_lookup(queue_key, next_by_queue), F.lit(0)).cast("long")))
+        return numbered.mapInArrow(partial(map_and_encode_batches, mapping=mapping, codec=codec),
+                                   _spark_schema(ENCODED_SCHEMA))
 
     # 2. Kafka record -> RocketMQ message (or dead letter), in the executors.
     mapped = fresh.mapInArrow(partial(map_kafka_batches, cfg=mapping), _spark_schema(MAPPED_SCHEMA))

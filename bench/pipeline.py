@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = common.Report("pipeline", args)
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]")
     out = Path(args.out) / "pipeline"
-    try:
+    with common.work_dir(out, args.keep):
         with cs.tansu(out / "broker") as broker:
             if not args.soak_only:
                 secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, p["partitions"], n)
@@ -248,9 +248,6 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 spark.stop()
         rep.add("driver_python_vmhwm_mib", common.peak_rss_bytes() / MIB, "MiB")
-    finally:
-        if not args.keep:
-            common.remove_work_dir(out)
     rep.finish()
     if args.png:
         plot(rep.as_json(), Path(args.png))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import records  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -36,7 +37,7 @@ def writer_child(root: str, segment_size: int, target: int, batch_records: int) 
     from store import MessageStore, StoreConfig
 
     store = MessageStore.open(root, StoreConfig(segment_size=segment_size, flush_mode="async"))
-    batch = common.encode(common.message_table(batch_records, BODY))
+    batch = records.encode(records.message_table(batch_records, BODY))
     while True:
         store.append_encoded(batch)
         store.commit()
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.params = dict(p, body=BODY, runs=runs, free_gib_before=round(free / GIB, 1))
     root = out / "store"
     reval_speed = 0.0   # bytes/s of the slowest full re-validation so far
-    try:
+    with common.work_dir(out, args.keep):
         out.mkdir(parents=True, exist_ok=True)
         for n_seg in p["sizes"]:
             # Fill n_seg segments almost completely; the last batch may open the next one.
@@ -172,9 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         for cache in ("warm", "cold"):
             rep.ratio(f"ratio.{cache}.clean_open_largest_vs_smallest", f"{last}.{cache}.clean_open_s",
                       f"{first}.{cache}.clean_open_s")
-    finally:
-        if not args.keep:
-            common.remove_work_dir(out)
     rep.finish()
     return 0
 

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = common.Report("replay", args)
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, master="local[2]", flush="sync")
     out = Path(args.out) / "replay"
-    try:
+    with common.work_dir(out, args.keep):
         with cs.tansu(out / "broker") as broker:
             secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, parts, n)
             rep.log(f"pre-filled {TOPIC} with {n:,} records in {secs:.1f} s")
@@ -130,9 +130,6 @@ def main(argv: list[str] | None = None) -> int:
             rep.add("replay.msgs_per_s", [n / s for s in rep_secs], "msg/s")
             rep.add("plain_consumer.msgs_per_s", [n / s for s in plain], "msg/s")
             rep.ratio("ratio.replay_vs_plain_consumer", "replay.msgs_per_s", "plain_consumer.msgs_per_s")
-    finally:
-        if not args.keep:
-            common.remove_work_dir(out)
     rep.finish()
     return 0
 

@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import records  # noqa: E402
 
 MIB = 1 << 20
 FULL = {"segment_size": 16 * MIB, "rolls": 40, "batch": 5_000}
@@ -79,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     p = QUICK if args.quick else FULL
     rep = common.Report("roll", args)
     rep.params = dict(p, body=100, runs=runs, flush="async", rate=args.rate)
-    batch = common.encode(common.message_table(p["batch"], 100))
-    first = common.encode(common.message_table(1, 100, common.SEED + 1))
+    batch = records.encode(records.message_table(p["batch"], 100))
+    first = records.encode(records.message_table(1, 100, common.SEED + 1))
     rep.params["batch_bytes"] = int(batch.nbytes) if hasattr(batch, "nbytes") else None
     out = Path(args.out) / "roll"
-    try:
+    with common.work_dir(out, args.keep):
         for prealloc in (True, False):
             name = "prealloc" if prealloc else "no_prealloc"
             stats: dict[str, list[float]] = {k: [] for k in
@@ -106,9 +107,6 @@ def main(argv: list[str] | None = None) -> int:
             rep.ratio(f"{name}.ratio.roll_p99_vs_inside_p99", f"{name}.roll.p99_ms", f"{name}.inside.p99_ms")
             rep.ratio(f"{name}.ratio.roll_max_vs_inside_p99", f"{name}.roll.max_ms", f"{name}.inside.p99_ms")
         rep.ratio("ratio.prealloc_vs_no_prealloc_roll_p99", "prealloc.roll.p99_ms", "no_prealloc.roll.p99_ms")
-    finally:
-        if not args.keep:
-            common.remove_work_dir(out)
     rep.finish()
     return 0
 

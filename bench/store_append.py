@@ -26,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import records  # noqa: E402
 
 MIB = 1 << 20
 # (body bytes, messages, batch records); the 2,000,000 x 100 B in batches of 100,000, and
@@ -150,14 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     classpath = common.compile_java(common.BENCH_DIR / "jvm" / "AppendPeer.java", out / "jvm")
-    try:
+    with common.work_dir(out, args.keep):
         for body, n, batch in cases:
             tag = f"body{body}"
             rep.log(f"== {n:,} messages, {body}-byte bodies, batches of {batch:,}")
-            tables = [common.message_table(min(batch, n - s), body, common.SEED, s) for s in range(0, n, batch)]
-            batches = [common.encode(t) for t in tables]
-            first = common.encode(common.message_table(1, body, common.SEED + 1))
-            chunks = [np.ascontiguousarray(common.batch_bytes(b)) for b in batches]
+            tables = [records.message_table(min(batch, n - s), body, common.SEED, s) for s in range(0, n, batch)]
+            batches = [records.encode(t) for t in tables]
+            first = records.encode(records.message_table(1, body, common.SEED + 1))
+            chunks = [np.ascontiguousarray(records.batch_bytes(b)) for b in batches]
             total = sum(len(c) for c in chunks)
             rep.params[f"{tag}.bytes"] = total
             data = out / "records.bin"
@@ -204,9 +205,6 @@ def main(argv: list[str] | None = None) -> int:
                           f"{p}.jvm_batch.msgs_per_s")
             data.unlink(missing_ok=True)
             del tables, batches, chunks
-    finally:
-        if not args.keep:
-            common.remove_work_dir(out)
     rep.finish()
     return 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import records  # noqa: E402
 from recovery import raw_read  # noqa: E402
 
 MIB = 1 << 20
@@ -29,7 +30,7 @@ def build_store(root: Path, segment_size: int, nbytes: int, body: int) -> int:
 
     per = body + 200
     batch_records = max(1, min(20_000, (nbytes // per) // 8))
-    batch = common.encode(common.message_table(batch_records, body))
+    batch = records.encode(records.message_table(batch_records, body))
     with MessageStore.open(root, StoreConfig(segment_size=segment_size, flush_mode="async")) as store:
         while store.max_offset + batch.nbytes + 8 <= nbytes:
             store.append_encoded(batch)
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = common.Report("verify", args)
     rep.params = dict(p, runs=runs)
     out = Path(args.out) / "verify"
-    try:
+    with common.work_dir(out, args.keep):
         for body in p["bodies"]:
             root = out / f"store-body{body}"
             end = build_store(root, p["segment_size"], p["store_bytes"], body)
@@ -83,9 +84,6 @@ def main(argv: list[str] | None = None) -> int:
                            env=common.env_for_subprocess(), timeout=120, check=True)
             t.append(time.perf_counter() - t0)
         rep.add("startup_s", t, "s")
-    finally:
-        if not args.keep:
-            common.remove_work_dir(out)
     rep.finish()
     return 0
 

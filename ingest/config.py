@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any

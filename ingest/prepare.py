@@ -150,14 +150,19 @@ def prepare_batch(df: Any, inputs: BatchInputs, mapping: MappingConfig, codec: C
     stored_below = F.coalesce(_lookup(tp, inputs.kafka_next_offsets), F.lit(0))
     fresh = df.where(F.col("offset") >= stored_below)
 
+    next_by_queue = {f"{t}/{q}": n for (t, q), n in inputs.next_queue_offsets.items()}
+
+    def queue_start(queue_column: str) -> Any:
+        """The store's next queue offset of each row's (topic, queue), 0 for a new queue."""
+        key = F.concat(F.col("topic"), F.lit("/"), F.col(queue_column).cast("string"))
+        return F.coalesce(_lookup(key, next_by_queue), F.lit(0)).cast("long")
+
     if fusable(mapping):
         # 2+3+4 in one pass: the window numbers each partition's rows in offset order (the shuffle
         # carries only the Kafka columns), then map, correct for dead letters and encode.
         window = Window.partitionBy("topic", "partition").orderBy("offset")
-        queue_key = F.concat(F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
-        next_by_queue = {f"{t}/{q}": n for (t, q), n in inputs.next_queue_offsets.items()}
         numbered = (fresh.withColumn("rn", F.row_number().over(window))
-                    .withColumn("queue_start", F.coalesce(_lookup(queue_key, next_by_queue), F.lit(0)).cast("long")))
+                    .withColumn("queue_start", queue_start("partition")))
         return numbered.mapInArrow(partial(map_and_encode_batches, mapping=mapping, codec=codec),
                                    _spark_schema(ENCODED_SCHEMA))
 
@@ -166,9 +171,7 @@ def prepare_batch(df: Any, inputs: BatchInputs, mapping: MappingConfig, codec: C
 
     # 3. QUEUEOFFSET per (topic, queueId) over source order, continuing from the store's next offsets.
     window = Window.partitionBy("topic", "queue_id").orderBy("kafka_topic", "kafka_partition", "kafka_offset")
-    queue_key = F.concat(F.col("topic"), F.lit("/"), F.col("queue_id").cast("string"))
-    next_by_queue = {f"{t}/{q}": n for (t, q), n in inputs.next_queue_offsets.items()}
-    start = F.coalesce(_lookup(queue_key, next_by_queue), F.lit(0))
+    start = queue_start("queue_id")
     with_offsets = mapped.withColumn(
         "queue_offset",
         F.when(F.col("dead_reason").isNull(), start + F.row_number().over(window) - 1).cast("long"))

@@ -38,7 +38,6 @@ class BatchStats:
     batch_id: int
     records: int
     dead_letters: int
-    skipped: int
     append_ms: float
     flush_ms: float
     commit_ms: float
@@ -101,7 +100,7 @@ class CommitLogWriter:
         t3 = time.perf_counter()
         self.state = new_state
         self.crash.reached("after-commit")
-        return BatchStats(batch_id, valid.num_rows, dead.num_rows, 0, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+        return BatchStats(batch_id, valid.num_rows, dead.num_rows, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                           (t3 - t2) * 1e3, point.offset)
 
     def close(self) -> None:

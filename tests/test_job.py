@@ -12,7 +12,6 @@ from ingest.config import JobConfig
 from ingest.job import run_stream
 from ingest.mapping import uniq_key
 from sink import read_dead_letters
-from store.properties import string_to_properties
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
 
 pytestmark = pytest.mark.integration

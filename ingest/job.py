@@ -1,8 +1,8 @@
 """``commitlog run``: the streaming job, Kafka to CommitLog, exactly once.
 
-The driver holds the one writer of the store. Spark reads Kafka (one task per partition), maps,
-numbers and encodes in the executors; each ordered micro-batch comes to the driver as Arrow and is
-appended and committed by the sink. SIGTERM/SIGINT let the batch in progress commit, then stop.
+The driver holds the one writer of the store. Spark reads Kafka (one task per partition), maps and
+encodes in the executors; each micro-batch comes to the driver as Arrow in source order, takes its
+queue offsets and is appended and committed by the sink. SIGTERM/SIGINT let the batch in progress commit, then stop.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def store_config(cfg: JobConfig) -> StoreConfig:
                                     disk_full_ratio=max(0.90, cfg.disk_max_used_space_ratio))
     return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
                        consume_queue_units=cfg.consume_queue_units, retention=retention,
-                       codec=CodecConfig(max_message_size=cfg.max_message_size))
+                       codec=codec_config(cfg))
 
 
 def mapping_config(cfg: JobConfig) -> MappingConfig:
@@ -58,14 +58,24 @@ def spark_session(cfg: JobConfig) -> Any:
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
 
 
-def spark_format(cfg: JobConfig, spark: Any) -> str:
-    """The Spark format to read with; Spark's own only when its package is on the classpath."""
+def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(format, options) to read with. Ours (``kafka-python``) reads through the message source, which
+    maps and encodes in its read tasks; Spark's own, only when its package is on the classpath, gives
+    Kafka columns that ingest.prepare maps with mapInArrow."""
     from ingest.kafka_source import source_format, spark_kafka_available
+    from ingest.message_source import SHORT_NAME, source_options
 
-    if cfg.source == "spark-kafka" and not spark_kafka_available(spark):
-        raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
-                           "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
-    return source_format(cfg.source)
+    fmt = source_format(cfg.source)
+    if fmt == "kafka":
+        if not spark_kafka_available(spark):
+            raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
+                               "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
+        return fmt, kafka_options
+    return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg))
+
+
+def codec_config(cfg: JobConfig) -> CodecConfig:
+    return CodecConfig(max_message_size=cfg.max_message_size)
 
 
 def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
@@ -125,9 +135,9 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     try:
         spark = spark or spark_session(cfg)
         options = kafka_reader_options(cfg, starting_offsets(writer, cfg))
-        df = spark.readStream.format(spark_format(cfg, spark)).options(**options).load()
-        codec = CodecConfig(max_message_size=cfg.max_message_size)
-        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec),
+        fmt, reader_options = source_reader(cfg, spark, options)
+        df = spark.readStream.format(fmt).options(**reader_options).load()
+        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec_config(cfg)),
                                 checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch)
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
         if cfg.checkpoint:

@@ -105,15 +105,15 @@ def _kafka_client_params(cfg: JobConfig) -> dict[str, Any]:
 
 
 def kafka_batch_loader(cfg: JobConfig, spark: Any) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
-    """Ranges -> a batch DataFrame of the Kafka source's columns, read by the job's own source."""
-    from ingest.job import spark_format
+    """Ranges -> a batch DataFrame read by the job's own source (encoded records, or Kafka columns
+    with Spark's source), as ingest.prepare takes it."""
+    from ingest.job import source_reader
     from ingest.kafka_offsets import offsets_to_json
 
-    fmt = spark_format(cfg, spark)
     base = kafka_reader_options(cfg, "earliest")
     for name in ("subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "startingOffsets"):
         base.pop(name, None)
-    base["includeHeaders"] = "true"
+    fmt, base = source_reader(cfg, spark, base)
 
     def load(ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> Any:
         assign: dict[str, list[int]] = {}
@@ -144,12 +144,11 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
            stop: threading.Event | None = None) -> ReplaySummary:
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
-    from ingest.job import mapping_config, spark_session, store_config
+    from ingest.job import codec_config, mapping_config, spark_session, store_config
     from ingest.kafka_offsets import offsets_to_json
     from ingest.prepare import prepare_batch
     from sink import CommitLogWriter
     from sink.foreach_batch import ForeachBatchSink
-    from store.codec import CodecConfig
 
     if not cfg.skip_preflight:
         from ingest.preflight import check_store_path
@@ -185,8 +184,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
         if plan.todo == 0:
             log.warning("nothing to replay: the store already holds the whole range")
-        codec = CodecConfig(max_message_size=cfg.max_message_size)
-        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec),
+        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec_config(cfg)),
                                 checkpoint_dir=None,
                                 on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
         for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger):

@@ -36,8 +36,8 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
 
 def register_sources(session: "object") -> None:
     """Register our Python data sources on ``session`` (idempotent)."""
-    try:
-        from ingest.kafka_source import KafkaDataSource
-    except ImportError:  # the source module arrives with the streaming-job work
-        return
+    from ingest.kafka_source import KafkaDataSource
+    from ingest.message_source import KafkaMessageSource
+
     session.dataSource.register(KafkaDataSource)  # type: ignore[attr-defined]
+    session.dataSource.register(KafkaMessageSource)  # type: ignore[attr-defined]

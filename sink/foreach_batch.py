@@ -1,8 +1,8 @@
 """The foreachBatch function: hands each ordered batch to the one driver-side writer.
 
 How a batch is prepared (mapping, queue offsets, encoding) is the caller's business (``prepare``);
-this module only owns the order of things: skip a batch already committed, prepare it against the
-writer's committed state, bring it to the driver as Arrow, write and commit, log one line.
+this module only owns the order of things: skip a batch already committed, prepare it (to an Arrow
+table on the driver) against the writer's committed state, write and commit, log one line.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from sink.writer import BatchStats, CommitLogWriter
 
@@ -29,7 +31,7 @@ class BatchInputs:
     next_queue_offsets: Mapping[tuple[str, int], int]
 
 
-Prepare = Callable[[Any, BatchInputs], Any]          # (DataFrame, inputs) -> prepared DataFrame
+Prepare = Callable[[Any, BatchInputs], pa.Table]     # (DataFrame, inputs) -> the batch, commit-log order
 
 
 def checkpoint_query_id(checkpoint_dir: str | None) -> str | None:
@@ -68,7 +70,7 @@ class ForeachBatchSink:
                          self.writer.state.batch_id)
                 return
             inputs = BatchInputs(dict(self.writer.state.kafka_offsets), self.writer.next_queue_offsets())
-            table = self.prepare(df, inputs).toArrow()
+            table = self.prepare(df, inputs)
             prepared = time.perf_counter()
             stats = self.writer.write_batch(batch_id, query_id, table)
             total = time.perf_counter() - started

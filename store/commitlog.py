@@ -2,8 +2,8 @@
 DefaultAppendMessageCallback.doAppend, vectorised over a whole batch).
 
 A batch is copied into the mapping in bulk, one slice assignment per segment it lands in;
-then PHYSICALOFFSET, STORETIMESTAMP and (unless the batch carries them) QUEUEOFFSET are
-patched in place with numpy scatters. A batch that crosses a segment end is split by the BLANK
+then QUEUEOFFSET (assigned here, or carried by the batch and checked), PHYSICALOFFSET and
+STORETIMESTAMP are patched in place with numpy scatters. A batch that crosses a segment end is split by the BLANK
 rule of FORMAT §8: a record fits only if 8 bytes remain after it.
 """
 
@@ -179,13 +179,12 @@ class CommitLog:
 
         phys = np.empty(n, dtype=np.int64)
         v6 = (sys_flags & BORNHOST_V6_FLAG) != 0
-        patch_qo = batch.queue_offsets is None
         for s_slot, pos, i, k in chunks:
             seg = segs[s_slot]
             rel = starts_rel[i:k] - starts_rel[i] + pos      # record starts inside the segment
             phys[i:k] = rel + seg.base_offset
             self._copy_and_patch(seg.buf, data, int(offsets[i]) - pos, rel, sizes[i:k], phys[i:k],
-                                 queue_offsets[i:k] if patch_qo else None, v6[i:k], store_timestamp)
+                                 queue_offsets[i:k], v6[i:k], store_timestamp)
         for s_slot, pos in blanks:
             _BLANK.pack_into(segs[s_slot].view, pos, size - pos, BLANK_MAGIC_CODE)
 
@@ -248,8 +247,7 @@ class CommitLog:
         ei = np.flatnonzero(eligible)
         updates: dict[QueueKey, int] = {}
         if ei.size == 0:
-            return (out if batch.queue_offsets is None
-                    else np.asarray(batch.queue_offsets, dtype=np.int64)), updates
+            return out, updates
         tidx = np.asarray(batch.topic_index, dtype=np.int64)[ei]
         qids = np.asarray(batch.queue_ids, dtype=np.int64)[ei]
         first, inv, counts, rank = _group_ranks(tidx, qids)
@@ -263,16 +261,14 @@ class CommitLog:
                 j = int(bad[0])
                 t, q = keys[int(inv[j])]
                 raise QueueOffsetMismatchError(t, q, int(expected[j]), int(given[ei[j]]), int(ei[j]))
-            out = given
-        else:
-            out[ei] = expected
+        out[ei] = expected
         for g, k in enumerate(keys):
             updates[k] = int(bases[g] + counts[g])
         return out, updates
 
     # --- patching ------------------------------------------------------------------------------
     def _copy_and_patch(self, buf: np.ndarray, data: np.ndarray, src_shift: int, rel: np.ndarray,
-                        sizes: np.ndarray, phys: np.ndarray, queue_offsets: np.ndarray | None,
+                        sizes: np.ndarray, phys: np.ndarray, queue_offsets: np.ndarray,
                         v6: np.ndarray, store_timestamp: int) -> None:
         """Copy records into the segment (record at segment position p comes from data[p +
         src_shift]) and patch them, block by block: patching a block while it is still in the
@@ -289,14 +285,14 @@ class CommitLog:
             start, end = int(rel[a]), int(rel[b - 1] + sizes[b - 1])
             buf[start:end] = data[start + src_shift:end + src_shift]
             self._patch(buf, start, end - start, rel[a:b], sizes[a:b], phys[a:b],
-                        None if queue_offsets is None else queue_offsets[a:b], v6[a:b],
+                        queue_offsets[a:b], v6[a:b],
                         store_timestamp, uniform)
             if self.codec.enabled_append_prop_crc:
                 apply_prop_crcs(buf, rel[a:b], sizes[a:b])
 
     @staticmethod
     def _patch(buf: np.ndarray, pos: int, nbytes: int, rel: np.ndarray, sizes: np.ndarray,
-               phys: np.ndarray, queue_offsets: np.ndarray | None, v6: np.ndarray,
+               phys: np.ndarray, queue_offsets: np.ndarray, v6: np.ndarray,
                store_timestamp: int, uniform: bool) -> None:
         """Write the big-endian fields the store owns into the records at segment positions
         ``rel``. Equal-sized records are patched through strided views (one field = one strided
@@ -313,23 +309,19 @@ class CommitLog:
                 return np.ndarray((m,), dtype=dtype, buffer=buf, offset=pos + off, strides=(stride,))
 
             column(POS_PHYSICALOFFSET, ">i8")[:] = phys
-            if queue_offsets is not None:
-                column(POS_QUEUEOFFSET, ">i8")[:] = queue_offsets
+            column(POS_QUEUEOFFSET, ">i8")[:] = queue_offsets
             ts_off = POS_STORETIMESTAMP_V6 if v6[0] else POS_STORETIMESTAMP_V4
             column(ts_off, ">i8")[:] = ts
             return
         # Native-order byte-stride views with pre-swapped values: numpy's fast scatter loop.
         n_bytes = len(buf)
         at8 = np.ndarray((n_bytes - 7,), dtype="<i8", buffer=buf, strides=(1,))
-        if queue_offsets is not None:
-            # QUEUEOFFSET and PHYSICALOFFSET are adjacent: one 16-byte element per record.
-            at16 = np.ndarray((n_bytes - 15,), dtype="V16", buffer=buf, strides=(1,))
-            pair = np.empty((m, 2), dtype=">i8")
-            pair[:, 0] = queue_offsets
-            pair[:, 1] = phys
-            at16[rel + POS_QUEUEOFFSET] = pair.view("V16").reshape(m)
-        else:
-            at8[rel + POS_PHYSICALOFFSET] = phys.astype(">i8").view("<i8")
+        # QUEUEOFFSET and PHYSICALOFFSET are adjacent: one 16-byte element per record.
+        at16 = np.ndarray((n_bytes - 15,), dtype="V16", buffer=buf, strides=(1,))
+        pair = np.empty((m, 2), dtype=">i8")
+        pair[:, 0] = queue_offsets
+        pair[:, 1] = phys
+        at16[rel + POS_QUEUEOFFSET] = pair.view("V16").reshape(m)
         ts_at = rel + np.where(v6, POS_STORETIMESTAMP_V6, POS_STORETIMESTAMP_V4)
         at8[ts_at] = ts.view("<i8")
 

@@ -6,7 +6,6 @@ import json
 from datetime import datetime, timezone
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from ingest.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, map_kafka_batch, uniq_key
@@ -131,24 +130,3 @@ def test_vectorized_and_per_row_paths_agree() -> None:
     for cfg in (MappingConfig(max_message_size=120), MappingConfig(queue_mode="key-hash", queue_count=5,
                                                                    topic_map={"orders": "Orders"})):
         assert map_kafka_batch(batch, cfg).to_pylist() == map_kafka_batch(batch, cfg, vectorized=False).to_pylist()
-
-
-def test_fused_pass_gives_dead_letters_no_queue_offset_across_arrow_batches() -> None:
-    from ingest.prepare import map_and_encode_batches
-    from store.codec import CodecConfig
-
-    def numbered(offsets: list[int], start_rn: int, values: list[bytes]) -> pa.RecordBatch:
-        batch = kafka_rows(*[{"offset": o, "partition": 2, "value": v} for o, v in zip(offsets, values)])
-        return (pa.Table.from_batches([batch])
-                .append_column("rn", pa.array(range(start_rn, start_rn + len(offsets)), pa.int32()))
-                .append_column("queue_start", pa.array([10] * len(offsets), pa.int64()))
-                .to_batches()[0])
-
-    first = numbered([0, 1, 2], 1, [b"a", b"x" * 200, b"c"])       # the middle one is too big
-    second = numbered([3, 4], 4, [b"d", b"e"])
-    out = pa.concat_tables(pa.Table.from_batches([b]) for b in map_and_encode_batches(
-        iter([first, second]), MappingConfig(max_message_size=100), CodecConfig()))
-    live = out.filter(pc.is_null(out.column("dead_reason")))
-    assert live.column("queue_offset").to_pylist() == [10, 11, 12, 13]
-    assert live.column("kafka_offset").to_pylist() == [0, 2, 3, 4]
-    assert out.filter(pc.is_valid(out.column("dead_reason"))).column("kafka_offset").to_pylist() == [1]

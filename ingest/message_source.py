@@ -1,0 +1,99 @@
+"""The job's Spark source: Kafka records read, mapped and encoded as RocketMQ records in the read tasks.
+
+    spark.readStream.format("kafka-rocketmq").options(**kafka_options)
+         .option("commitlog.prepare", prepare_option(mapping, codec)).load()
+
+The options and offsets are the ``kafka-python`` source's (ingest.kafka_source); the columns are
+ingest.prepare.ENCODED_SCHEMA. Mapping and encoding inside the read task means a record enters the
+JVM once, as a commit-log record: going in as Kafka columns and back out to Python for a
+``mapInArrow`` cost as much again as the whole read (BENCHMARKS.md, pipeline). A task reads one
+Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
+so a collected batch is in source order; ingest.prepare relies on that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from ingest.kafka_source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
+from ingest.mapping import MappingConfig
+from ingest.options import KafkaOptionError, parse_options
+from ingest.prepare import encoded_spark_schema, map_and_encode_batches
+from store.codec import CodecConfig
+
+SHORT_NAME = "kafka-rocketmq"
+PREPARE_OPTION = "commitlog.prepare"
+
+
+def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
+    """The ``commitlog.prepare`` option value: the mapping and codec settings as JSON."""
+    return json.dumps({"mapping": dataclasses.asdict(mapping), "codec": dataclasses.asdict(codec)})
+
+
+def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig, CodecConfig]:
+    """(the Kafka source's options, mapping, codec) from this source's options."""
+    kafka = {k: v for k, v in options.items() if str(k).lower() not in (PREPARE_OPTION, "includeheaders")}
+    kafka["includeHeaders"] = "true"   # the mapping reads the headers
+    raw = next((v for k, v in options.items() if str(k).lower() == PREPARE_OPTION), None)
+    try:
+        spec = json.loads(raw) if raw is not None else {}
+        return kafka, MappingConfig(**spec.get("mapping", {})), CodecConfig(**spec.get("codec", {}))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise KafkaOptionError(f"option '{PREPARE_OPTION}' is not the JSON prepare_option() writes: {exc}") from exc
+
+
+class _Encoding:
+    """What a read task needs to turn its Kafka batches into records (pickled to the executors)."""
+
+    mapping: MappingConfig
+    codec: CodecConfig
+
+    def encoded(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return map_and_encode_batches(batches, self.mapping, self.codec)
+
+
+class MessageBatchReader(KafkaBatchReader, _Encoding):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        kafka, self.mapping, self.codec = _settings(options)
+        super().__init__(parse_options(kafka, streaming=False), kafka_schema(True))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.encoded(super().read(partition))
+
+
+class MessageStreamReader(KafkaStreamReader, _Encoding):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        kafka, self.mapping, self.codec = _settings(options)
+        super().__init__(parse_options(kafka, streaming=True), kafka_schema(True))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.encoded(super().read(partition))
+
+
+class KafkaMessageSource(KafkaDataSource):
+    """Registered as ``kafka-rocketmq``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> StructType:
+        return encoded_spark_schema()
+
+    def reader(self, schema: StructType) -> MessageBatchReader:
+        return MessageBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> MessageStreamReader:
+        return MessageStreamReader(self.options)
+
+
+def source_options(kafka_options: Mapping[str, str], mapping: MappingConfig, codec: CodecConfig) -> dict[str, Any]:
+    """``kafka_options`` plus the prepare option: what ``format("kafka-rocketmq")`` takes."""
+    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec)}

@@ -8,6 +8,7 @@ mapping, there is no transient pool) and ``flushed`` (bytes made durable by msyn
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import mmap
@@ -22,6 +23,20 @@ log = logging.getLogger(__name__)
 
 # Linux 5.14+: fault every page in writable, without writing a byte ourselves.
 _MADV_POPULATE_WRITE = 23
+_MS_SYNC = 4
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+# msync and madvise through ctypes, which releases the GIL for the call: mmap.flush() and
+# mmap.madvise() hold it, so a background flush or pre-touch of a segment (hundreds of ms per
+# GiB) would stall the appending thread for as long (bench/roll.py).
+_LIBC = _load_libc()
 
 
 def segment_name(base_offset: int) -> str:
@@ -43,6 +58,18 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _mapping_address(mm: mmap.mmap) -> int:
+    """Where ``mm`` is mapped. The ctypes view exports the buffer, so it is dropped at once (an
+    exported mmap refuses to close); the address stays valid until the mapping is closed."""
+    try:
+        view = ctypes.c_char.from_buffer(mm)
+    except (TypeError, ValueError):
+        return 0
+    address = ctypes.addressof(view)
+    del view
+    return address
 
 
 class Segment:
@@ -71,6 +98,7 @@ class Segment:
         self.buf: np.ndarray = np.frombuffer(self._mm, dtype=np.uint8)
         self.view = memoryview(self._mm)
         self._locked = False
+        self._address = 0 if read_only else _mapping_address(self._mm)
 
     # --- creation ------------------------------------------------------------------------
     @classmethod
@@ -112,25 +140,15 @@ class Segment:
     def warm(self) -> None:
         """Fault every page in now (RocketMQ's warmMappedFile) so the first append into the
         segment does not pay 0.3-3.7 s/GiB of page faults. Only for fresh, all-zero segments."""
-        try:
-            self._mm.madvise(_MADV_POPULATE_WRITE)
-        except (OSError, ValueError):
+        if not self._libc_call("madvise", 0, self.size, _MADV_POPULATE_WRITE):
             self.buf[::OS_PAGE_SIZE] = 0  # older kernels: write one zero per page
 
     def lock_in_memory(self) -> None:
         """mlock the mapping where the OS allows (RLIMIT_MEMLOCK); a refusal is only logged."""
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            addr = ctypes.c_void_p.from_buffer(self._mm)  # type: ignore[arg-type]
-            if libc.mlock(ctypes.c_void_p(ctypes.addressof(addr)), ctypes.c_size_t(self.size)) != 0:
-                log.info("mlock of %s refused: %s", self.path, os.strerror(ctypes.get_errno()))
-            else:
-                self._locked = True
-            del addr
-        except (OSError, AttributeError, TypeError, ValueError) as e:
-            log.info("mlock of %s not available: %s", self.path, e)
+        if self._libc_call("mlock", 0, self.size):
+            self._locked = True
+        else:
+            log.info("mlock of %s refused or not available: %s", self.path, os.strerror(ctypes.get_errno()))
 
     # --- positions -------------------------------------------------------------------------
     @property
@@ -155,9 +173,19 @@ class Segment:
         if end <= self.flushed:
             return self.flushed
         start = self.flushed - self.flushed % mmap.PAGESIZE
-        self._mm.flush(start, end - start)
+        if _LIBC is None or not self._address:
+            self._mm.flush(start, end - start)
+        elif _LIBC.msync(ctypes.c_void_p(self._address + start), ctypes.c_size_t(end - start), _MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"msync of {self.path} [{start}, {end}): {os.strerror(err)}")
         self.flushed = end
         return end
+
+    def _libc_call(self, name: str, start: int, length: int, *args: int) -> bool:
+        """``name(address + start, length, *args)`` with the GIL released; False if it failed."""
+        if _LIBC is None or not self._address:
+            return False
+        return getattr(_LIBC, name)(ctypes.c_void_p(self._address + start), ctypes.c_size_t(length), *args) == 0
 
     def fsync(self) -> None:
         os.fsync(self._fd)

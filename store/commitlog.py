@@ -25,6 +25,7 @@ from .constants import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_L
                         POS_STORETIMESTAMP_V4, POS_STORETIMESTAMP_V6, TRANSACTION_COMMIT_TYPE,
                         TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK)
 from .errors import FieldLimitError, QueueOffsetMismatchError, SegmentAllocationError
+from .queue_groups import QueueGroups, group_queues
 from .segment import Segment
 from .segment_queue import SegmentQueue
 
@@ -46,48 +47,7 @@ class AppendOutcome:
     queue_offsets: np.ndarray        # int64 as written (0 for PREPARED/ROLLBACK)
     dispatch_mask: np.ndarray        # bool: NOT/COMMIT records, the ones that get a queue slot
     end_offset: int                  # write end after the batch
-
-
-def _group_ranks(tidx: np.ndarray, qids: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Group records by (topic index, queue id). Returns the first row of each group, each
-    row's group, the group sizes and each row's rank inside its group (order of appearance).
-    Fast paths without sorting: one queue, or every queue in one contiguous run."""
-    n = len(tidx)
-    qmin = int(qids.min())
-    span = int(qids.max()) - qmin + 1
-    dense = tidx * span + (qids - qmin)
-    run_starts = np.flatnonzero(dense[1:] != dense[:-1]) + 1
-    if len(run_starts) == 0:
-        return (np.zeros(1, np.int64), np.zeros(n, np.int64), np.array([n], np.int64),
-                np.arange(n, dtype=np.int64))
-    starts = np.concatenate(([0], run_starts))
-    run_keys = dense[starts]
-    if len(starts) <= 4096 and len(np.unique(run_keys)) == len(starts):
-        lengths = np.diff(np.append(starts, n))
-        inv = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
-        rank = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
-        return starts, inv, lengths, rank
-    n_keys = int(dense.max()) + 1
-    if n_keys <= 1 << 20:
-        counts_all = np.bincount(dense, minlength=n_keys)
-        present = np.flatnonzero(counts_all)
-        group_of_key = np.zeros(n_keys, dtype=np.int64)
-        group_of_key[present] = np.arange(len(present))
-        inv = group_of_key[dense]
-        counts = counts_all[present]
-    else:
-        _, inv = np.unique(dense, return_inverse=True)
-        inv = inv.reshape(-1)
-        counts = np.bincount(inv)
-    # A small dtype lets numpy's stable sort use radix sort.
-    small = inv.astype(np.uint8 if len(counts) <= 256 else np.uint16) if len(counts) <= 65536 else inv
-    order = np.argsort(small, kind="stable")
-    group_start = np.cumsum(counts) - counts
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n, dtype=np.int64) - np.repeat(group_start, counts)
-    first = order[group_start]
-    return first, inv, counts, rank
+    groups: QueueGroups | None = None   # the dispatched records by queue (None: there are none)
 
 
 def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
@@ -98,7 +58,7 @@ def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
 
 
 class CommitLog:
-    copy_block = 512 * 1024   # bytes copied and patched at a time (about an L2 cache)
+    copy_block = 1 << 20   # bytes copied, then patched while cached (best of 0.5-4 MiB measured)
 
     def __init__(self, directory: Path, segment_size: int, codec: CodecConfig, *,
                  preallocate: bool = True, mlock: bool = False, read_only: bool = False) -> None:
@@ -148,7 +108,7 @@ class CommitLog:
         self._check_layout(offsets, sizes, data)
 
         eligible = queue_eligible(sys_flags)
-        queue_offsets, updates = self._queue_offsets(batch, eligible)
+        queue_offsets, updates, groups = self._queue_offsets(batch, eligible)
 
         # Placement: cum[i] = bytes of records 0..i; chunks of records per segment.
         cum = np.cumsum(sizes)
@@ -201,7 +161,7 @@ class CommitLog:
         self.last_record_offset = int(phys[-1])
         end = self.max_offset
         self._ts_marks.append((end, store_timestamp))
-        return AppendOutcome(phys, sizes.astype(np.int32), queue_offsets, eligible, end)
+        return AppendOutcome(phys, sizes.astype(np.int32), queue_offsets, eligible, end, groups)
 
     def _check_layout(self, offsets: np.ndarray, sizes: np.ndarray, data: np.ndarray) -> None:
         limit = self.segment_size - END_FILE_MIN_BLANK_LENGTH
@@ -239,32 +199,36 @@ class CommitLog:
 
     # --- queue offsets -------------------------------------------------------------------------
     def _queue_offsets(self, batch: EncodedBatch, eligible: np.ndarray
-                       ) -> tuple[np.ndarray, dict[QueueKey, int]]:
+                       ) -> tuple[np.ndarray, dict[QueueKey, int], QueueGroups | None]:
         """Assign (or, when the batch carries them, check) the queue offset of every record:
-        consecutive per (topic, queueId) from the queue's next offset, NOT/COMMIT only."""
+        consecutive per (topic, queueId) from the queue's next offset, NOT/COMMIT only. Also
+        returns those records grouped by queue, for the consume queues."""
         n = len(batch)
         out = np.zeros(n, dtype=np.int64)
-        ei = np.flatnonzero(eligible)
+        # The usual batch has no transactional records: every row takes a slot, no gathering.
+        ei = slice(None) if eligible.all() else np.flatnonzero(eligible)
         updates: dict[QueueKey, int] = {}
-        if ei.size == 0:
-            return out, updates
+        if not eligible.any():
+            return out, updates, None
         tidx = np.asarray(batch.topic_index, dtype=np.int64)[ei]
         qids = np.asarray(batch.queue_ids, dtype=np.int64)[ei]
-        first, inv, counts, rank = _group_ranks(tidx, qids)
-        keys = [(batch.topic_names[int(tidx[f])], int(qids[f])) for f in first]
+        groups = group_queues(tidx, qids)
+        keys = [(batch.topic_names[int(tidx[f])], int(qids[f])) for f in groups.first]
         bases = np.array([self.queue_offsets.get(k, 0) for k in keys], dtype=np.int64)
-        expected = bases[inv] + rank
+        inv = groups.inverse
+        expected = bases[inv] + groups.rank
         if batch.queue_offsets is not None:
             given = np.asarray(batch.queue_offsets, dtype=np.int64)
             bad = np.flatnonzero(given[ei] != expected)
             if bad.size:
                 j = int(bad[0])
+                row = int(np.arange(n)[ei][j])
                 t, q = keys[int(inv[j])]
-                raise QueueOffsetMismatchError(t, q, int(expected[j]), int(given[ei[j]]), int(ei[j]))
+                raise QueueOffsetMismatchError(t, q, int(expected[j]), int(given[row]), row)
         out[ei] = expected
         for g, k in enumerate(keys):
-            updates[k] = int(bases[g] + counts[g])
-        return out, updates
+            updates[k] = int(bases[g] + groups.counts[g])
+        return out, updates, groups
 
     # --- patching ------------------------------------------------------------------------------
     def _copy_and_patch(self, buf: np.ndarray, data: np.ndarray, src_shift: int, rel: np.ndarray,

@@ -18,6 +18,7 @@ import numpy as np
 
 from store.constants import CONSUMEQUEUE_DIR, CQ_STORE_UNIT_SIZE, DEFAULT_CONSUME_QUEUE_UNITS, SCHEDULE_TOPIC
 from store.cq_units import (
+    UNIT_DTYPE,
     blank_mask,
     blank_units,
     check_topic_name,
@@ -31,6 +32,7 @@ from store.cq_units import (
 )
 from store.cq_read import ConsumeQueueReads, _Queue
 from store.errors import ConsumeQueueError, ConsumeQueueGapError
+from store.queue_groups import QueueGroups, group_queues
 
 
 class ConsumeQueueStore(ConsumeQueueReads):
@@ -128,11 +130,12 @@ class ConsumeQueueStore(ConsumeQueueReads):
     def dispatch(self, topic_names: list[str], topic_index: np.ndarray, queue_ids: np.ndarray,
                  queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray,
                  tags_codes: np.ndarray, *, delay_levels: np.ndarray | None = None,
-                 store_timestamp: int | np.ndarray | None = None) -> None:
+                 store_timestamp: int | np.ndarray | None = None, groups: QueueGroups | None = None) -> None:
         """Write one unit per record (the caller passes only NOT/COMMIT records). Units a queue
         already has are skipped, so redispatching is harmless; a hole raises ConsumeQueueGapError.
         For SCHEDULE_TOPIC_XXXX records with a delay level > 0 the tagsCode is the deliver time,
-        which needs ``delay_levels`` and ``store_timestamp`` (one value or one per record)."""
+        which needs ``delay_levels`` and ``store_timestamp`` (one value or one per record).
+        ``groups``: these records by queue, when the caller has it (the commit log's append)."""
         if self.read_only:
             raise ConsumeQueueError("this consume-queue store is read-only")
         for t in topic_names:
@@ -153,21 +156,17 @@ class ConsumeQueueStore(ConsumeQueueReads):
                 ts = np.broadcast_to(np.asarray(store_timestamp, dtype=np.int64), (n,))
                 tags[sched] = schedule_tags_codes(levels[sched], ts[sched])
         units = make_units(physical_offsets, sizes, tags)
-        # Group by queue keeping batch order inside each queue (stable sort on the queue key).
-        key = (topic_index << 32) | (queue_ids & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")
-        skey = key[order]
-        bounds = np.flatnonzero(np.diff(skey)) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [n]))
-        groups = [(topic_names[int(topic_index[order[s]])], int(queue_ids[order[s]]), order[s:e])
-                  for s, e in zip(starts.tolist(), ends.tolist())]
+        groups = groups or group_queues(topic_index, queue_ids)
+        queues = [(topic_names[int(topic_index[f])], int(queue_ids[f]), groups.rows(g))
+                  for g, f in enumerate(groups.first)]
         with self._lock:
             self._ensure_loaded()
-            for topic, qid, idx in groups:   # every queue is checked before any is written
-                self._check_continues(topic, qid, queue_offsets[idx])
-            for topic, qid, idx in groups:
-                self._append(topic, qid, queue_offsets[idx], units[idx])
+            for topic, qid, rows in queues:   # every queue is checked before any is written
+                self._check_continues(topic, qid, queue_offsets[rows])
+            # Gathering whole 20-byte units is 4x faster than gathering a structured array.
+            packed = units.view(f"V{CQ_STORE_UNIT_SIZE}")
+            for topic, qid, rows in queues:
+                self._append(topic, qid, queue_offsets[rows], packed[rows].view(UNIT_DTYPE))
 
     def _check_continues(self, topic: str, queue_id: int, qoffs: np.ndarray) -> None:
         steps = np.diff(qoffs)

@@ -197,7 +197,8 @@ class MessageStore(RecordReads):
                     self._cq.dispatch(batch.topic_names, pick(batch.topic_index), pick(batch.queue_ids),
                                       pick(out.queue_offsets), pick(out.physical_offsets),
                                       pick(out.sizes), pick(batch.tags_codes),
-                                      delay_levels=pick(batch.delay_levels), store_timestamp=ts)
+                                      delay_levels=pick(batch.delay_levels), store_timestamp=ts,
+                                      groups=out.groups)
             except (StoreError, OSError) as e:
                 # The commit log has the batch and the queues do not: only recovery (which
                 # redispatches) can make them agree again.

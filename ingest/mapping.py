@@ -1,4 +1,4 @@
-"""Kafka record -> RocketMQ message, on Arrow batches (runs in Spark's executors via mapInArrow).
+"""Kafka record -> RocketMQ message, on Arrow batches (runs in Spark's executors, see ingest.prepare).
 
 Pure pyarrow/numpy, no Spark: the same function maps a micro-batch in the stream, a replayed range and
 an exported file, and is unit-tested on its own. A record that cannot become a RocketMQ message is not
@@ -11,7 +11,7 @@ import base64
 import json
 import re
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -319,9 +319,3 @@ def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vector
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fast_idx, slow_idx])] = np.arange(n)
     return combined.take(pa.array(order)).combine_chunks().to_batches()[0]
-
-
-def map_kafka_batches(batches: Iterator[pa.RecordBatch], cfg: MappingConfig) -> Iterator[pa.RecordBatch]:
-    """The mapInArrow form."""
-    for batch in batches:
-        yield map_kafka_batch(batch, cfg)

@@ -50,31 +50,25 @@ def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig
 
 
 class _Encoding:
-    """What a read task needs to turn its Kafka batches into records (pickled to the executors)."""
+    """Mixed in before a Kafka reader: the same offsets and tasks, each task's batches encoded.
+    Pickled to the executors with the reader, mapping and codec included."""
 
-    mapping: MappingConfig
-    codec: CodecConfig
+    streaming: bool
 
-    def encoded(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return map_and_encode_batches(batches, self.mapping, self.codec)
-
-
-class MessageBatchReader(KafkaBatchReader, _Encoding):
     def __init__(self, options: Mapping[str, str]) -> None:
         kafka, self.mapping, self.codec = _settings(options)
-        super().__init__(parse_options(kafka, streaming=False), kafka_schema(True))
+        super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.encoded(super().read(partition))
+        return map_and_encode_batches(super().read(partition), self.mapping, self.codec)  # type: ignore[misc]
 
 
-class MessageStreamReader(KafkaStreamReader, _Encoding):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        kafka, self.mapping, self.codec = _settings(options)
-        super().__init__(parse_options(kafka, streaming=True), kafka_schema(True))
+class MessageBatchReader(_Encoding, KafkaBatchReader):
+    streaming = False
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.encoded(super().read(partition))
+
+class MessageStreamReader(_Encoding, KafkaStreamReader):
+    streaming = True
 
 
 class KafkaMessageSource(KafkaDataSource):

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from ingest.mapping import MAPPED_SCHEMA, MappingConfig, map_kafka_batch
 from ingest.queue_offsets import assign_queue_offsets
 from sink.foreach_batch import BatchInputs
-from store.batch_codec import encode_batch_to_arrow, validate_batch
+from store.batch_codec import encode_valid_rows
 from store.codec import CodecConfig
 
 ENCODED_SCHEMA = pa.schema([
@@ -50,10 +50,10 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
     reasons = mapped.column("dead_reason")
     dead = np.asarray(pc.is_valid(reasons), dtype=bool)
     live_idx = np.flatnonzero(~dead)
+    encoded = None
     if live_idx.size:
         live = mapped.take(pa.array(live_idx))
-        ok, why = validate_batch(live.select(MESSAGE_COLUMNS), codec)
-        ok = np.asarray(ok, dtype=bool)
+        ok, why, encoded = encode_valid_rows(live.select(MESSAGE_COLUMNS), codec)
         if not ok.all():
             # Limits the mapping could not see (the whole record's size) still end as dead letters.
             bad = live_idx[~ok]
@@ -66,7 +66,6 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
             live = live.filter(pa.array(ok))
     parts = []
     if live_idx.size:
-        encoded = encode_batch_to_arrow(live.select(MESSAGE_COLUMNS), codec)
         m = live_idx.size
         cols = {name: encoded.column(name) for name in ("record", "topic", "queue_id", "sys_flag", "tags_code",
                                                         "delay_level")}
@@ -104,14 +103,11 @@ def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingCo
             yield out
 
 
-def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-    return from_arrow_schema(schema)
-
-
 def encoded_spark_schema() -> Any:
     """ENCODED_SCHEMA as a Spark StructType."""
-    return _spark_schema(ENCODED_SCHEMA)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(ENCODED_SCHEMA)
 
 
 def _lookup(keys: Any, mapping: Mapping[str, int]) -> Any:

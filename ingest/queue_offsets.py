@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.constants import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from store.commitlog import queue_eligible
+from store.queue_groups import group_queues
 
 
 def assign_queue_offsets(table: pa.Table, next_offsets: Mapping[tuple[str, int], int]) -> pa.Table:
@@ -25,33 +26,16 @@ def assign_queue_offsets(table: pa.Table, next_offsets: Mapping[tuple[str, int],
     n = table.num_rows
     out = np.zeros(n, dtype=np.int64)
     live = ~np.asarray(pc.is_valid(table.column("dead_reason")), dtype=bool) if n else np.zeros(0, bool)
-    tx = np.asarray(table.column("sys_flag").fill_null(0), dtype=np.int32) & TRANSACTION_TYPE_MASK
-    slot = live & ((tx == TRANSACTION_NOT_TYPE) | (tx == TRANSACTION_COMMIT_TYPE))
-    rows = np.flatnonzero(slot)
+    rows = np.flatnonzero(live & queue_eligible(np.asarray(table.column("sys_flag").fill_null(0))))
     if rows.size:
         topics = pc.dictionary_encode(table.column("topic").take(pa.array(rows)).combine_chunks())
         names = topics.dictionary.to_pylist()
+        topic_index = np.asarray(topics.indices, dtype=np.int64)
         queue_ids = np.asarray(table.column("queue_id").take(pa.array(rows)), dtype=np.int64)
-        qmin = int(queue_ids.min())
-        dense = np.asarray(topics.indices, dtype=np.int64) * (int(queue_ids.max()) - qmin + 1) + (queue_ids - qmin)
-        keys, group = np.unique(dense, return_inverse=True)
-        group = group.reshape(-1)
-        first = np.zeros(keys.size, dtype=np.int64)
-        first[group[::-1]] = np.arange(rows.size - 1, -1, -1)       # each group's first row
-        bases = np.array([next_offsets.get((names[int(topics.indices[f].as_py())], int(queue_ids[f])), 0)
-                          for f in first], dtype=np.int64)
-        run_starts = np.flatnonzero(np.diff(dense)) + 1
-        if run_starts.size + 1 == keys.size:
-            # every queue arrives as one run (a task per Kafka partition): no sort needed
-            starts = np.concatenate(([0], run_starts))
-            rank = np.arange(rows.size, dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, rows.size)))
-        else:
-            # rank inside the group in arrival order: a stable sort keeps that order
-            order = np.argsort(group.astype(np.uint16) if keys.size <= 65536 else group, kind="stable")
-            counts = np.bincount(group, minlength=keys.size)
-            rank = np.empty(rows.size, dtype=np.int64)
-            rank[order] = np.arange(rows.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        out[rows] = bases[group] + rank
+        groups = group_queues(topic_index, queue_ids)
+        bases = np.array([next_offsets.get((names[topic_index[f]], int(queue_ids[f])), 0) for f in groups.first],
+                         dtype=np.int64)
+        out[rows] = bases[groups.inverse] + groups.rank
     column = pa.array(out, pa.int64(), mask=~live)
     idx = table.schema.get_field_index("queue_offset")
     if idx < 0:

@@ -109,13 +109,28 @@ def validate_batch(table: pa.Table | pa.RecordBatch,
     """Which rows can be encoded (True) and, for the others, why: the text of the error
     encode_batch would raise, so a dead-letter record says what to fix."""
     config = config or CodecConfig()
-    plan = plan_batch(table, config)
+    return _validity(plan_batch(table, config), config)
+
+
+def _validity(plan: BatchPlan, config: CodecConfig) -> tuple[np.ndarray, list[str | None]]:
     reasons: list[str | None] = list(plan.problems)
     for i in np.flatnonzero(limit_mask(plan, config)):
         if reasons[i] is None:
             reasons[i] = str(limit_error(plan, int(i), config))
     ok = np.array([r is None for r in reasons], dtype=bool)
     return ok, reasons
+
+
+def encode_valid_rows(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = None
+                      ) -> tuple[np.ndarray, list[str | None], pa.Table]:
+    """validate_batch, then encode_batch_to_arrow of the rows that passed: (ok, reasons, encoded).
+    The batch is planned once when every row is valid, the usual case."""
+    config = config or CodecConfig()
+    plan = plan_batch(table, config)
+    ok, reasons = _validity(plan, config)
+    if ok.all():
+        return ok, reasons, _to_arrow(_encode_plan(plan, config))
+    return ok, reasons, encode_batch_to_arrow(table.filter(pa.array(ok)), config)
 
 
 # --- encoding ---------------------------------------------------------------------------------------
@@ -186,7 +201,10 @@ def encode_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = 
     """Encode every row of a MESSAGE_TABLE_SCHEMA table. Raises FieldLimitError (field, size,
     limit and row) or InvalidMessageError for the first row that cannot be a record."""
     config = config or CodecConfig()
-    plan = plan_batch(table, config)
+    return _encode_plan(plan_batch(table, config), config)
+
+
+def _encode_plan(plan: BatchPlan, config: CodecConfig) -> EncodedBatch:
     bad = np.flatnonzero(plan.problems != None)  # noqa: E711 (element-wise on an object array)
     over = np.flatnonzero(limit_mask(plan, config))
     first_bad = int(bad[0]) if len(bad) else plan.n
@@ -250,7 +268,10 @@ def _delay_levels(props: pa.Array, n: int) -> np.ndarray:
 def encode_batch_to_arrow(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = None) -> pa.Table:
     """encode_batch in the Arrow form executors send to the driver: ``record`` (binary) and
     topic, queue_id, sys_flag, tags_code, delay_level, queue_offset (null when the store assigns)."""
-    batch = encode_batch(table, config)
+    return _to_arrow(encode_batch(table, config))
+
+
+def _to_arrow(batch: EncodedBatch) -> pa.Table:
     n = len(batch)
     records = binary_from(batch.data, np.append(batch.offsets, batch.nbytes))
     names = pa.array(batch.topic_names, pa.string())

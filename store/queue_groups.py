@@ -19,21 +19,16 @@ class QueueGroups:
     inverse: np.ndarray         # group of each row
     rank: np.ndarray            # rank of each row inside its group (0, 1, ... in batch order)
     order: np.ndarray | None    # rows sorted by group, stable; None when each group is one run
+    starts: np.ndarray          # where each group begins in ``order`` (in the batch when order is None)
 
     def __len__(self) -> int:
         return len(self.counts)
 
     def rows(self, g: int) -> slice | np.ndarray:
         """The rows of group ``g`` in batch order: a slice when the group is one run."""
-        if self.order is None:
-            start = int(self.first[g])
-            return slice(start, start + int(self.counts[g]))
-        start = int(self._starts[g])
-        return self.order[start:start + int(self.counts[g])]
-
-    @property
-    def _starts(self) -> np.ndarray:
-        return np.cumsum(self.counts) - self.counts
+        start = int(self.starts[g])
+        rows = slice(start, start + int(self.counts[g]))
+        return rows if self.order is None else self.order[rows]
 
 
 def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
@@ -46,13 +41,13 @@ def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
     run_starts = np.flatnonzero(dense[1:] != dense[:-1]) + 1
     if len(run_starts) == 0:
         return QueueGroups(np.zeros(1, np.int64), np.array([n], np.int64), np.zeros(n, np.int64),
-                           np.arange(n, dtype=np.int64), None)
+                           np.arange(n, dtype=np.int64), None, np.zeros(1, np.int64))
     starts = np.concatenate(([0], run_starts))
     if len(starts) <= 4096 and len(np.unique(dense[starts])) == len(starts):
         lengths = np.diff(np.append(starts, n))
         inverse = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
         rank = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
-        return QueueGroups(starts, lengths, inverse, rank, None)
+        return QueueGroups(starts, lengths, inverse, rank, None, starts)
     n_keys = int(dense.max()) + 1
     if n_keys <= 1 << 20:
         counts_all = np.bincount(dense, minlength=n_keys)
@@ -71,4 +66,4 @@ def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
     group_start = np.cumsum(counts) - counts
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n, dtype=np.int64) - np.repeat(group_start, counts)
-    return QueueGroups(order[group_start], counts, inverse, rank, order)
+    return QueueGroups(order[group_start], counts, inverse, rank, order, group_start)

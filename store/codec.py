@@ -7,7 +7,6 @@ record at a given PHYSICALOFFSET; ``decode_message`` plays MessageDecoder.decode
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +37,7 @@ from store.constants import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from store.crc import crc32_many
+from store.crc import crc32, crc32_many
 from store.errors import CorruptRecordError, FieldLimitError, InvalidMessageError
 from store.hosts import HostAddress
 from store.properties import delete_property, java_string, java_utf8, string_to_properties, utf16_length
@@ -165,7 +164,7 @@ def record_length(version: int, sys_flag: int, body_length: int, topic_length: i
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """UtilAll.crc32: CRC-32 masked with 0x7FFFFFFF."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def prepare_properties(properties: str, config: CodecConfig) -> bytes:
@@ -279,7 +278,7 @@ def apply_prop_crc(buf: bytearray | memoryview | np.ndarray, pos: int, size: int
     STORETIMESTAMP are final)."""
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
     end = pos + size - CRC32_RESERVED_LEN
-    crc = zlib.crc32(mv[pos:end]) & 0x7FFFFFFF
+    crc = crc32(mv[pos:end]) & 0x7FFFFFFF
     mv[end:pos + size] = _CRC_PREFIX + prop_crc_digits(crc) + _CRC_SUFFIX
 
 
@@ -288,7 +287,7 @@ _CRC_PAIR_TEMPLATE = np.frombuffer(_CRC_PREFIX + b"0" * 10 + _CRC_SUFFIX, dtype=
 
 
 def apply_prop_crcs(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> None:
-    """apply_prop_crc for many records of one uint8 buffer: the CRCs are one zlib call per
+    """apply_prop_crc for many records of one uint8 buffer: the CRCs are one CRC-32 call per
     record, the 20-byte pairs are written vectorized."""
     n = len(offsets)
     if n == 0:

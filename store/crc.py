@@ -1,6 +1,8 @@
 """UtilAll.crc32 (zlib CRC-32 masked with 0x7FFFFFFF) over many slices of one buffer.
 
-CPython has no vectorized CRC-32, so each slice is one zlib call; what can be saved is the Python
+The CRC-32 itself is ISA-L's (the ``isal`` package: PCLMUL, 3x zlib's speed on a 100-byte body,
+5x on 1 KiB) when it is installed, zlib's otherwise; the two give the same numbers. There is no
+vectorized CRC-32 for many slices, so each slice is one call; what can be saved is the Python
 work around the calls. Slices of equal length are cut by ``struct.iter_unpack`` from a contiguous
 block (gathered in one numpy copy when they are scattered), which is cheaper than slicing a
 memoryview per row.
@@ -10,8 +12,17 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import numpy as np
+
+try:
+    from isal.isal_zlib import crc32 as _fast_crc32
+except ImportError:         # the same function, slower
+    _fast_crc32 = zlib.crc32
+
+crc32: Callable[..., int] = _fast_crc32
+"""zlib.crc32's signature and results (unmasked), at ISA-L's speed where available."""
 
 CRC_MASK = 0x7FFFFFFF
 ROWS_PER_LENGTH_GROUP = 16      # group slices by length when a length has this many rows on average
@@ -41,7 +52,7 @@ def crc32_many(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.n
             out[rows] = _equal_length(_gather(buf, starts[rows], width), width, len(rows))
         return out
     mv = memoryview(buf)
-    crc = zlib.crc32
+    crc = crc32
     ends = starts + lengths
     out[:] = np.fromiter([crc(mv[a:b]) for a, b in zip(starts.tolist(), ends.tolist())], dtype=np.int64, count=n)
     return out & CRC_MASK
@@ -58,6 +69,6 @@ def _gather(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 def _equal_length(block: np.ndarray, width: int, n: int) -> np.ndarray:
     if width == 0:
         return np.zeros(n, dtype=np.int64)
-    crc = zlib.crc32
+    crc = crc32
     crcs = [crc(b) for (b,) in struct.Struct(f"{width}s").iter_unpack(memoryview(block).cast("B"))]
     return np.fromiter(crcs, dtype=np.int64, count=n) & CRC_MASK

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .checkpoint import StoreCheckpoint
 from .codec import CodecConfig, record_store_timestamp_pos
 from .commit_point import CommitPoint
@@ -30,7 +32,7 @@ from .consume_queue import ConsumeQueueStore
 from .cq_redispatch import redispatch
 from .errors import ConsumeQueueGapError
 from .errors import CommittedDataCorruptError
-from .scan import RecordCheck, check_record, scan_segment
+from .scan import RecordCheck, check_record, scan_segment, scan_segment_fast
 from .segment import Segment
 from .segment_queue import SegmentQueue, zero_range
 
@@ -193,23 +195,23 @@ def validate_from(q: SegmentQueue, start: int, stop: int, codec: CodecConfig
     last_record = -1
     seg = q.find(start)
     while seg is not None and pos_global < stop:
-        advanced_segment = False
+        pos = pos_global - seg.base_offset
         seg_end = min(seg.size, stop - seg.base_offset)  # no need to look past ``stop``
-        for chk in _walk(seg, pos_global - seg.base_offset, codec, seg_end):
-            if chk.kind == "message":
-                last_record = chk.offset
-                pos_global = chk.offset + chk.size
-                if pos_global >= stop:
-                    return pos_global, last_record, None
-            elif chk.kind == "blank":
-                pos_global = seg.end_offset
-                advanced_segment = True
-            elif chk.kind == "end" and chk.offset >= stop:
-                return pos_global, last_record, None
-            else:
-                return pos_global, last_record, _Corrupt(chk, seg)
-        if not advanced_segment:
-            break
+        with seg.read_ahead(pos, seg_end):
+            scan = scan_segment_fast(seg.view, seg.base_offset, seg_end, codec, start=pos)
+        if len(scan.offsets):
+            ends = scan.offsets + scan.sizes
+            k = int(np.searchsorted(ends, stop))        # the first record reaching ``stop``
+            if k < len(ends):
+                return int(ends[k]), int(scan.offsets[k]), None
+            last_record, pos_global = int(scan.offsets[-1]), int(ends[-1])
+        chk = scan.stop
+        if chk.kind == "blank":
+            pos_global = seg.end_offset
+        elif chk.kind == "end" and chk.offset >= stop:
+            return pos_global, last_record, None
+        else:
+            return pos_global, last_record, _Corrupt(chk, seg)
         seg = q.find(pos_global)
     return pos_global, last_record, None
 

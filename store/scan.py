@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from store.constants import (
     PROPERTY_CRC32,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from store.crc import crc32_many
+from store.crc import crc32, crc32_many
 from store.properties import java_string, string_to_properties
 
 _HEADER = struct.Struct(">iI")
@@ -100,7 +99,7 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
         return _error(offset, "length", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}", total)
     if config.check_crc_on_recover and not config.force_verify_prop_crc and body_len > 0:
         stored = _I32.unpack_from(mv, pos + 8)[0]
-        computed = zlib.crc32(mv[body_start:body_start + body_len]) & _MASK
+        computed = crc32(mv[body_start:body_start + body_len]) & _MASK
         if stored != computed:
             return _error(offset, "crc", f"BODYCRC {stored} != crc32(body) {computed}", total)
     p = body_start + body_len
@@ -122,7 +121,7 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
         expected = parse_prop_crc(props.get(PROPERTY_CRC32))
         if expected <= 0:
             return _error(offset, "propCrc", f"no {PROPERTY_CRC32} property to verify (forceVerifyPropCRC)", total)
-        computed = zlib.crc32(mv[pos:rec_end - CRC32_RESERVED_LEN]) & _MASK
+        computed = crc32(mv[pos:rec_end - CRC32_RESERVED_LEN]) & _MASK
         if computed != expected:
             return _error(offset, "propCrc", f"{PROPERTY_CRC32} {expected} != crc32(record) {computed}", total)
     expected_len = record_length(2 if v2 else 1, sys_flag, body_len, topic_len, max(props_len, 0))

@@ -8,6 +8,7 @@ fills, so rolling to it never waits for file creation.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -15,7 +16,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from .errors import SegmentSizeError
-from .segment import Segment, fsync_dir, parse_segment_name, segment_name
+from .segment import Segment, fsync_dir, parse_segment_name, read_ahead, segment_name
 
 log = logging.getLogger(__name__)
 
@@ -235,20 +236,34 @@ class SegmentQueue:
         return len(self.segments)
 
 
-def zero_range(fd: int, start: int, end: int, chunk: int = 1 << 20) -> int:
+def zero_range(fd: int, start: int, end: int, chunk: int = 8 << 20) -> int:
     """Overwrite bytes [start, end) of a file with zeros where they are not zero already
     (stale records after a truncation point must not look valid to a later scan). Reads
-    before writing so untouched, never-written space costs no writes. Returns bytes zeroed."""
+    before writing so untouched, never-written space costs no writes; holes and unwritten
+    extents (SEEK_DATA) are not read at all (after a crash this range is often most of a GiB
+    segment). Returns bytes zeroed."""
     zeroed = 0
     zeros = bytes(chunk)
-    pos = start
-    while pos < end:
-        n = min(chunk, end - pos)
-        data = os.pread(fd, n, pos)
-        if data != zeros[:len(data)]:
-            os.pwrite(fd, zeros[:len(data)], pos)
-            zeroed += len(data)
-        if len(data) < n:
-            break
-        pos += n
+    pos = _next_data(fd, start, end)
+    with read_ahead(fd, pos, end):
+        while pos < end:
+            n = min(chunk, end - pos)
+            data = os.pread(fd, n, pos)
+            if data != zeros[:len(data)]:
+                os.pwrite(fd, zeros[:len(data)], pos)
+                zeroed += len(data)
+            if len(data) < n:
+                break
+            pos = _next_data(fd, pos + n, end)
     return zeroed
+
+
+def _next_data(fd: int, pos: int, end: int) -> int:
+    """The first position at or after ``pos`` that may hold data (``end`` if none): a hole
+    reads as zeros, so it needs neither reading nor zeroing."""
+    if pos >= end or not hasattr(os, "SEEK_DATA"):
+        return pos
+    try:
+        return min(os.lseek(fd, pos, os.SEEK_DATA), end)
+    except OSError as e:
+        return end if e.errno == errno.ENXIO else pos    # ENXIO: only a hole from here on

@@ -89,3 +89,30 @@ def test_zero_range_only_writes_where_bytes_are_not_zero(tmp_path: Path) -> None
     finally:
         os.close(fd)
     assert p.read_bytes() == bytes(20_010)
+
+
+def test_zero_range_skips_holes_but_still_wipes_data_after_them(tmp_path: Path) -> None:
+    import os
+
+    p = tmp_path / "sparse"
+    fd = os.open(p, os.O_RDWR | os.O_CREAT)
+    try:
+        os.ftruncate(fd, 64 << 20)                          # a 64 MiB hole ...
+        os.pwrite(fd, b"\x07" * 100, (48 << 20) + 5)        # ... with stale bytes far inside
+        assert zero_range(fd, 1 << 20, 64 << 20) == 8 << 20 # the 8 MiB chunk holding them
+        assert zero_range(fd, 1 << 20, 64 << 20) == 0
+        assert os.pread(fd, 200, 48 << 20) == bytes(200)
+    finally:
+        os.close(fd)
+
+
+def test_reading_ahead_is_only_a_hint(tmp_path: Path) -> None:
+    seg = Segment.create(tmp_path, 0, 8 << 20, warm=False)
+    try:
+        seg.buf[(5 << 20):(5 << 20) + 3] = [1, 2, 3]
+        with seg.read_ahead(0, seg.size):
+            assert bytes(seg.view[(5 << 20):(5 << 20) + 4]) == b"\x01\x02\x03\x00"
+        with seg.read_ahead(seg.size, seg.size):            # an empty range is fine too
+            pass
+    finally:
+        seg.close()

@@ -78,10 +78,40 @@ class QueueCheck:
     units_checked: int = 0
 
 
+def join_spans(spans: dict[tuple[str, int], QueueSpan], later: dict[tuple[str, int], QueueSpan],
+               problems: list[Problem], check: bool = True) -> None:
+    """Extend ``spans`` by the spans of the records that follow them (``later``); with
+    ``check``, a queue that does not go on at the next queue offset is a queueOffsetGap."""
+    for key, span in later.items():
+        before = spans.get(key)
+        if before is None:
+            spans[key] = span
+            continue
+        if check and span.first_qo != before.last_qo + 1:
+            problems.append(Problem(span.first_offset, "queueOffsetGap",
+                                    f"{key[0]}/{key[1]}: queue offset {span.first_qo} follows "
+                                    f"{before.last_qo} (at {before.last_offset})"))
+        spans[key] = QueueSpan(before.first_qo, before.first_offset, span.last_qo, span.last_offset)
+
+
+QUEUE_CHECK_ROWS = 1 << 17      # records checked at a time: the temporaries stay a few MiB
+
+
 def check_queues(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray,
                  units: QueueUnits) -> QueueCheck:
     """Queue-offset continuity of the records of one segment (positions ``starts``), and each
     record's consume-queue unit: offset, size and tagsCode."""
+    res = QueueCheck()
+    for a in range(0, len(starts), QUEUE_CHECK_ROWS):
+        part = _check_queues(arr, base_offset, starts[a:a + QUEUE_CHECK_ROWS], sizes[a:a + QUEUE_CHECK_ROWS], units)
+        res.problems.extend(part.problems)
+        res.units_checked += part.units_checked
+        join_spans(res.spans, part.spans, res.problems)
+    return res
+
+
+def _check_queues(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray,
+                  units: QueueUnits) -> QueueCheck:
     res = QueueCheck()
     f = record_fields(arr, starts, sizes)
     tx = f.sys_flag & TRANSACTION_TYPE_MASK

@@ -39,7 +39,8 @@ _WALK_CHUNK_BYTES = 1 << 20    # bytes walked, then checked vectorized while sti
 @dataclass(slots=True)
 class RecordCheck:
     """Verdict on the bytes at one position. kind: "message" | "blank" (end-of-segment filler,
-    size = its TOTALSIZE) | "end" (zeroed space: the normal end of the newest segment) | "error"."""
+    size = its TOTALSIZE) | "end" (zeroed space: the normal end of the newest segment) | "error"
+    | "pause" (a scan with ``until`` stopped at this record start, not checked yet)."""
 
     kind: str
     offset: int
@@ -310,10 +311,13 @@ def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarra
 
 
 def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
-                      start: int = 0) -> SegmentScan:
+                      start: int = 0, until: int | None = None) -> SegmentScan:
     """Check every record of one segment from ``start`` up to ``end``; stops at the first BLANK,
     zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE and
-    the body CRC are the only per-record Python work; every other check is vectorized."""
+    the body CRC are the only per-record Python work; every other check is vectorized.
+
+    With ``until``, the scan also pauses at the first record start at or past it (a stop of
+    kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces)."""
     config = config or CodecConfig()
     mv = _as_bytes_view(buf)
     end = len(mv) if end is None else end
@@ -322,7 +326,8 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
     all_sizes: list[np.ndarray] = []
     pos = start
     while True:
-        positions, next_pos, more = _walk_vectorized(arr, mv, pos, end, pos + _WALK_CHUNK_BYTES)
+        stop_at = pos + _WALK_CHUNK_BYTES if until is None else min(pos + _WALK_CHUNK_BYTES, until - 1)
+        positions, next_pos, more = _walk_vectorized(arr, mv, pos, end, stop_at)
         if len(positions):
             starts = np.frombuffer(positions, dtype=np.int64) if isinstance(positions, array) else positions
             sizes = np.diff(starts, append=next_pos)
@@ -335,12 +340,41 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
         if not more:
             stop = check_record(mv, next_pos, end, base_offset, config)
             break
+        if until is not None and next_pos >= until:
+            stop = RecordCheck("pause", next_pos, 0)
+            break
         pos = next_pos
     offsets = np.concatenate(all_starts) + base_offset if all_starts else np.zeros(0, np.int64)
     sizes_out = np.concatenate(all_sizes).astype(np.int32) if all_sizes else np.zeros(0, np.int32)
     if stop.kind == "message":     # cannot happen: the walk stops only where a check fails
         raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
     return SegmentScan(offsets, sizes_out, stop)
+
+
+def find_record_start(buf: Any, near: int, end: int, chain: int = 8, window: int = 1 << 16) -> int | None:
+    """A position at or after ``near`` (within ``window`` bytes) where a chain of ``chain``
+    records starts: each has a message magic code and a TOTALSIZE that lands on the next one's.
+    A guess where to start a piece of a segment without walking to it; the piece before it
+    confirms it (its scan must pause exactly there) or the guess is dropped."""
+    mv = _as_bytes_view(buf)
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    hi = min(near + window, end - MIN_RECORD_LENGTH)
+    if hi <= near:
+        return None
+    region = arr[near + 4:hi + 8]
+    cand = np.flatnonzero(region == _MAGIC_HEAD[0])
+    for c in cand.tolist():
+        p = near + c
+        for _ in range(chain):
+            if p + 8 > end or _HEADER.unpack_from(mv, p)[1] not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+                break
+            total = _HEADER.unpack_from(mv, p)[0]
+            if total < MIN_RECORD_LENGTH or p + total > end:
+                break
+            p += total
+        else:
+            return near + c
+    return None
 
 
 def scan_segment(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,

@@ -25,7 +25,7 @@ import numpy as np
 
 from store.codec import CodecConfig
 from store.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, dangling_units
+from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, dangling_units, join_spans
 from store.inspect_source import SegmentFile, Source, mapped
 from store.progress import Progress
 from store.scan import scan_segment_fast
@@ -257,15 +257,7 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
             else:
                 data_end = res.data_end
                 stopped = res.broken
-        for key, span in res.queues.items():
-            before = spans.get(key)
-            if before is not None and not prev_broken and contiguous and span.first_qo != before.last_qo + 1:
-                problems.append(Problem(span.first_offset, "queueOffsetGap",
-                                        f"{key[0]}/{key[1]}: queue offset {span.first_qo} follows "
-                                        f"{before.last_qo} (at {before.last_offset})"))
-            spans[key] = QueueSpan(before.first_qo if before else span.first_qo,
-                                   before.first_offset if before else span.first_offset,
-                                   span.last_qo, span.last_offset)
+        join_spans(spans, res.queues, problems, check=not prev_broken and contiguous)
         prev_broken = res.broken
         prev_base = seg.base_offset
         done += seg.size

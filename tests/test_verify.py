@@ -206,7 +206,8 @@ PROPERTY_CASES = [
     "", "TAGS\x01a\x02", "KEYS\x01k\x02TAGS\x01TagA\x02", "TAGS\x01\x02", "TAGS\x01x\x02TAGS\x01y\x02",
     "XTAGS\x01no\x02", "K\x01vTAGS\x01no\x02", "TAGS\x01é中\x02", "TAGS\x01" + "t" * 100 + "\x02",
     "TAGS\x01a\x01b\x02", "TAGS\x01last", "UNIQ_KEY\x01" + "A" * 600 + "\x02TAGS\x01far\x02",
-    "DELAY\x013\x02TAGS\x01d\x02",
+    "DELAY\x013\x02TAGS\x01d\x02", "K\x01xTAGS\x01no\x02TAGS\x01yes\x02",
+    "UNIQ_KEY\x01" + "A" * 1500 + "\x02TAGS\x01beyond-a-row\x02",
 ]
 
 

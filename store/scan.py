@@ -341,7 +341,7 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
             stop = check_record(mv, next_pos, end, base_offset, config)
             break
         if until is not None and next_pos >= until:
-            stop = RecordCheck("pause", next_pos, 0)
+            stop = RecordCheck("pause", base_offset + next_pos, 0)
             break
         pos = next_pos
     offsets = np.concatenate(all_starts) + base_offset if all_starts else np.zeros(0, np.int64)

@@ -21,33 +21,19 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
-import numpy as np
-
 from store.codec import CodecConfig
 from store.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, dangling_units, join_spans
-from store.inspect_source import SegmentFile, Source, mapped
+from store.inspect_queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
+from store.inspect_source import Source
 from store.progress import Progress
-from store.scan import scan_segment_fast
+from store.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces
 
-_CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
 # problems that do not end the valid data (RocketMQ's recovery reads on past them)
 _NOT_RECORD_ERRORS = ("blank", "segmentNotClosed", "queueOffsetGap", "consumeQueueUnit", "consumeQueueMissing",
                       "consumeQueueDangling")
 PARALLEL_MIN_BYTES = 256 << 20     # below this, starting processes costs more than it saves
+PIECE_BYTES = 128 << 20            # a big segment is checked in pieces of this size, side by side
 MAX_JOBS = 4
-
-
-@dataclass
-class SegmentResult:
-    messages: int = 0
-    message_bytes: int = 0
-    blanks: int = 0
-    units_checked: int = 0
-    data_end: int = 0               # global offset where this segment's valid data ends
-    broken: bool = False            # scanning stopped at a structural error
-    problems: list[Problem] = field(default_factory=list)
-    queues: dict[tuple[str, int], QueueSpan] = field(default_factory=dict)
 
 
 @dataclass
@@ -80,59 +66,6 @@ class VerifyReport:
         d["mbPerS"] = round(self.mb_per_s, 1)
         d["problemKinds"] = dict(Counter(p.kind for p in self.problems))
         return d
-
-
-def verify_segment(seg: SegmentFile, end: int, expected_size: int, is_last: bool, units: QueueUnits,
-                   config: CodecConfig) -> SegmentResult:
-    res = SegmentResult(data_end=seg.base_offset)
-    with mapped(seg) as mv:
-        arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
-        starts_parts, sizes_parts = [], []
-        pos = 0
-        while True:
-            scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos)
-            starts_parts.append(scan.offsets - seg.base_offset)
-            sizes_parts.append(scan.sizes.astype(np.int64))
-            stop = scan.stop
-            res.data_end = scan.end_offset
-            if stop.kind == "error":
-                if end < seg.size and stop.error_kind == "truncated":
-                    res.problems.append(Problem(stop.offset, "commitPoint",
-                                                f"the commit point {seg.base_offset + end} is inside the record at "
-                                                f"{stop.offset}: {stop.detail}"))
-                    break
-                res.problems.append(Problem(stop.offset, stop.error_kind or "unknown", stop.detail))
-                if stop.error_kind in _CONTINUE_AFTER and stop.size > 0:
-                    # the record is whole, only its body or offset is wrong: count it, go on
-                    starts_parts.append(np.array([stop.offset - seg.base_offset]))
-                    sizes_parts.append(np.array([stop.size]))
-                    pos = stop.offset - seg.base_offset + stop.size
-                    continue
-                res.broken = True
-            elif stop.kind == "blank":
-                res.blanks += 1
-                res.data_end = seg.base_offset + seg.size
-                if stop.offset + stop.size != seg.base_offset + seg.size:
-                    res.problems.append(Problem(stop.offset, "blank",
-                                                f"BLANK TOTALSIZE {stop.size} but {seg.end_offset - stop.offset} "
-                                                f"bytes are left in segment {seg.name}"))
-            elif stop.kind == "end" and not is_last and end == seg.size:
-                res.problems.append(Problem(stop.offset, "segmentNotClosed",
-                                            f"data of segment {seg.name} ends at {stop.offset} without a BLANK, "
-                                            f"but later segments exist"))
-            break
-        starts = np.concatenate(starts_parts).astype(np.int64)
-        sizes = np.concatenate(sizes_parts).astype(np.int64)
-        order = np.argsort(starts, kind="stable")
-        starts, sizes = starts[order], sizes[order]
-        res.messages = len(starts)
-        res.message_bytes = int(sizes.sum())
-        if len(starts):
-            qc = check_queues(arr, seg.base_offset, starts, sizes, units)
-            res.problems.extend(qc.problems)
-            res.queues.update(qc.spans)
-            res.units_checked += qc.units_checked
-    return res
 
 
 def _layout_problems(src: Source) -> tuple[list[Problem], int]:
@@ -174,21 +107,12 @@ def _with_loose_base(src: Source) -> Source:
     return replace(src, segments=[replace(seg, base_offset=base)])
 
 
-def _verify_one(args: tuple) -> SegmentResult:
-    seg, end, expected, is_last, units, config = args
-    try:
-        return verify_segment(seg, end, expected, is_last, units, config)
-    except FileNotFoundError:
-        res = SegmentResult(data_end=seg.base_offset, broken=True)
-        res.problems.append(Problem(seg.base_offset, "missingSegment", f"segment {seg.name} vanished while reading"))
-        return res
-
-
 def default_jobs(src: Source) -> int:
-    """Segments are verified in parallel processes when there is enough to read."""
-    if len(src.segments) < 2 or src.total_bytes < PARALLEL_MIN_BYTES:
+    """Verified in parallel processes when there is enough to read: whole segments, and pieces
+    of big segments (store.verify_segment)."""
+    if src.total_bytes < PARALLEL_MIN_BYTES:
         return 1
-    return max(1, min(os.cpu_count() or 1, MAX_JOBS, len(src.segments)))
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS))
 
 
 def verify_source(src: Source, config: CodecConfig | None = None, progress: bool | None = None,
@@ -199,17 +123,20 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     src = _with_loose_base(src)
     problems, expected = _layout_problems(src)
     units = QueueUnits(src.root)
-    todo = []
+    tasks = []
     for i, seg in enumerate(src.segments):
         if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
             break    # nothing committed here (a writer's newest segment)
         end = src.segment_end(seg)
-        todo.append((seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config))
+        tasks.append(SegmentTask(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config))
     jobs = default_jobs(src) if jobs is None else max(1, jobs)
+    pieces = plan_pieces(tasks, PIECE_BYTES if jobs > 1 else 0)
+    work = [(tasks[p.task], p) for p in pieces]
     with Progress(src.total_bytes, "verify", enabled=progress) as bar, \
             _pool(jobs) as pool:
-        results = pool.map(_verify_one, todo) if pool is not None else map(_verify_one, todo)
-        spans, data_end, stopped_by_error = _merge(src, todo, results, expected, report, problems, bar)
+        results = pool.map(check_piece, work) if pool is not None else map(check_piece, work)
+        joined = join_pieces(tasks, pieces, results)
+        spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
     report.data_end = data_end
     report.queues = len(spans)
     problems.extend(dangling_units(src, units, spans, data_end))
@@ -232,7 +159,7 @@ def _pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
         yield pool
 
 
-def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
+def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
            problems: list[Problem], bar: Progress) -> tuple[dict[tuple[str, int], QueueSpan], int, bool]:
     """Join the segments' results in order: queue continuity across segments, and where the
     valid data ends (the first error, the first hole, or the end)."""
@@ -241,7 +168,8 @@ def _merge(src: Source, todo: list[tuple], results: Iterable[SegmentResult], exp
     prev_base = None
     data_end = src.segments[0].base_offset if src.segments else 0
     done = 0
-    for (seg, end, *_), res in zip(todo, results):
+    for task, res in zip(tasks, results):
+        seg, end = task.seg, task.end
         contiguous = prev_base is None or seg.base_offset == prev_base + expected
         report.bytes += end
         report.messages += res.messages

@@ -264,3 +264,52 @@ def test_topics_are_grouped_exactly(names: list[str]) -> None:
     starts = np.cumsum([0] + [len(r) for r in recs[:-1]])
     f = record_fields(buf, starts, np.array([len(r) for r in recs]))
     assert [f.topics[i] for i in f.topic_id] == topics
+
+
+def _verdict(report) -> tuple:
+    return ([(p.offset, p.kind) for p in report.problems], report.messages, report.message_bytes,
+            report.units_checked, report.queues, report.data_end, report.blanks)
+
+
+@pytest.mark.parametrize("damage", ["none", "body", "totalSize"])
+def test_segments_checked_in_pieces_give_the_serial_verdict(store: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            damage: str) -> None:
+    m = messages(store)[700]
+    if damage == "body":                   # the record is whole: checking goes on after it
+        patch(m["segment"], m["pos"] + 88 + 10, b"\xff")
+    elif damage == "totalSize":            # the chain breaks: the rest of the segment is not data
+        patch(m["segment"], m["pos"], struct.pack(">i", 5))
+    serial = verify_source(open_source(store), jobs=1)
+    monkeypatch.setattr("store.verify.PIECE_BYTES", 16 * 1024)   # four pieces per 64 KiB segment
+    in_pieces = verify_source(open_source(store), jobs=2)
+    assert _verdict(in_pieces) == _verdict(serial)
+    assert (damage == "none") == serial.ok
+
+
+def test_a_wrong_guess_of_where_a_piece_starts_costs_time_not_the_verdict(store: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import store.verify_segment as vs
+
+    real = vs.find_record_start
+    guesses = []
+
+    def off_by_four(mv, near: int, end: int) -> int | None:   # inside a record, not at its start
+        g = real(mv, near, end)
+        guesses.append(g)
+        return None if g is None else g + 4
+
+    serial = verify_source(open_source(store), jobs=1)
+    monkeypatch.setattr(vs, "find_record_start", off_by_four)
+    monkeypatch.setattr("store.verify.PIECE_BYTES", 16 * 1024)
+    assert _verdict(verify_source(open_source(store), jobs=2)) == _verdict(serial)
+    assert guesses and serial.ok
+
+
+def test_a_piece_start_is_found_where_a_chain_of_records_starts(pristine: Path) -> None:
+    from store.scan import find_record_start
+
+    ms = [m for m in messages(pristine) if m["offset"] < SEG]
+    data = ms[0]["segment"].read_bytes()
+    assert find_record_start(data, ms[10]["pos"] + 3, SEG) == ms[11]["pos"]
+    assert find_record_start(data, ms[10]["pos"], SEG) == ms[10]["pos"]
+    assert find_record_start(bytes(SEG), 100, SEG) is None                  # zeros: no record

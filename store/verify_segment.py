@@ -1,0 +1,170 @@
+"""verify's check of one segment, whole or in pieces.
+
+A segment is checked by one scan along its records (store.scan) and the queue checks of the
+records found (store.inspect_queues). A big segment is cut into pieces that processes check
+side by side: each piece starts at a guessed record start (a chain of records found near the
+cut, store.scan.find_record_start) and pauses at the first record start at or past the next
+piece's. The guess is only trusted when the piece before really pauses there; otherwise the
+rest of the segment is checked again from where that piece paused, so a wrong guess costs time,
+never a wrong verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from store.codec import CodecConfig
+from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
+from store.inspect_source import SegmentFile, mapped
+from store.scan import find_record_start, scan_segment_fast
+from store.segment import read_ahead
+
+_CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
+
+
+@dataclass
+class SegmentResult:
+    messages: int = 0
+    message_bytes: int = 0
+    blanks: int = 0
+    units_checked: int = 0
+    data_end: int = 0               # global offset where this segment's valid data ends
+    broken: bool = False            # scanning stopped at a structural error
+    problems: list[Problem] = field(default_factory=list)
+    queues: dict[tuple[str, int], QueueSpan] = field(default_factory=dict)
+    paused_at: int | None = None    # a piece: the record start (in the segment) where it paused
+
+
+@dataclass
+class SegmentTask:
+    seg: SegmentFile
+    end: int                        # check up to here (the commit point, or the segment's size)
+    expected_size: int
+    is_last: bool
+    units: QueueUnits
+    config: CodecConfig
+
+
+@dataclass
+class Piece:
+    task: int                       # index of its SegmentTask
+    start: int                      # a record start in the segment (a guess but for the first)
+    until: int | None               # pause at the first record start at or past this
+
+
+def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> SegmentResult:
+    """Check the records of ``t.seg`` from ``start`` (up to ``until`` for a piece)."""
+    seg, end, config = t.seg, t.end, t.config
+    res = SegmentResult(data_end=seg.base_offset + start)
+    with open(seg.path, "rb") as f, read_ahead(f.fileno(), start, until or end, seg.name), mapped(seg) as mv:
+        arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
+        starts_parts, sizes_parts = [], []
+        pos = start
+        while True:
+            scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos, until=until)
+            starts_parts.append(scan.offsets - seg.base_offset)
+            sizes_parts.append(scan.sizes.astype(np.int64))
+            stop = scan.stop
+            res.data_end = scan.end_offset
+            if stop.kind == "pause":
+                res.paused_at = stop.offset - seg.base_offset
+            elif stop.kind == "error":
+                if end < seg.size and stop.error_kind == "truncated":
+                    res.problems.append(Problem(stop.offset, "commitPoint",
+                                                f"the commit point {seg.base_offset + end} is inside the record at "
+                                                f"{stop.offset}: {stop.detail}"))
+                    break
+                res.problems.append(Problem(stop.offset, stop.error_kind or "unknown", stop.detail))
+                if stop.error_kind in _CONTINUE_AFTER and stop.size > 0:
+                    # the record is whole, only its body or offset is wrong: count it, go on
+                    starts_parts.append(np.array([stop.offset - seg.base_offset]))
+                    sizes_parts.append(np.array([stop.size]))
+                    pos = stop.offset - seg.base_offset + stop.size
+                    continue
+                res.broken = True
+            elif stop.kind == "blank":
+                res.blanks += 1
+                res.data_end = seg.base_offset + seg.size
+                if stop.offset + stop.size != seg.base_offset + seg.size:
+                    res.problems.append(Problem(stop.offset, "blank",
+                                                f"BLANK TOTALSIZE {stop.size} but {seg.end_offset - stop.offset} "
+                                                f"bytes are left in segment {seg.name}"))
+            elif stop.kind == "end" and not t.is_last and end == seg.size:
+                res.problems.append(Problem(stop.offset, "segmentNotClosed",
+                                            f"data of segment {seg.name} ends at {stop.offset} without a BLANK, "
+                                            f"but later segments exist"))
+            break
+        starts = np.concatenate(starts_parts).astype(np.int64)
+        sizes = np.concatenate(sizes_parts).astype(np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, sizes = starts[order], sizes[order]
+        res.messages = len(starts)
+        res.message_bytes = int(sizes.sum())
+        if len(starts):
+            qc = check_queues(arr, seg.base_offset, starts, sizes, t.units)
+            res.problems.extend(qc.problems)
+            res.queues.update(qc.spans)
+            res.units_checked += qc.units_checked
+    return res
+
+
+def plan_pieces(tasks: list[SegmentTask], piece_bytes: int) -> list[Piece]:
+    """Every segment as pieces of about ``piece_bytes`` (one piece when it is smaller)."""
+    pieces: list[Piece] = []
+    for i, t in enumerate(tasks):
+        cuts = [0]
+        n = t.end // piece_bytes if piece_bytes > 0 else 0
+        if n > 1:
+            with mapped(t.seg) as mv:
+                for k in range(1, n):
+                    guess = find_record_start(mv, k * t.end // n, t.end)
+                    if guess is not None and guess > cuts[-1]:
+                        cuts.append(guess)
+        pieces += [Piece(i, a, b) for a, b in zip(cuts, cuts[1:] + [None])]
+    return pieces
+
+
+def check_piece(args: tuple[SegmentTask, Piece]) -> SegmentResult:
+    t, p = args
+    try:
+        return verify_segment(t, p.start, p.until)
+    except FileNotFoundError:
+        res = SegmentResult(data_end=t.seg.base_offset, broken=True)
+        res.problems.append(Problem(t.seg.base_offset, "missingSegment",
+                                    f"segment {t.seg.name} vanished while reading"))
+        return res
+
+
+def join_pieces(tasks: list[SegmentTask], pieces: list[Piece], results: Iterable[SegmentResult]
+                ) -> Iterator[SegmentResult]:
+    """One result per task, in order, from its pieces' results: a piece counts only if the
+    piece before paused exactly at its start; else the rest is checked again from there."""
+    current: SegmentResult | None = None
+    current_task = -1
+    for p, res in zip(pieces, results):
+        if p.task != current_task:
+            if current is not None:
+                yield current
+            current, current_task = res, p.task
+            continue
+        assert current is not None
+        if current.paused_at is None:
+            continue                    # the segment's data ended in an earlier piece
+        if current.paused_at != p.start:
+            res = check_piece((tasks[p.task], Piece(p.task, current.paused_at, None)))
+        _append(current, res)
+    if current is not None:
+        yield current
+
+
+def _append(into: SegmentResult, later: SegmentResult) -> None:
+    into.messages += later.messages
+    into.message_bytes += later.message_bytes
+    into.blanks += later.blanks
+    into.units_checked += later.units_checked
+    into.problems.extend(later.problems)
+    join_spans(into.queues, later.queues, into.problems)
+    into.data_end, into.broken, into.paused_at = later.data_end, later.broken, later.paused_at

@@ -26,10 +26,9 @@ from functools import partial
 from typing import Any
 
 from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args, kafka_reader_options
-from ingest.replay_files import FORMATS, range_filter, read_kafka_files, resolve_file_plan
-from ingest.replay_plan import (Bound, ReplayError, ReplayPlan, TopicPartitionKey, apply_store_offsets, chunks,
-                                load_plan, parse_offsets_json, plan_identity, plan_path, resolve_kafka_plan,
-                                save_plan, sub_ranges)
+from ingest.replay_plan import (FILE_FORMATS, Bound, ReplayError, ReplayPlan, TopicPartitionKey,
+                                apply_store_offsets, chunks, load_plan, parse_offsets_json, plan_identity,
+                                plan_path, resolve_kafka_plan, save_plan, sub_ranges)
 from ingest.replay_progress import ReplayProgress
 
 log = logging.getLogger("commitlog.replay")
@@ -165,6 +164,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     try:
         spark = spark or spark_session(cfg)
         if opts.from_files:
+            from ingest.replay_files import range_filter, read_kafka_files, resolve_file_plan
+
             files_df = read_kafka_files(spark, opts.from_files, opts.file_format).persist()
             plan = resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics, opts.topic_pattern)
             notes: list[str] = []
@@ -244,7 +245,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--topic-pattern", help="a regex of Kafka topics (whole name)")
     src.add_argument("--from-files", metavar="DIR",
                      help="exported records (the Kafka source's columns) instead of Kafka")
-    src.add_argument("--format", choices=FORMATS, default="jsonl",
+    src.add_argument("--format", choices=FILE_FORMATS, default="jsonl",
                      help="with --from-files: jsonl (key/value base64) or parquet")
     begin = src.add_mutually_exclusive_group()
     begin.add_argument("--from", dest="replay_from", choices=["earliest"], default="earliest",

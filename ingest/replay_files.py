@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest.replay_plan import Bound, Offsets, PartitionPlan, ReplayError, ReplayPlan, TopicPartitionKey
+from ingest.replay_plan import FILE_FORMATS, Bound, Offsets, PartitionPlan, ReplayError, ReplayPlan, TopicPartitionKey
 
 log = logging.getLogger("commitlog.replay")
 
-FORMATS = ("jsonl", "parquet")
+FORMATS = FILE_FORMATS
 
 # Spark's Kafka source columns as Arrow (timestamp in microseconds, UTC), for the exporter.
 EXPORT_SCHEMA = pa.schema([

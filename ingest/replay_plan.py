@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 
 log = logging.getLogger("commitlog.replay")
 
 PLAN_DIR = "replay"
+FILE_FORMATS = ("jsonl", "parquet")      # what replay --from-files reads
 
 
 class ReplayError(RuntimeError):
@@ -172,21 +171,21 @@ def sub_ranges(start: Mapping[TopicPartitionKey, int], until: Mapping[TopicParti
 
 # ---------------------------------------------------------------- Kafka: making the bounds concrete
 
-TS_SCHEMA = pa.schema([("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
-
-
 def first_record_timestamp(client_params: Mapping[str, Any], tp: TopicPartitionKey, offset: int,
                            end: int) -> int | None:
     """Timestamp (ms) of the first record at or after ``offset`` (below ``end``), read the way the
     source's tasks read."""
+    import pyarrow as pa
+
     from ingest.kafka_offsets import KafkaOffsetRange
     from ingest.kafka_read import read_range
 
+    schema = pa.schema([("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
     if offset >= end:
         return None
     # one record is enough, but a compacted/transactional log may have a gap: read a small range
     rng = KafkaOffsetRange(tp[0], tp[1], offset, min(end, offset + 16))
-    for batch in read_range(rng, client_params, TS_SCHEMA, fail_on_data_loss=False, poll_timeout_ms=30_000):
+    for batch in read_range(rng, client_params, schema, fail_on_data_loss=False, poll_timeout_ms=30_000):
         if batch.num_rows:
             return int(batch.column("timestamp").cast(pa.int64())[0].as_py()) // 1000
     return None

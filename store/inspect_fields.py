@@ -5,6 +5,7 @@ per-record Python loop except for rare records (non-ASCII TAGS, several TAGS pai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,12 @@ from store.constants import (
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
 )
+
+# the first n bytes of 16 as two machine words, for n = 0..16
+_TOPIC_MASKS = np.frombuffer(b"".join(b"\xff" * n + bytes(16 - n) for n in range(17)), dtype=np.uint64).reshape(17, 2)
+
+if TYPE_CHECKING:
+    from store.scan import ScanColumns
 
 _TAGS_NAME = b"TAGS\x01"
 _SEP = ord(PROPERTY_SEPARATOR)
@@ -44,6 +51,12 @@ class RecordFields:
     props_pos: np.ndarray
     props_len: np.ndarray
 
+    def rows(self, a: int, b: int) -> RecordFields:
+        """Records a..b (the same topic list)."""
+        return RecordFields(self.starts[a:b], self.sizes[a:b], self.queue_id[a:b], self.queue_offset[a:b],
+                            self.sys_flag[a:b], self.store_timestamp[a:b], self.topic_id[a:b], self.topics,
+                            self.props_pos[a:b], self.props_len[a:b])
+
 
 # MAGICCODE .. SYSFLAG (positions 4..40) are at fixed positions in every record.
 _HEAD = np.dtype([("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
@@ -65,17 +78,29 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
     topic_len = be_ints(arr, tl_pos, 1) & 0xFF if not v2.any() else \
         np.where(v2, be_ints(arr, tl_pos, 2), be_ints(arr, tl_pos, 1))
     topic_pos = tl_pos + 1 + v2
-    props_len_pos = topic_pos + topic_len
-    props_len = np.maximum(be_ints(arr, props_len_pos, 2), 0)
+    props_len = be_ints(arr, topic_pos + topic_len, 2)
+    return _fields(arr, starts, sizes, head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64),
+                   sys_flag, topic_pos, topic_len, props_len)
+
+
+def fields_from_scan(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns) -> RecordFields:
+    """record_fields from what the scan already read (store.scan.ScanColumns)."""
+    return _fields(arr, starts.astype(np.int64), sizes, cols.queue_id, cols.queue_offset, cols.sys_flag,
+                   cols.topic_pos, cols.topic_len, cols.props_len)
+
+
+def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray,
+            sys_flag: np.ndarray, topic_pos: np.ndarray, topic_len: np.ndarray, props_len: np.ndarray) -> RecordFields:
     topic_id, topics = _topic_ids(arr, topic_pos, topic_len)
     store_ts = np.zeros(len(starts), dtype=np.int64)
     if SCHEDULE_TOPIC in topics:
         sched = np.flatnonzero(topic_id == topics.index(SCHEDULE_TOPIC))
-        store_ts[sched] = be_ints(arr, starts[sched] + 56 + born6[sched] * 12, 8)
+        born6 = (sys_flag[sched] & BORNHOST_V6_FLAG) != 0
+        store_ts[sched] = be_ints(arr, starts[sched] + 56 + born6 * 12, 8)
     return RecordFields(
-        starts=starts, sizes=sizes.astype(np.int64), queue_id=head["queue_id"].astype(np.int64),
-        queue_offset=head["queue_offset"].astype(np.int64), sys_flag=sys_flag, store_timestamp=store_ts,
-        topic_id=topic_id, topics=topics, props_pos=props_len_pos + 2, props_len=props_len)
+        starts=starts, sizes=sizes.astype(np.int64), queue_id=queue_id, queue_offset=queue_offset, sys_flag=sys_flag,
+        store_timestamp=store_ts, topic_id=topic_id, topics=topics, props_pos=topic_pos + topic_len + 2,
+        props_len=np.maximum(props_len, 0))
 
 
 def _rows(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -99,7 +124,7 @@ def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np
         return np.zeros(0, dtype=np.int64), []
     width = int(length.max())
     if width <= 16:
-        got = _topic_ids_short(arr, pos, length, width)
+        got = _topic_ids_short(arr, pos, length)
         if got is not None:
             return got
     mat = _rows(arr, pos, width) if width else np.zeros((len(pos), 0), np.uint8)
@@ -120,19 +145,15 @@ def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np
     return inverse.astype(np.int64), topics
 
 
-def _topic_ids_short(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, width: int
-                     ) -> tuple[np.ndarray, list[str]] | None:
+def _topic_ids_short(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]] | None:
     """Topics of at most 16 bytes as exact 128-bit keys (bytes, zero-padded, and the length);
     the usual handful of topics is peeled off with one comparison pass each."""
     from store.properties import java_string
 
-    mat = np.zeros((len(pos), 16), dtype=np.uint8)
-    if width:
-        mat[:, :width] = _rows(arr, pos, width)
-        mat[np.arange(16) >= length[:, None]] = 0
-    words = mat.view(np.uint64)                     # two words per row
-    hi = words[:, 0]
-    lo = words[:, 1]
+    words = _rows(arr, pos, 16).view(np.uint64)     # two words per row, bytes past the topic masked off
+    mask = _TOPIC_MASKS[length]
+    hi = words[:, 0] & mask[:, 0]
+    lo = words[:, 1] & mask[:, 1]
     ids = np.full(len(pos), -1, dtype=np.int64)
     topics: list[str] = []
     left = np.arange(len(pos))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from store.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
-from store.inspect_fields import record_fields, tags_codes
+from store.inspect_fields import RecordFields, record_fields, tags_codes
 from store.inspect_source import Source
 
 
@@ -98,22 +98,23 @@ QUEUE_CHECK_ROWS = 1 << 17      # records checked at a time: the temporaries sta
 
 
 def check_queues(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray,
-                 units: QueueUnits) -> QueueCheck:
+                 units: QueueUnits, fields: RecordFields | None = None) -> QueueCheck:
     """Queue-offset continuity of the records of one segment (positions ``starts``), and each
-    record's consume-queue unit: offset, size and tagsCode."""
+    record's consume-queue unit: offset, size and tagsCode. ``fields``: the records' fields
+    when the caller has them already (else they are read here)."""
     res = QueueCheck()
     for a in range(0, len(starts), QUEUE_CHECK_ROWS):
-        part = _check_queues(arr, base_offset, starts[a:a + QUEUE_CHECK_ROWS], sizes[a:a + QUEUE_CHECK_ROWS], units)
+        b = a + QUEUE_CHECK_ROWS
+        f = fields.rows(a, b) if fields is not None else record_fields(arr, starts[a:b], sizes[a:b])
+        part = _check_queues(arr, base_offset, f, units)
         res.problems.extend(part.problems)
         res.units_checked += part.units_checked
         join_spans(res.spans, part.spans, res.problems)
     return res
 
 
-def _check_queues(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray,
-                  units: QueueUnits) -> QueueCheck:
+def _check_queues(arr: np.ndarray, base_offset: int, f: RecordFields, units: QueueUnits) -> QueueCheck:
     res = QueueCheck()
-    f = record_fields(arr, starts, sizes)
     tx = f.sys_flag & TRANSACTION_TYPE_MASK
     eligible = (tx != TRANSACTION_PREPARED_TYPE) & (tx != TRANSACTION_ROLLBACK_TYPE)
     idx_all = np.flatnonzero(eligible)

@@ -135,6 +135,31 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
 
 
 @dataclass
+class ScanColumns:
+    """Fields the scan reads anyway, per valid message (positions relative to the buffer), so
+    verify need not read them again."""
+
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    topic_pos: np.ndarray
+    topic_len: np.ndarray
+    props_len: np.ndarray
+
+    def head(self, n: int) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[:n] for k in _COLUMN_NAMES))
+
+    @staticmethod
+    def joined(parts: list[ScanColumns]) -> ScanColumns:
+        if not parts:
+            return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES))
+        return ScanColumns(*(np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
+
+
+_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len")
+
+
+@dataclass
 class SegmentScan:
     """Result of scanning one segment: the valid messages (global offsets and TOTALSIZEs, in
     order) and the check that ended the scan (blank, end or the first error)."""
@@ -142,6 +167,7 @@ class SegmentScan:
     offsets: np.ndarray
     sizes: np.ndarray
     stop: RecordCheck
+    columns: ScanColumns | None = None      # with columns=True: fields of every valid message
 
     @property
     def end_offset(self) -> int:
@@ -247,10 +273,11 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
-               config: CodecConfig) -> int:
+               config: CodecConfig) -> tuple[int, ScanColumns]:
     """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
-    or len(starts). Two gathers per record in the usual case: the head up to BODYLENGTH, and a
-    window from TOPICLENGTH that holds PROPERTIESLENGTH for short topics."""
+    or len(starts), and the fields read on the way. Two gathers per record in the usual case:
+    the head up to BODYLENGTH, and a window from TOPICLENGTH that holds PROPERTIESLENGTH for
+    short topics."""
     n = len(starts)
     heads = _heads(arr, starts)
     magic = heads["magic"]
@@ -288,11 +315,13 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     ok &= heads["physical_offset"] == starts + base_offset
     bad = np.flatnonzero(~ok)
     first = int(bad[0]) if len(bad) else n
+    cols = ScanColumns(heads["queue_id"].astype(np.int64), heads["queue_offset"].astype(np.int64), sys_flag,
+                       tl_pos + 1 + v2, topic_len, props_len)
     if not config.check_crc_on_recover:
-        return first
+        return first, cols
     if config.force_verify_prop_crc:
-        return _first_prop_crc_failure(mv, starts[:first], sizes[:first], first)
-    return _first_crc_mismatch(heads["body_crc"][:first], arr, (body_pos + 4)[:first], body_len[:first], first)
+        return _first_prop_crc_failure(mv, starts[:first], sizes[:first], first), cols
+    return _first_crc_mismatch(heads["body_crc"][:first], arr, (body_pos + 4)[:first], body_len[:first], first), cols
 
 
 def _first_crc_mismatch(stored: np.ndarray, arr: np.ndarray, body_start: np.ndarray, body_len: np.ndarray,
@@ -311,19 +340,21 @@ def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarra
 
 
 def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
-                      start: int = 0, until: int | None = None) -> SegmentScan:
+                      start: int = 0, until: int | None = None, columns: bool = False) -> SegmentScan:
     """Check every record of one segment from ``start`` up to ``end``; stops at the first BLANK,
     zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE and
     the body CRC are the only per-record Python work; every other check is vectorized.
 
     With ``until``, the scan also pauses at the first record start at or past it (a stop of
-    kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces)."""
+    kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces).
+    With ``columns``, the fields read on the way come back too (SegmentScan.columns)."""
     config = config or CodecConfig()
     mv = _as_bytes_view(buf)
     end = len(mv) if end is None else end
     arr = np.frombuffer(mv, dtype=np.uint8)
     all_starts: list[np.ndarray] = []
     all_sizes: list[np.ndarray] = []
+    all_columns: list[ScanColumns] = []
     pos = start
     while True:
         stop_at = pos + _WALK_CHUNK_BYTES if until is None else min(pos + _WALK_CHUNK_BYTES, until - 1)
@@ -331,9 +362,11 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
         if len(positions):
             starts = np.frombuffer(positions, dtype=np.int64) if isinstance(positions, array) else positions
             sizes = np.diff(starts, append=next_pos)
-            first = _first_bad(arr, mv, starts, sizes, base_offset, config)
+            first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config)
             all_starts.append(starts[:first])
             all_sizes.append(sizes[:first])
+            if columns:
+                all_columns.append(cols.head(first))
             if first < len(starts):
                 stop = check_record(mv, int(starts[first]), end, base_offset, config)
                 break
@@ -348,7 +381,7 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
     sizes_out = np.concatenate(all_sizes).astype(np.int32) if all_sizes else np.zeros(0, np.int32)
     if stop.kind == "message":     # cannot happen: the walk stops only where a check fails
         raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
-    return SegmentScan(offsets, sizes_out, stop)
+    return SegmentScan(offsets, sizes_out, stop, ScanColumns.joined(all_columns) if columns else None)
 
 
 def find_record_start(buf: Any, near: int, end: int, chain: int = 8, window: int = 1 << 16) -> int | None:

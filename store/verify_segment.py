@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from store.codec import CodecConfig
+from store.inspect_fields import fields_from_scan
 from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
 from store.inspect_source import SegmentFile, mapped
 from store.scan import find_record_start, scan_segment_fast
@@ -61,10 +62,11 @@ def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> 
     res = SegmentResult(data_end=seg.base_offset + start)
     with open(seg.path, "rb") as f, read_ahead(f.fileno(), start, until or end, seg.name), mapped(seg) as mv:
         arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
-        starts_parts, sizes_parts = [], []
+        starts_parts, sizes_parts, scans = [], [], []
         pos = start
         while True:
-            scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos, until=until)
+            scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos, until=until, columns=True)
+            scans.append(scan)
             starts_parts.append(scan.offsets - seg.base_offset)
             sizes_parts.append(scan.sizes.astype(np.int64))
             stop = scan.stop
@@ -99,12 +101,16 @@ def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> 
             break
         starts = np.concatenate(starts_parts).astype(np.int64)
         sizes = np.concatenate(sizes_parts).astype(np.int64)
-        order = np.argsort(starts, kind="stable")
-        starts, sizes = starts[order], sizes[order]
+        fields = None
+        if len(scans) == 1 and scans[0].columns is not None:   # no damaged record went along: reuse the scan's reads
+            fields = fields_from_scan(arr, starts, sizes, scans[0].columns)
+        else:
+            order = np.argsort(starts, kind="stable")
+            starts, sizes = starts[order], sizes[order]
         res.messages = len(starts)
         res.message_bytes = int(sizes.sum())
         if len(starts):
-            qc = check_queues(arr, seg.base_offset, starts, sizes, t.units)
+            qc = check_queues(arr, seg.base_offset, starts, sizes, t.units, fields)
             res.problems.extend(qc.problems)
             res.queues.update(qc.spans)
             res.units_checked += qc.units_checked

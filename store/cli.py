@@ -43,8 +43,9 @@ def _dump(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from store.inspect_source import open_source
-    from store.verify import print_report, verify_source
+    from store.verify import print_report, reuse_freed_memory, verify_source
 
+    reuse_freed_memory()        # this process exits when the report is out
     src = open_source(args.path, base=args.base)
     report = verify_source(src, jobs=args.jobs)
     print_report(report, sys.stdout, as_json=args.json)

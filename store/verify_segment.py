@@ -61,55 +61,64 @@ def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> 
     """Check the records of ``t.seg`` from ``start`` (up to ``until`` for a piece), a window
     of WINDOW_BYTES at a time: the scan of a window, then the queue checks of its records
     with the fields the scan read, while they are still in cache."""
-    seg, end, config = t.seg, t.end, t.config
+    seg, end = t.seg, t.end
     res = SegmentResult(data_end=seg.base_offset + start)
-    with open(seg.path, "rb") as f, read_ahead(f.fileno(), start, until or end, seg.name), mapped(seg) as mv:
+    ahead_to = end if until is None else until
+    with open(seg.path, "rb") as f, mapped(seg) as mv:
         arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
-        pos = start
-        while True:
-            window_end = pos + WINDOW_BYTES if until is None else min(pos + WINDOW_BYTES, until)
-            scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos, until=window_end, columns=True)
-            starts = scan.offsets - seg.base_offset
-            _check_records(res, arr, t, starts, scan.sizes.astype(np.int64), scan.columns)
-            stop = scan.stop
-            res.data_end = scan.end_offset
-            if stop.kind == "pause":
+        with read_ahead(f.fileno(), start, ahead_to, seg.name):
+            _scan_and_check(res, arr, mv, t, start, until)
+    return res
+
+
+def _scan_and_check(res: SegmentResult, arr: np.ndarray, mv: memoryview, t: SegmentTask, start: int,
+                    until: int | None) -> None:
+    """verify_segment's loop: scan a window, check its records, go on or say why it ended."""
+    seg, end, config = t.seg, t.end, t.config
+    pos = start
+    while True:
+        window_end = pos + WINDOW_BYTES if until is None else min(pos + WINDOW_BYTES, until)
+        scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos, until=window_end, columns=True)
+        starts = scan.offsets - seg.base_offset
+        _check_records(res, arr, t, starts, scan.sizes.astype(np.int64), scan.columns)
+        stop = scan.stop
+        res.data_end = scan.end_offset
+        if stop.kind == "pause":
+            pos = stop.offset - seg.base_offset
+            if until is not None and pos >= until:
+                res.paused_at = pos
+                break
+            continue
+        if stop.kind == "error":
+            if end < seg.size and stop.error_kind == "truncated":
+                res.problems.append(Problem(stop.offset, "commitPoint",
+                                            f"the commit point {seg.base_offset + end} is inside the record at "
+                                            f"{stop.offset}: {stop.detail}"))
+                break
+            res.problems.append(Problem(stop.offset, stop.error_kind or "unknown", stop.detail))
+            if stop.error_kind in _CONTINUE_AFTER and stop.size > 0:
+                # the record is whole, only its body or offset is wrong: count it, go on
                 pos = stop.offset - seg.base_offset
+                _check_records(res, arr, t, np.array([pos]), np.array([stop.size]), None)
+                pos += stop.size
+                res.data_end = seg.base_offset + pos
                 if until is not None and pos >= until:
                     res.paused_at = pos
                     break
                 continue
-            if stop.kind == "error":
-                if end < seg.size and stop.error_kind == "truncated":
-                    res.problems.append(Problem(stop.offset, "commitPoint",
-                                                f"the commit point {seg.base_offset + end} is inside the record at "
-                                                f"{stop.offset}: {stop.detail}"))
-                    break
-                res.problems.append(Problem(stop.offset, stop.error_kind or "unknown", stop.detail))
-                if stop.error_kind in _CONTINUE_AFTER and stop.size > 0:
-                    # the record is whole, only its body or offset is wrong: count it, go on
-                    pos = stop.offset - seg.base_offset
-                    _check_records(res, arr, t, np.array([pos]), np.array([stop.size]), None)
-                    pos += stop.size
-                    res.data_end = seg.base_offset + pos
-                    if until is not None and pos >= until:
-                        res.paused_at = pos
-                        break
-                    continue
-                res.broken = True
-            elif stop.kind == "blank":
-                res.blanks += 1
-                res.data_end = seg.base_offset + seg.size
-                if stop.offset + stop.size != seg.base_offset + seg.size:
-                    res.problems.append(Problem(stop.offset, "blank",
-                                                f"BLANK TOTALSIZE {stop.size} but {seg.end_offset - stop.offset} "
-                                                f"bytes are left in segment {seg.name}"))
-            elif stop.kind == "end" and not t.is_last and end == seg.size:
-                res.problems.append(Problem(stop.offset, "segmentNotClosed",
-                                            f"data of segment {seg.name} ends at {stop.offset} without a BLANK, "
-                                            f"but later segments exist"))
-            break
-    return res
+            res.broken = True
+        elif stop.kind == "blank":
+            res.blanks += 1
+            res.data_end = seg.base_offset + seg.size
+            if stop.offset + stop.size != seg.base_offset + seg.size:
+                res.problems.append(Problem(stop.offset, "blank",
+                                            f"BLANK TOTALSIZE {stop.size} but {seg.end_offset - stop.offset} "
+                                            f"bytes are left in segment {seg.name}"))
+        elif stop.kind == "end" and not t.is_last and end == seg.size:
+            res.problems.append(Problem(stop.offset, "segmentNotClosed",
+                                        f"data of segment {seg.name} ends at {stop.offset} without a BLANK, "
+                                        f"but later segments exist"))
+        break
 
 
 def _check_records(res: SegmentResult, arr: np.ndarray, t: SegmentTask, starts: np.ndarray, sizes: np.ndarray,
@@ -127,12 +136,13 @@ def _check_records(res: SegmentResult, arr: np.ndarray, t: SegmentTask, starts: 
     join_spans(res.queues, qc.spans, res.problems)
 
 
-def plan_pieces(tasks: list[SegmentTask], piece_bytes: int) -> list[Piece]:
-    """Every segment as pieces of about ``piece_bytes`` (one piece when it is smaller)."""
+def plan_pieces(tasks: list[SegmentTask], piece_bytes: int, jobs: int = 1) -> list[Piece]:
+    """Every segment as pieces of at most about ``piece_bytes`` (one piece when it is smaller),
+    a multiple of ``jobs`` of them so that no process is left alone with the last one."""
     pieces: list[Piece] = []
     for i, t in enumerate(tasks):
         cuts = [0]
-        n = t.end // piece_bytes if piece_bytes > 0 else 0
+        n = jobs * -(-t.end // (piece_bytes * jobs)) if piece_bytes > 0 and t.end > piece_bytes else 1
         if n > 1:
             with mapped(t.seg) as mv:
                 for k in range(1, n):

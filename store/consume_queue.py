@@ -50,6 +50,9 @@ class ConsumeQueueStore(ConsumeQueueReads):
         self._lock = threading.RLock()
         self._loaded = False
         self._dirs_to_sync: set[Path] = set()
+        # completed files written since the last flush, still open: flush() fsyncs and closes
+        # them, so filling a file costs the append no fsync of its own
+        self._filled_fds: list[int] = []
         # A reader sets this to the commit log's first offset, so queue minimums skip units whose
         # records retention deleted (the writer corrects its own in delete_below).
         self.commitlog_min_offset = 0
@@ -218,9 +221,10 @@ class ConsumeQueueStore(ConsumeQueueReads):
     def _open_file(self, q: _Queue, file_start: int) -> None:
         if q.fd is not None:
             if q.dirty:
-                os.fsync(q.fd)    # a completed file is made durable before it is let go
+                self._filled_fds.append(q.fd)   # made durable by the next flush
                 q.dirty = False
-            os.close(q.fd)
+            else:
+                os.close(q.fd)
         path = q.path / file_name(file_start)
         new = not path.exists()
         q.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -234,6 +238,11 @@ class ConsumeQueueStore(ConsumeQueueReads):
     def flush(self) -> None:
         """fsync every queue file written since the last flush (and new directory entries)."""
         with self._lock:
+            while self._filled_fds:
+                fd = self._filled_fds[0]
+                os.fsync(fd)
+                os.close(fd)
+                self._filled_fds.pop(0)
             for q in self._queues.values():
                 if q.fd is not None and q.dirty:
                     os.fsync(q.fd)
@@ -326,6 +335,8 @@ class ConsumeQueueStore(ConsumeQueueReads):
 
     # --- closing ------------------------------------------------------------------------------
     def _close_fds(self) -> None:
+        while self._filled_fds:
+            os.close(self._filled_fds.pop())
         for q in self._queues.values():
             if q.fd is not None:
                 os.close(q.fd)

@@ -125,6 +125,23 @@ def test_units_of_interleaved_queues_go_to_their_own_files_across_file_ends(tmp_
     assert cq.topics() == {"A": [0, 1], "B": [0, 1]}
 
 
+def test_filled_files_stay_open_until_the_flush_makes_them_durable_then_close(tmp_path: Path) -> None:
+    import os
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    cq = ConsumeQueueStore(tmp_path, units_per_file=4)
+    dispatch_list(cq, [("T", 0, i, i * 100, 100, 0) for i in range(10)])    # fills 2 files, opens a 3rd
+    assert open_fds() == before + 3
+    cq.flush()
+    assert open_fds() == before + 1                                         # only the file being written
+    assert [u[0] for u in cq.find("T", 0, 0, 10)] == [i * 100 for i in range(10)]
+    cq.close()
+    assert open_fds() == before
+
+
 def test_dispatch_twice_writes_once_and_a_hole_is_refused(tmp_path: Path) -> None:
     cq = ConsumeQueueStore(tmp_path, units_per_file=10)
     dispatch_list(cq, [("T", 0, 0, 0, 100, 1), ("T", 0, 1, 100, 100, 2)])

@@ -74,6 +74,7 @@ def run_py(args, batches, tables, first, segment_size: int, flush: str, mode: st
                     store.commit()
             else:
                 raise ValueError(mode)
+            store.settle_queues()       # the consume queues are written behind: count them in
             elapsed = time.perf_counter() - t0
         finally:
             store.close()

@@ -10,6 +10,7 @@ patched by the store at append time).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,18 +34,21 @@ from store.batch_columns import (
     plan_batch,
     rows_containing,
 )
-from store.codec import CodecConfig, apply_prop_crcs
+from store.codec import CodecConfig, Message, apply_prop_crcs, encode_message
 from store.constants import (
     CRC32_RESERVED_LEN,
     IPV4_HOST_LENGTH,
     IPV6_HOST_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    POS_SYSFLAG,
     PROPERTY_DELAY,
+    PROPERTY_TAGS,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from store.cq_units import parse_delay_property
 from store.crc import crc32_many
 from store.errors import InvalidMessageError
 from store.properties import java_parse_int, string_to_properties, tags_code
@@ -282,3 +286,34 @@ def _to_arrow(batch: EncodedBatch) -> pa.Table:
                      "sys_flag": pa.array(batch.sys_flags, pa.int32()),
                      "tags_code": pa.array(batch.tags_codes, pa.int64()),
                      "delay_level": pa.array(batch.delay_levels, pa.int32()), "queue_offset": queue_offset})
+
+
+def encode_messages(messages: Sequence[Message], codec: CodecConfig) -> EncodedBatch:
+    """An EncodedBatch of Message objects (the per-message path; tables go through
+    encode_batch)."""
+    records = [encode_message(m, codec) for m in messages]
+    n = len(records)
+    sizes = np.fromiter((len(r) for r in records), dtype=np.int64, count=n)
+    offsets = np.cumsum(sizes) - sizes
+    data = np.frombuffer(b"".join(records), dtype=np.uint8).copy()
+    names: list[str] = []
+    index: dict[str, int] = {}
+    topic_index = np.empty(n, dtype=np.int32)
+    tags = np.empty(n, dtype=np.int64)
+    delays = np.empty(n, dtype=np.int32)
+    for i, m in enumerate(messages):
+        if m.topic not in index:
+            index[m.topic] = len(names)
+            names.append(m.topic)
+        topic_index[i] = index[m.topic]
+        props = string_to_properties(m.properties) if m.properties else {}
+        tags[i] = tags_code(props.get(PROPERTY_TAGS))
+        delays[i] = parse_delay_property(props.get(PROPERTY_DELAY))
+    # The encoder ORs the IPv6 bits into SYSFLAG: read it back from the records.
+    sys_flags = np.array([int.from_bytes(r[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True)
+                          for r in records], dtype=np.int32)
+    return EncodedBatch(data=data, offsets=offsets.astype(np.int64), sizes=sizes.astype(np.int32),
+                        topic_names=names, topic_index=topic_index,
+                        queue_ids=np.array([m.queue_id for m in messages], dtype=np.int32),
+                        sys_flags=sys_flags, tags_codes=tags, delay_levels=delays,
+                        queue_offsets=None)

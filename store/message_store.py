@@ -18,20 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from .batch_codec import EncodedBatch, encode_batch
+from .batch_codec import EncodedBatch, encode_batch, encode_messages
 from .checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
-from .codec import Message, encode_message
+from .codec import Message
 from .commit_point import CommitPoint, read_commit_point, write_commit_point
 from .commitlog import CommitLog, queue_eligible
 from .config import StoreConfig
-from .constants import (ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, POS_SYSFLAG, PROPERTY_DELAY,
-                        PROPERTY_TAGS)
+from .constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
 from .consume_queue import ConsumeQueueStore, check_topic_name
-from .cq_units import parse_delay_property
+from .dispatch import DispatchService
 from .errors import FlushError, StoreError, StoreReadOnlyError
 from .flush import FlushService
 from .lock import StoreLock
-from .properties import string_to_properties, tags_code
 from .reader import RecordReads
 from .recovery import recover, recover_queues, remove_unfinished_queue_files
 from .segment import fsync_dir
@@ -75,6 +73,7 @@ class MessageStore(RecordReads):
         self._checkpoint = StoreCheckpoint()
         self._last_commit = CommitPoint(0)
         self._retention: Any = None
+        self._dispatcher: DispatchService | None = None
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
@@ -127,6 +126,7 @@ class MessageStore(RecordReads):
         if abnormal:
             log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
                         self.root, result.mode, end)
+        self._dispatcher = DispatchService(self._cq, self.root.name)
         self._flusher.start()
         self._start_retention()
 
@@ -149,6 +149,8 @@ class MessageStore(RecordReads):
         seg.destroy()
 
     def _release_after_failed_open(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
         self._flusher.stop()
         try:
             self._cq.close()
@@ -160,6 +162,8 @@ class MessageStore(RecordReads):
     def _check_writable(self) -> None:
         if self._closed:
             raise StoreError(f"store {self.root} is closed")
+        if self._dispatcher is not None and self._dispatcher.failure is not None and self._failure is None:
+            self._failure = self._dispatcher.failure
         if self._failure is not None or self._flusher.failed:
             cause = self._failure or self._flusher.failure
             raise StoreReadOnlyError(
@@ -170,14 +174,16 @@ class MessageStore(RecordReads):
 
     def append(self, messages: Sequence[Message]) -> AppendResult:
         """Encode and append ``messages`` (queue offsets assigned by the store)."""
-        return self.append_encoded(_batch_from_messages(messages, self.config))
+        return self.append_encoded(encode_messages(messages, self.config.codec))
 
     def append_table(self, table: Any) -> AppendResult:
         return self.append_encoded(encode_batch(table, self.config.codec))
 
     def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
         """Append a pre-encoded batch. Topics are checked before anything is written; a batch
-        carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError)."""
+        carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError).
+        The consume-queue units are written behind (store.dispatch): the batch's columns must
+        stay as they are until the next flush."""
         self._check_writable()
         for topic in batch.topic_names:
             check_topic_name(topic)
@@ -192,21 +198,15 @@ class MessageStore(RecordReads):
             def pick(a: np.ndarray) -> np.ndarray:
                 return a if everyone else np.asarray(a)[m]
 
-            try:
-                if m.any():
-                    self._cq.dispatch(batch.topic_names, pick(batch.topic_index), pick(batch.queue_ids),
-                                      pick(out.queue_offsets), pick(out.physical_offsets),
-                                      pick(out.sizes), pick(batch.tags_codes),
-                                      delay_levels=pick(batch.delay_levels), store_timestamp=ts,
-                                      groups=out.groups)
-            except (StoreError, OSError) as e:
-                # The commit log has the batch and the queues do not: only recovery (which
-                # redispatches) can make them agree again.
-                self._failure = e
-                raise StoreReadOnlyError(
-                    f"writing the consume queues of {self.root} failed ({e}); the batch is in "
-                    f"the commit log but not committed. The store refuses writes now; reopen it "
-                    f"to recover from the last commit point") from e
+            if m.any():
+                # written behind the commit log by the dispatch thread; flush() waits for it
+                assert self._dispatcher is not None
+                self._submit_dispatch(
+                    topic_names=batch.topic_names, topic_index=pick(batch.topic_index),
+                    queue_ids=pick(batch.queue_ids), queue_offsets=pick(out.queue_offsets),
+                    physical_offsets=pick(out.physical_offsets), sizes=pick(out.sizes),
+                    tags_codes=pick(batch.tags_codes), delay_levels=pick(batch.delay_levels),
+                    store_timestamp=ts, groups=out.groups)
         if self.config.flush_mode == "sync" and len(batch):
             self._flusher.wait_durable(out.end_offset)
         return AppendResult(out.physical_offsets, out.sizes, out.queue_offsets, out.end_offset, ts)
@@ -217,6 +217,7 @@ class MessageStore(RecordReads):
             raise StoreError(f"store {self.root} is closed")
         if self._failure is not None:
             raise FlushError(f"store {self.root} failed earlier ({self._failure}); reopen it")
+        self.settle_queues()
         off = self._flusher.flush()
         try:
             self._cq.flush()
@@ -228,6 +229,31 @@ class MessageStore(RecordReads):
         self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.master_flushed_offset = off
         return off
+
+    def _submit_dispatch(self, **args: Any) -> None:
+        assert self._dispatcher is not None
+        try:
+            self._dispatcher.submit(**args)
+        except (StoreError, OSError) as e:     # an earlier batch's dispatch failed just now
+            self._failure = self._failure or e
+            raise StoreReadOnlyError(
+                f"writing the consume queues of {self.root} failed ({e}); the store refuses writes "
+                f"now; reopen it to recover from the last commit point") from e
+
+    def settle_queues(self) -> None:
+        """Wait until the consume queues hold every appended batch (they are written behind
+        the appends). A failed dispatch makes the store refuse writes: the commit log has
+        batches the consume queues lack, which only a reopen (redispatching) repairs."""
+        if self._dispatcher is None:
+            return
+        try:
+            self._dispatcher.drain()
+        except (StoreError, OSError) as e:
+            self._failure = self._failure or e
+            raise StoreReadOnlyError(
+                f"writing the consume queues of {self.root} failed ({e}); appended batches are in "
+                f"the commit log but not committed. The store refuses writes now; reopen it to "
+                f"recover from the last commit point") from e
 
     def commit(self, offset: int | None = None, metadata: Mapping[str, Any] | None = None) -> CommitPoint:
         """Flush, then make ``offset`` (default: everything appended) the commit point with the
@@ -313,6 +339,8 @@ class MessageStore(RecordReads):
             return
         if self._retention is not None:
             self._retention.stop()
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
         self._flusher.stop()
         clean = False
         try:
@@ -337,34 +365,3 @@ class MessageStore(RecordReads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _batch_from_messages(messages: Sequence[Message], config: StoreConfig) -> EncodedBatch:
-    """An EncodedBatch of Message objects (the per-message path; tables go through
-    encode_batch)."""
-    records = [encode_message(m, config.codec) for m in messages]
-    n = len(records)
-    sizes = np.fromiter((len(r) for r in records), dtype=np.int64, count=n)
-    offsets = np.cumsum(sizes) - sizes
-    data = np.frombuffer(b"".join(records), dtype=np.uint8).copy()
-    names: list[str] = []
-    index: dict[str, int] = {}
-    topic_index = np.empty(n, dtype=np.int32)
-    tags = np.empty(n, dtype=np.int64)
-    delays = np.empty(n, dtype=np.int32)
-    for i, m in enumerate(messages):
-        if m.topic not in index:
-            index[m.topic] = len(names)
-            names.append(m.topic)
-        topic_index[i] = index[m.topic]
-        props = string_to_properties(m.properties) if m.properties else {}
-        tags[i] = tags_code(props.get(PROPERTY_TAGS))
-        delays[i] = parse_delay_property(props.get(PROPERTY_DELAY))
-    # The encoder ORs the IPv6 bits into SYSFLAG: read it back from the records.
-    sys_flags = np.array([int.from_bytes(r[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True)
-                          for r in records], dtype=np.int32)
-    return EncodedBatch(data=data, offsets=offsets.astype(np.int64), sizes=sizes.astype(np.int32),
-                        topic_names=names, topic_index=topic_index,
-                        queue_ids=np.array([m.queue_id for m in messages], dtype=np.int32),
-                        sys_flags=sys_flags, tags_codes=tags, delay_levels=delays,
-                        queue_offsets=None)

@@ -109,6 +109,7 @@ class RecordReads:
         """Up to ``max_n`` messages of a queue from ``queue_offset`` on (readable ones only)."""
         if self._cq is None:
             return []
+        self.settle_queues()
         limit = self._read_limit()
         out = []
         for phys, _size, _tags in self._cq.find(topic, queue_id, queue_offset, max_n):
@@ -120,10 +121,18 @@ class RecordReads:
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         if self._cq is None:
             return (0, 0)
+        self.settle_queues()
         return self._cq.queue_range(topic, queue_id)
 
     def topics(self) -> dict[str, list[int]]:
-        return self._cq.topics() if self._cq is not None else {}
+        if self._cq is None:
+            return {}
+        self.settle_queues()
+        return self._cq.topics()
+
+    def settle_queues(self) -> None:
+        """Wait until the consume queues hold every appended record (a writer writes them
+        behind its appends; reads by queue call this first)."""
 
 
 class StoreReader(RecordReads):

@@ -14,7 +14,7 @@ from store import (CodecConfig, FieldLimitError, HostAddress, Message, MessageSt
 from store.codec import encode_message
 from store.constants import BLANK_MAGIC_CODE, TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, \
     TRANSACTION_ROLLBACK_TYPE
-from store.message_store import _batch_from_messages
+from store.batch_codec import encode_messages
 from store.scan import check_record
 
 pytestmark = pytest.mark.unit
@@ -84,8 +84,8 @@ def test_a_batch_crossing_segment_ends_is_written_like_one_message_at_a_time(tmp
     msgs = varied_messages(300)
     with open_store(tmp_path / "a") as a, open_store(tmp_path / "b") as b:
         a._log.copy_block = copy_block
-        ra = a.append_encoded(_batch_from_messages(msgs, a.config), store_timestamp=TS)
-        rb = [b.append_encoded(_batch_from_messages([m], b.config), store_timestamp=TS) for m in msgs]
+        ra = a.append_encoded(encode_messages(msgs, a.config.codec), store_timestamp=TS)
+        rb = [b.append_encoded(encode_messages([m], b.config.codec), store_timestamp=TS) for m in msgs]
         assert ra.physical_offsets.tolist() == [int(r.physical_offsets[0]) for r in rb]
         assert ra.queue_offsets.tolist() == [int(r.queue_offsets[0]) for r in rb]
         assert a.max_offset == b.max_offset > 5 * SEG
@@ -100,7 +100,7 @@ def test_every_record_gets_its_offset_queue_offset_and_store_timestamp(store: Me
     msgs = [msg_of_size(300, queue_id=i % 2) for i in range(400)]
     if ipv6_at is not None:  # an IPv6 born host moves STORETIMESTAMP to 68
         msgs[ipv6_at] = msg_of_size(300, queue_id=ipv6_at % 2, born_host=HostAddress("::1", 5))
-    r = store.append_encoded(_batch_from_messages(msgs, store.config), store_timestamp=TS)
+    r = store.append_encoded(encode_messages(msgs, store.config.codec), store_timestamp=TS)
     assert r.end_offset > SEG
     for i, off in enumerate(r.physical_offsets.tolist()):
         m = store.read(off)
@@ -122,7 +122,7 @@ def test_prepared_and_rollback_get_queue_offset_0_and_no_queue_slot(store: Messa
 
 def test_a_batch_carrying_queue_offsets_must_continue_its_queues(store: MessageStore) -> None:
     store.append([Message(topic="Q", body=b"x", queue_id=1)] * 3)
-    batch = _batch_from_messages([Message(topic="Q", body=b"y", queue_id=1)] * 2, store.config)
+    batch = encode_messages([Message(topic="Q", body=b"y", queue_id=1)] * 2, store.config.codec)
     batch.queue_offsets = np.array([3, 5], dtype=np.int64)
     before = store.max_offset
     with pytest.raises(QueueOffsetMismatchError, match=r"row 1: queue offset 5 for Q/1 .* next offset is 4"):

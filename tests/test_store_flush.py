@@ -101,3 +101,46 @@ def test_a_failed_flush_is_reported_and_makes_the_store_read_only(
         assert s2.last_commit.metadata == {"ok": 1}
         assert sum(1 for _ in s2.iter_messages()) == 20
         s2.append(msgs(1, 3))
+
+
+def test_consume_queues_are_written_behind_the_append_and_settled_before_a_read_or_commit(
+        tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as s:
+        for k in range(5):
+            s.append(msgs(40, k))
+        assert s.queue_range("F", 0) == (0, 200)          # a read by queue waits for the dispatch
+        assert [m.body for m in s.get_by_queue("F", 0, 195, 10)] == [f"4-{i}".encode() * 10 for i in range(35, 40)]
+        s.append(msgs(10, 9))
+        cp = s.commit()
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as s:
+        assert cp.queue_offsets == {("F", 0): 210} and s.queue_range("F", 0) == (0, 210)
+
+
+def test_a_failed_dispatch_makes_the_store_read_only_and_a_reopen_rebuilds_the_units(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.consume_queue import ConsumeQueueStore
+
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    cp = s.commit()
+
+    def broken(self: ConsumeQueueStore, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ConsumeQueueStore, "dispatch", broken)
+    s.append(msgs(5, 1))                    # in the commit log; its units fail behind it
+    with pytest.raises(StoreReadOnlyError, match="consume queues .* No space left"):
+        s.commit()
+    with pytest.raises(StoreReadOnlyError, match="reopen"):
+        s.append(msgs(1, 2))
+    with pytest.raises(FlushError):
+        s.flush()
+    s.close()
+    assert (root / "abort").exists()
+    monkeypatch.undo()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == s2.max_offset == cp.offset
+        assert s2.queue_range("F", 0) == (0, 20)
+        s2.append(msgs(3, 3))
+        assert s2.commit().queue_offsets == {("F", 0): 23}

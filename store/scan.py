@@ -384,32 +384,6 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
     return SegmentScan(offsets, sizes_out, stop, ScanColumns.joined(all_columns) if columns else None)
 
 
-def find_record_start(buf: Any, near: int, end: int, chain: int = 8, window: int = 1 << 16) -> int | None:
-    """A position at or after ``near`` (within ``window`` bytes) where a chain of ``chain``
-    records starts: each has a message magic code and a TOTALSIZE that lands on the next one's.
-    A guess where to start a piece of a segment without walking to it; the piece before it
-    confirms it (its scan must pause exactly there) or the guess is dropped."""
-    mv = _as_bytes_view(buf)
-    arr = np.frombuffer(mv, dtype=np.uint8)
-    hi = min(near + window, end - MIN_RECORD_LENGTH)
-    if hi <= near:
-        return None
-    region = arr[near + 4:hi + 8]
-    cand = np.flatnonzero(region == _MAGIC_HEAD[0])
-    for c in cand.tolist():
-        p = near + c
-        for _ in range(chain):
-            if p + 8 > end or _HEADER.unpack_from(mv, p)[1] not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-                break
-            total = _HEADER.unpack_from(mv, p)[0]
-            if total < MIN_RECORD_LENGTH or p + total > end:
-                break
-            p += total
-        else:
-            return near + c
-    return None
-
-
 def scan_segment(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
                  start: int = 0) -> Iterator[RecordCheck]:
     """Every valid message of the segment as a RecordCheck, then the check that ended it."""

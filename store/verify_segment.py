@@ -3,7 +3,7 @@
 A segment is checked by one scan along its records (store.scan) and the queue checks of the
 records found (store.inspect_queues). A big segment is cut into pieces that processes check
 side by side: each piece starts at a guessed record start (a chain of records found near the
-cut, store.scan.find_record_start) and pauses at the first record start at or past the next
+cut, find_record_start) and pauses at the first record start at or past the next
 piece's. The guess is only trusted when the piece before really pauses there; otherwise the
 rest of the segment is checked again from where that piece paused, so a wrong guess costs time,
 never a wrong verdict.
@@ -11,19 +11,24 @@ never a wrong verdict.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from store.codec import CodecConfig
+from store.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
 from store.inspect_fields import fields_from_scan
 from store.inspect_queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
 from store.inspect_source import SegmentFile, mapped
-from store.scan import ScanColumns, find_record_start, scan_segment_fast
+from store.scan import ScanColumns, scan_segment_fast
 from store.segment import read_ahead
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
+_HEAD = struct.Struct(">iI")                  # TOTALSIZE, MAGICCODE
+_MAGIC_FIRST_BYTE = MESSAGE_MAGIC_CODE >> 24  # the same in both message magic codes
 WINDOW_BYTES = 64 << 20     # scanned, then queue-checked, at a time (measured best at 64-128 MiB)
 
 
@@ -134,6 +139,32 @@ def _check_records(res: SegmentResult, arr: np.ndarray, t: SegmentTask, starts: 
     res.problems.extend(qc.problems)
     res.units_checked += qc.units_checked
     join_spans(res.queues, qc.spans, res.problems)
+
+
+def find_record_start(buf: Any, near: int, end: int, chain: int = 8, window: int = 1 << 16) -> int | None:
+    """A position at or after ``near`` (within ``window`` bytes) where a chain of ``chain``
+    records starts: each has a message magic code and a TOTALSIZE that lands on the next one's.
+    A guess where to start a piece of a segment without walking to it; the piece before it
+    confirms it (its scan must pause exactly there) or the guess is dropped."""
+    mv = memoryview(buf).cast("B")
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    hi = min(near + window, end - MIN_RECORD_LENGTH)
+    if hi <= near:
+        return None
+    region = arr[near + 4:hi + 8]
+    cand = np.flatnonzero(region == _MAGIC_FIRST_BYTE)
+    for c in cand.tolist():
+        p = near + c
+        for _ in range(chain):
+            if p + 8 > end or _HEAD.unpack_from(mv, p)[1] not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+                break
+            total = _HEAD.unpack_from(mv, p)[0]
+            if total < MIN_RECORD_LENGTH or p + total > end:
+                break
+            p += total
+        else:
+            return near + c
+    return None
 
 
 def plan_pieces(tasks: list[SegmentTask], piece_bytes: int, jobs: int = 1) -> list[Piece]:

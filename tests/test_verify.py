@@ -306,7 +306,7 @@ def test_a_wrong_guess_of_where_a_piece_starts_costs_time_not_the_verdict(store:
 
 
 def test_a_piece_start_is_found_where_a_chain_of_records_starts(pristine: Path) -> None:
-    from store.scan import find_record_start
+    from store.verify_segment import find_record_start
 
     ms = [m for m in messages(pristine) if m["offset"] < SEG]
     data = ms[0]["segment"].read_bytes()

@@ -200,7 +200,6 @@ class MessageStore(RecordReads):
 
             if m.any():
                 # written behind the commit log by the dispatch thread; flush() waits for it
-                assert self._dispatcher is not None
                 self._submit_dispatch(
                     topic_names=batch.topic_names, topic_index=pick(batch.topic_index),
                     queue_ids=pick(batch.queue_ids), queue_offsets=pick(out.queue_offsets),
@@ -235,10 +234,7 @@ class MessageStore(RecordReads):
         try:
             self._dispatcher.submit(**args)
         except (StoreError, OSError) as e:     # an earlier batch's dispatch failed just now
-            self._failure = self._failure or e
-            raise StoreReadOnlyError(
-                f"writing the consume queues of {self.root} failed ({e}); the store refuses writes "
-                f"now; reopen it to recover from the last commit point") from e
+            raise self._dispatch_failed(e) from e
 
     def settle_queues(self) -> None:
         """Wait until the consume queues hold every appended batch (they are written behind
@@ -249,11 +245,14 @@ class MessageStore(RecordReads):
         try:
             self._dispatcher.drain()
         except (StoreError, OSError) as e:
-            self._failure = self._failure or e
-            raise StoreReadOnlyError(
-                f"writing the consume queues of {self.root} failed ({e}); appended batches are in "
-                f"the commit log but not committed. The store refuses writes now; reopen it to "
-                f"recover from the last commit point") from e
+            raise self._dispatch_failed(e) from e
+
+    def _dispatch_failed(self, e: BaseException) -> StoreReadOnlyError:
+        self._failure = self._failure or e
+        return StoreReadOnlyError(
+            f"writing the consume queues of {self.root} failed ({e}); appended batches are in "
+            f"the commit log but not committed. The store refuses writes now; reopen it to "
+            f"recover from the last commit point")
 
     def commit(self, offset: int | None = None, metadata: Mapping[str, Any] | None = None) -> CommitPoint:
         """Flush, then make ``offset`` (default: everything appended) the commit point with the

@@ -273,9 +273,9 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
-               config: CodecConfig) -> tuple[int, ScanColumns]:
+               config: CodecConfig, columns: bool = False) -> tuple[int, ScanColumns | None]:
     """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
-    or len(starts), and the fields read on the way. Two gathers per record in the usual case:
+    or len(starts), and (with ``columns``) the fields read on the way. Two gathers per record in the usual case:
     the head up to BODYLENGTH, and a window from TOPICLENGTH that holds PROPERTIESLENGTH for
     short topics."""
     n = len(starts)
@@ -316,7 +316,7 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     bad = np.flatnonzero(~ok)
     first = int(bad[0]) if len(bad) else n
     cols = ScanColumns(heads["queue_id"].astype(np.int64), heads["queue_offset"].astype(np.int64), sys_flag,
-                       tl_pos + 1 + v2, topic_len, props_len)
+                       tl_pos + 1 + v2, topic_len, props_len) if columns else None
     if not config.check_crc_on_recover:
         return first, cols
     if config.force_verify_prop_crc:
@@ -362,10 +362,10 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
         if len(positions):
             starts = np.frombuffer(positions, dtype=np.int64) if isinstance(positions, array) else positions
             sizes = np.diff(starts, append=next_pos)
-            first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config)
+            first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config, columns)
             all_starts.append(starts[:first])
             all_sizes.append(sizes[:first])
-            if columns:
+            if cols is not None:
                 all_columns.append(cols.head(first))
             if first < len(starts):
                 stop = check_record(mv, int(starts[first]), end, base_offset, config)

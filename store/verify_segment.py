@@ -68,10 +68,9 @@ def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> 
     with the fields the scan read, while they are still in cache."""
     seg, end = t.seg, t.end
     res = SegmentResult(data_end=seg.base_offset + start)
-    ahead_to = end if until is None else until
     with open(seg.path, "rb") as f, mapped(seg) as mv:
         arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
-        with read_ahead(f.fileno(), start, ahead_to, seg.name):
+        with read_ahead(f.fileno(), start, end if until is None else until, seg.name):
             _scan_and_check(res, arr, mv, t, start, until)
     return res
 
@@ -156,10 +155,11 @@ def find_record_start(buf: Any, near: int, end: int, chain: int = 8, window: int
     for c in cand.tolist():
         p = near + c
         for _ in range(chain):
-            if p + 8 > end or _HEAD.unpack_from(mv, p)[1] not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+            if p + 8 > end:
                 break
-            total = _HEAD.unpack_from(mv, p)[0]
-            if total < MIN_RECORD_LENGTH or p + total > end:
+            total, magic = _HEAD.unpack_from(mv, p)
+            if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or total < MIN_RECORD_LENGTH \
+                    or p + total > end:
                 break
             p += total
         else:

@@ -37,14 +37,14 @@ def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool, r
     possible if rate is 0); returns (latencies in ms, roll mask)."""
     from store import MessageStore, StoreConfig
 
-    cfg = StoreConfig(segment_size=segment_size, flush_mode="async", preallocate=prealloc)
+    cfg = StoreConfig(segment_size=segment_size, flush_mode="async", preallocate=prealloc,
+                      warm_first_segment=prealloc)
     lat: list[float] = []
     rolled: list[bool] = []
     with common.scratch(args, f"roll/{'pre' if prealloc else 'nopre'}") as root:
         store = MessageStore.open(root, cfg)
         try:
-            store.append_encoded(first)        # creates (and pre-touches) the first segment
-            time.sleep(0.5 if prealloc else 0)  # let the first background pre-creation finish
+            store.append_encoded(first)        # creates (and, with prealloc, pre-touches) the first segment
             seg_index = store.max_offset // segment_size
             n_rolls = 0
             period = len(batch) / rate if rate else 0.0

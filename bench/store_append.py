@@ -42,7 +42,7 @@ def store_config(segment_size: int, flush: str) -> object:
 
     # No background pre-creation: the data fits the first segment, pre-touched when it is created
     # (before timing); a concurrent 1 GiB pre-touch would only add noise on 2 cores.
-    return StoreConfig(segment_size=segment_size, flush_mode=flush, preallocate=False)
+    return StoreConfig(segment_size=segment_size, flush_mode=flush, preallocate=False, warm_first_segment=True)
 
 
 def open_warm_store(root: Path, segment_size: int, flush: str, first: object) -> object:

@@ -35,6 +35,7 @@ class BatchSection:
     first_timestamp: int
     max_timestamp: int
     log_append_time: bool
+    wire_bytes: int = 0       # the batch as fetched (compressed), header included
 
 
 def _record_starts(buf: bytes, count: int, base: int) -> tuple[list[int], list[int], int]:

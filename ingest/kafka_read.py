@@ -59,7 +59,8 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
                                f"{params.get('bootstrap_servers')}: {exc}") from exc
     part = TopicPartition(rng.topic, rng.partition)
     try:
-        kafka_fetch.install(consumer)
+        budget = kafka_fetch.FetchBudget(rng.until_offset, int(params["max_partition_fetch_bytes"]))
+        kafka_fetch.install(consumer, budget)
         consumer.assign([part])
         consumer.seek(part, rng.from_offset)
         position = rng.from_offset
@@ -72,7 +73,7 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
                 continue
             items = polled.get(part, ())
             if items:
-                for batch in _to_batches(items, rng, arrow_schema):
+                for batch in _to_batches(items, rng, arrow_schema, budget):
                     if batch.num_rows:
                         yield batch
                 # idle time starts after Spark took the batches: a slow consumer of this generator
@@ -117,11 +118,13 @@ def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, f
     return new_position
 
 
-def _to_batches(items: list[Any], rng: KafkaOffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _to_batches(items: list[Any], rng: KafkaOffsetRange, schema: pa.Schema,
+                budget: kafka_fetch.FetchBudget) -> Iterator[pa.RecordBatch]:
     """poll() items, ArrowChunks from the fast path or ConsumerRecords, cut at the range end."""
     records: list[Any] = []
     for item in items:
         if isinstance(item, ArrowChunk):
+            budget.observe(item)
             if records:
                 yield records_to_batch(records, rng.topic, rng.partition, schema)
                 records = []
@@ -133,6 +136,7 @@ def _to_batches(items: list[Any], rng: KafkaOffsetRange, schema: pa.Schema) -> I
 
 
 def chunk_to_batch(chunk: ArrowChunk, rng: KafkaOffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+    chunk.drop_from(rng.until_offset)
     cols = chunk.columns
     offsets = cols["offset"].to_numpy()
     n = int(np.searchsorted(offsets, rng.until_offset))

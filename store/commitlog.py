@@ -61,11 +61,12 @@ class CommitLog:
     copy_block = 1 << 20   # bytes copied, then patched while cached (best of 0.5-4 MiB measured)
 
     def __init__(self, directory: Path, segment_size: int, codec: CodecConfig, *,
-                 preallocate: bool = True, mlock: bool = False, read_only: bool = False) -> None:
+                 preallocate: bool = True, warm_first: bool = False, mlock: bool = False,
+                 read_only: bool = False) -> None:
         self.segment_size = segment_size
         self.codec = codec
         self.queue = SegmentQueue(directory, segment_size, read_only=read_only,
-                                  preallocate=preallocate, mlock=mlock)
+                                  preallocate=preallocate, warm_first=warm_first, mlock=mlock)
         self.queue_offsets: dict[QueueKey, int] = {}   # next queue offset per (topic, queueId)
         self.last_record_offset = -1
         self.flushed_offset = 0
@@ -161,6 +162,7 @@ class CommitLog:
         self.last_record_offset = int(phys[-1])
         end = self.max_offset
         self._ts_marks.append((end, store_timestamp))
+        self.queue.preallocate_next()
         return AppendOutcome(phys, sizes.astype(np.int32), queue_offsets, eligible, end, groups)
 
     def _check_layout(self, offsets: np.ndarray, sizes: np.ndarray, data: np.ndarray) -> None:

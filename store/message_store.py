@@ -63,7 +63,8 @@ class MessageStore(RecordReads):
         self._failure: BaseException | None = None
         self._last_ts = 0
         self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
-                              preallocate=config.preallocate, mlock=config.mlock)
+                              preallocate=config.preallocate, warm_first=config.warm_first_segment,
+                              mlock=config.mlock)
         self._segments = self._log.queue
         self._cq: ConsumeQueueStore = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
         self._flusher = FlushService(self._log, mode=config.flush_mode,

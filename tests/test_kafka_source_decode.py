@@ -11,7 +11,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import TopicPartition
 
 from ingest.kafka_decode import CorruptBatchError, decode_sections
-from ingest.kafka_fetch import ArrowChunk, _fast_partition_records
+from ingest.kafka_fetch import ArrowChunk, FetchBudget, _fast_partition_records
 
 pytestmark = pytest.mark.unit
 
@@ -68,6 +68,29 @@ def test_fast_decoding_matches_kafka_python_across_batches_and_codecs() -> None:
 def test_a_fetch_starting_inside_a_batch_skips_the_records_before_it() -> None:
     data, expected = build_batches([(100, 30, NONE), (130, 30, GZIP)])
     assert decode_fast(data, 117) == expected[17:] == decode_kafka_python(data, 117)
+
+
+def test_batches_past_a_range_end_are_dropped_before_decoding() -> None:
+    data, expected = build_batches([(0, 40, NONE), (40, 40, GZIP), (80, 40, NONE)])
+    cls = _fast_partition_records(Fetcher.PartitionRecords)
+    (chunk,) = cls(0, TP, MemoryRecords(data), check_crcs=False).take(None)
+    chunk.drop_from(50)   # the batch at 80 lies wholly past the end; the one at 40 straddles it
+    assert [s.base_offset for s in chunk.sections] == [0, 40]
+    assert chunk.columns["offset"].to_pylist() == [e[0] for e in expected[:80]]
+    chunk.drop_from(10)   # once decoded, the columns stay whole
+    assert chunk.num_rows == 80
+
+
+def test_fetches_ask_for_what_is_left_of_the_range_at_the_record_size_seen() -> None:
+    data, _ = build_batches([(0, 40, NONE), (40, 40, GZIP)])
+    (chunk,) = _fast_partition_records(Fetcher.PartitionRecords)(0, TP, MemoryRecords(data), check_crcs=False).take(None)
+    budget = FetchBudget(until_offset=100_000, ceiling=16 << 20, probe=1 << 20, floor=64 << 10)
+    assert budget.limit(0) == 1 << 20                  # nothing seen yet: a probe
+    budget.observe(chunk)
+    per_record = len(data) / 80
+    assert budget.limit(99_000) == int(1000 * per_record * 1.1)
+    assert budget.limit(100_000) == 64 << 10           # at the end: the floor, never 0
+    assert budget.limit(0) == min(16 << 20, int(100_000 * per_record * 1.1))
 
 
 def test_log_append_time_batches_give_every_record_the_batch_time() -> None:

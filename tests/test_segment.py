@@ -61,14 +61,20 @@ def test_the_next_segment_is_created_ahead_and_a_roll_takes_it(tmp_path: Path) -
     root = tmp_path / "s"
     with MessageStore.open(root, StoreConfig(segment_size=SEG, preallocate=True)) as s:
         nxt = root / "commitlog" / segment_name(SEG)
+        s.append([Message(topic="P", body=bytes(SEG // 8))])
+        s.flush()
+        time.sleep(0.2)
+        assert not nxt.exists()                                # an eighth full: not yet
+        s.append([Message(topic="P", body=bytes(SEG // 8))])   # a quarter full: now
         deadline = time.monotonic() + 10
         while not nxt.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert nxt.exists()                                    # before anyone needed it
         inode = nxt.stat().st_ino
-        r = s.append([Message(topic="P", body=bytes(20_000)) for _ in range(4)])
+        r = s.append([Message(topic="P", body=bytes(20_000)) for _ in range(3)])
         assert int(r.physical_offsets[-1]) >= SEG
         assert nxt.stat().st_ino == inode                      # the roll used the prepared file
+        s.append([Message(topic="P", body=bytes(SEG // 4))])   # the new last segment a quarter full
         deadline = time.monotonic() + 10
         while not (root / "commitlog" / segment_name(2 * SEG)).exists() and time.monotonic() < deadline:
             time.sleep(0.01)

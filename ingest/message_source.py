@@ -3,10 +3,11 @@
     spark.readStream.format("kafka-rocketmq").options(**kafka_options)
          .option("commitlog.prepare", prepare_option(mapping, codec)).load()
 
-The options and offsets are the ``kafka-python`` source's (ingest.kafka_source); the columns are
-ingest.prepare.ENCODED_SCHEMA. Mapping and encoding inside the read task means a record enters the
-JVM once, as a commit-log record: going in as Kafka columns and back out to Python for a
-``mapInArrow`` cost as much again as the whole read (BENCHMARKS.md, pipeline). A task reads one
+The options and offsets are the ``kafka-python`` source's (ingest.kafka_source); each row is a batch
+of ingest.prepare.ENCODED_SCHEMA records packed into one binary value (ingest.packed). Mapping and
+encoding inside the read task means a record enters the JVM once, as a commit-log record: going in
+as Kafka columns and back out to Python for a ``mapInArrow`` cost as much again as the whole read
+(BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions. A task reads one
 Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
 so a collected batch is in source order; ingest.prepare relies on that.
 """
@@ -25,7 +26,8 @@ from pyspark.sql.types import StructType
 from ingest.kafka_source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
 from ingest.mapping import MappingConfig
 from ingest.options import KafkaOptionError, parse_options
-from ingest.prepare import encoded_spark_schema, map_and_encode_batches
+from ingest.packed import packed_spark_schema
+from ingest.prepare import encode_and_pack
 from store.codec import CodecConfig
 
 SHORT_NAME = "kafka-rocketmq"
@@ -60,7 +62,7 @@ class _Encoding:
         super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return map_and_encode_batches(super().read(partition), self.mapping, self.codec)  # type: ignore[misc]
+        return encode_and_pack(super().read(partition), self.mapping, self.codec)  # type: ignore[misc]
 
 
 class MessageBatchReader(_Encoding, KafkaBatchReader):
@@ -79,7 +81,7 @@ class KafkaMessageSource(KafkaDataSource):
         return SHORT_NAME
 
     def schema(self) -> StructType:
-        return encoded_spark_schema()
+        return packed_spark_schema()
 
     def reader(self, schema: StructType) -> MessageBatchReader:
         return MessageBatchReader(self.options)

@@ -8,7 +8,8 @@ Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
   the collected rows are in source order with no shuffle.
 - Any DataFrame of Kafka columns (Spark's own Kafka source, exported files) is sorted by (topic,
   partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept).
-``toArrow()`` collects the partitions in order; ingest.queue_offsets then numbers each queue.
+``toArrow()`` collects the partitions in order (collect_batch); on the driver, finish_batch drops what
+the store already holds and ingest.queue_offsets numbers each queue.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.mapping import MAPPED_SCHEMA, MappingConfig, map_kafka_batch
+from ingest.packed import CHUNK, pack_batches, packed_spark_schema, unpack
 from ingest.queue_offsets import assign_queue_offsets
 from sink.foreach_batch import BatchInputs
 from store.batch_codec import encode_valid_rows
@@ -103,40 +105,48 @@ def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingCo
             yield out
 
 
-def encoded_spark_schema() -> Any:
-    """ENCODED_SCHEMA as a Spark StructType."""
-    from pyspark.sql.pandas.types import from_arrow_schema
+def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
+                    codec: CodecConfig) -> Iterator[pa.RecordBatch]:
+    """map_and_encode_batches, each result packed into one row (ingest.packed): what a task hands
+    Spark, be it a read task of the message source or a ``mapInArrow`` over Kafka columns."""
+    return pack_batches(map_and_encode_batches(batches, mapping, codec))
 
-    return from_arrow_schema(ENCODED_SCHEMA)
+
+def collect_batch(df: Any, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
+    """The Spark part of a micro-batch, independent of the store's state (so the next batch can be
+    read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
+    batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
+    encoded by the executors. Returns the batch on the driver in ENCODED_SCHEMA, queue offsets not
+    yet set."""
+    if CHUNK not in df.columns:
+        df = df.orderBy("topic", "partition", "offset").mapInArrow(
+            partial(encode_and_pack, mapping=mapping, codec=codec), packed_spark_schema())
+    return unpack(df.toArrow(), ENCODED_SCHEMA)
 
 
-def _lookup(keys: Any, mapping: Mapping[str, int]) -> Any:
-    """A Spark column: ``mapping[keys]`` or null, from a literal map (a few thousand entries at most)."""
-    from pyspark.sql import functions as F
+def drop_held(table: pa.Table, next_offsets: Mapping[str, int]) -> pa.Table:
+    """``table`` without the rows whose Kafka offset is below the store's next one for their
+    partition ("topic/partition" -> offset): exactly once at record granularity, so a re-run or a
+    reset Spark checkpoint can never write a Kafka record twice."""
+    if not next_offsets or table.num_rows == 0:
+        return table
+    topics = pc.dictionary_encode(table.column("kafka_topic").combine_chunks())
+    names = topics.dictionary.to_pylist()
+    partitions = np.asarray(table.column("kafka_partition"), dtype=np.int64)
+    keys, first, inverse = np.unique(np.asarray(topics.indices, dtype=np.int64) << 32 | partitions,
+                                     return_index=True, return_inverse=True)
+    below = np.array([next_offsets.get(f"{names[int(k) >> 32]}/{int(partitions[f])}", 0)
+                      for k, f in zip(keys, first)], dtype=np.int64)
+    fresh = np.asarray(table.column("kafka_offset"), dtype=np.int64) >= below[inverse]
+    return table if fresh.all() else table.filter(pa.array(fresh))
 
-    if not mapping:
-        return F.lit(None).cast("long")
-    args = []
-    for k, v in mapping.items():
-        args += [F.lit(k), F.lit(int(v))]
-    return F.element_at(F.create_map(*args), keys)
+
+def finish_batch(table: pa.Table, inputs: BatchInputs) -> pa.Table:
+    """The driver part: drop what the store already holds, then number each queue from where the
+    store's ends (ingest.queue_offsets). Returns the batch in commit-log order."""
+    return assign_queue_offsets(drop_held(table, inputs.kafka_next_offsets), inputs.next_queue_offsets)
 
 
 def prepare_batch(df: Any, inputs: BatchInputs, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
-    """The whole of one micro-batch before the writer: ``df`` is either the message source's
-    (ENCODED_SCHEMA, source order) or any DataFrame of Kafka columns. Returns the batch in
-    ENCODED_SCHEMA, commit-log order, queue offsets assigned."""
-    from pyspark.sql import functions as F
-
-    encoded = "record" in df.columns
-    topic, partition, offset = (("kafka_topic", "kafka_partition", "kafka_offset") if encoded
-                                else ("topic", "partition", "offset"))
-    # Exactly once at record granularity: whatever the store already holds is dropped here, so a
-    # re-run or a reset Spark checkpoint can never write a Kafka record twice.
-    tp = F.concat(F.col(topic), F.lit("/"), F.col(partition).cast("string"))
-    stored_below = F.coalesce(_lookup(tp, inputs.kafka_next_offsets), F.lit(0))
-    fresh = df.where(F.col(offset) >= stored_below)
-    if not encoded:
-        fresh = fresh.orderBy(topic, partition, offset).mapInArrow(
-            partial(map_and_encode_batches, mapping=mapping, codec=codec), encoded_spark_schema())
-    return assign_queue_offsets(fresh.toArrow(), inputs.next_queue_offsets)
+    """The whole of one micro-batch before the writer: collect_batch, then finish_batch."""
+    return finish_batch(collect_batch(df, mapping, codec), inputs)

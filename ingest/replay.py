@@ -6,8 +6,10 @@ encoding, and dropping whatever the store already holds) and the same ``ForeachB
 ``CommitLogWriter`` with its atomic commit per batch. What replay adds is the bound: every partition's
 [start, end) is fixed before the first write (kept in ``<store>/replay/`` until done), cut into
 batches of ``--max-offsets-per-trigger`` offsets, each a Spark batch query with explicit
-startingOffsets/endingOffsets handed to the sink. A kill loses at most the batch in progress; the
-next run starts where the store's recorded Kafka offsets end.
+startingOffsets/endingOffsets handed to the sink. Each batch's Spark job (read, map, encode, collect:
+``collect_batch``, which depends on nothing the writer holds) runs while the one before is written
+and committed, so the driver's write hides behind the read. A kill loses at most the batches in
+progress; the next run starts where the store's recorded Kafka offsets end.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -144,8 +148,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
     from ingest.job import codec_config, mapping_config, spark_session, store_config
-    from ingest.kafka_offsets import offsets_to_json
-    from ingest.prepare import prepare_batch
+    from ingest.prepare import collect_batch, finish_batch
     from sink import CommitLogWriter
     from sink.foreach_batch import ForeachBatchSink
 
@@ -185,16 +188,17 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
         if plan.todo == 0:
             log.warning("nothing to replay: the store already holds the whole range")
-        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec_config(cfg)),
+        sink = ForeachBatchSink(writer, lambda collected, inputs: finish_batch(collected.result(), inputs),
                                 checkpoint_dir=None,
                                 on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
-        for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger):
-            if stop.is_set():
-                log.warning("stopping: the last committed batch ends at %s", offsets_to_json(start))
-                break
-            sink(load(sub_ranges(start, until)), writer.state.batch_id + 1)
-        else:
-            summary.complete = True
+        collect = partial(collect_batch, mapping=mapping_config(cfg), codec=codec_config(cfg))
+        with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
+            summary.complete = _write_batches(
+                (reader.submit(collect, load(sub_ranges(start, until)))
+                 for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger)),
+                lambda batch: sink(batch, writer.state.batch_id + 1), stop)
+        if not summary.complete:
+            log.warning("stopping: the last committed batch ends at %s", dict(writer.state.kafka_offsets))
         summary.batches = sink.batches
         summary.records = writer.state.records - first_records
         summary.dead_letters = writer.state.dead_letters - first_dead
@@ -215,6 +219,27 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     if opts.verify:
         summary.verified = verify_store(cfg.store)
     return summary
+
+
+def _write_batches(batches: Iterator[Future], write: Callable[[Future], None], stop: threading.Event) -> bool:
+    """Write each collected batch in order, the next one's read submitted before this one's write.
+    True when all were written; False on a stop request (batches read ahead are dropped unwritten)."""
+    pending: deque[Future] = deque()
+    try:
+        for batch in batches:
+            pending.append(batch)
+            if len(pending) > 1:
+                if stop.is_set():
+                    return False
+                write(pending.popleft())
+        while pending:
+            if stop.is_set():
+                return False
+            write(pending.popleft())
+        return True
+    finally:
+        for batch in pending:
+            batch.cancel()
 
 
 def verify_store(store: str | os.PathLike[str]) -> bool:

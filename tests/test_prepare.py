@@ -7,11 +7,12 @@ import pyarrow.compute as pc
 import pytest
 
 from ingest.mapping import MappingConfig
-from ingest.prepare import ENCODED_SCHEMA, map_and_encode, map_and_encode_batches
+from ingest.prepare import ENCODED_SCHEMA, drop_held, finish_batch, map_and_encode, map_and_encode_batches
 from ingest.queue_offsets import assign_queue_offsets
 from store import EncodedBatch
 from store.codec import CodecConfig, decode_message
 from store.constants import TRANSACTION_PREPARED_TYPE
+from sink.foreach_batch import BatchInputs
 from tests.test_mapping import kafka_rows
 
 pytestmark = pytest.mark.unit
@@ -73,3 +74,23 @@ def test_assigned_offsets_are_what_the_store_expects() -> None:
     got = EncodedBatch.from_arrow(numbered.select(["record", "topic", "queue_id", "sys_flag", "tags_code",
                                                    "delay_level", "queue_offset"])).queue_offsets
     assert list(got[1::3]) == list(range(40, 50)) and list(got[0::3]) == list(range(10))
+
+
+def test_what_the_store_already_holds_is_dropped_per_partition_dead_letters_too() -> None:
+    batch = kafka_rows(*[{"offset": i // 2, "partition": i % 2, "value": b"v%d" % i} for i in range(10)],
+                       {"offset": 5, "partition": 0, "value": b"x", "topic": "bad topic"},
+                       {"offset": 9, "partition": 7, "value": b"y", "topic": "other"})
+    encoded = pa.Table.from_batches([map_and_encode(batch, MappingConfig(), CodecConfig())])
+    kept = drop_held(encoded, {"orders/0": 3, "orders/1": 1, "other/7": 10, "orders/9": 100})
+    got = sorted(zip(kept.column("kafka_topic").to_pylist(), kept.column("kafka_partition").to_pylist(),
+                     kept.column("kafka_offset").to_pylist()))
+    assert got == [("bad topic", 0, 5)] + [("orders", 0, o) for o in (3, 4)] + [("orders", 1, o) for o in (1, 2, 3, 4)]
+    assert drop_held(encoded, {}) is encoded and drop_held(encoded, {"orders/0": 0}).num_rows == encoded.num_rows
+
+
+def test_finishing_a_batch_numbers_only_the_records_it_keeps() -> None:
+    batch = kafka_rows(*[{"offset": i, "partition": 1, "value": b"v%d" % i} for i in range(6)])
+    encoded = pa.Table.from_batches([map_and_encode(batch, MappingConfig(), CodecConfig())])
+    out = finish_batch(encoded, BatchInputs({"orders/1": 4}, {("orders", 1): 40}))
+    assert out.column("kafka_offset").to_pylist() == [4, 5]
+    assert out.column("queue_offset").to_pylist() == [40, 41]

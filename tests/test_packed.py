@@ -1,0 +1,44 @@
+"""Encoded batches packed one per row for their trip through Spark, and back in order."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from ingest.mapping import MappingConfig
+from ingest.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
+from ingest.prepare import ENCODED_SCHEMA, encode_and_pack, map_and_encode
+from store.codec import CodecConfig
+from tests.test_mapping import kafka_rows
+
+pytestmark = pytest.mark.unit
+
+
+def encoded(first: int, count: int) -> pa.RecordBatch:
+    return map_and_encode(kafka_rows(*[{"offset": i, "value": b"v%d" % i} for i in range(first, first + count)]),
+                          MappingConfig(), CodecConfig())
+
+
+def test_batches_come_back_whole_and_in_order_whatever_the_chunking_of_the_column() -> None:
+    parts = [encoded(0, 5), encoded(5, 1), encoded(6, 40)]
+    rows = [pack(b) for b in parts]
+    assert all(r.schema == PACKED_SCHEMA and r.num_rows == 1 for r in rows)
+    table = pa.Table.from_batches([rows[0], rows[1]]).combine_chunks()   # one chunk of two rows ...
+    table = pa.concat_tables([table, pa.Table.from_batches([rows[2]])])  # ... and a chunk of one
+    out = unpack(table, ENCODED_SCHEMA)
+    assert out.equals(pa.Table.from_batches(parts, schema=ENCODED_SCHEMA))
+    assert out.column("kafka_offset").to_pylist() == list(range(46))
+
+
+def test_a_task_packs_each_non_empty_batch_into_one_row() -> None:
+    batches = [kafka_rows({"offset": 0}), kafka_rows()[:0], kafka_rows({"offset": 1}, {"offset": 2})]
+    rows = list(encode_and_pack(iter(batches), MappingConfig(), CodecConfig()))
+    assert [unpack(pa.Table.from_batches([r]), ENCODED_SCHEMA).num_rows for r in rows] == [1, 2]
+    assert list(pack_batches(iter([encoded(0, 1).slice(0, 0)]))) == []
+    assert unpack(pa.table({CHUNK: pa.array([], pa.binary())}), ENCODED_SCHEMA).num_rows == 0
+
+
+def test_a_chunk_of_other_columns_is_refused_with_its_columns_named() -> None:
+    stray = pack(pa.record_batch({"x": [1, 2]}))
+    with pytest.raises(PackedBatchError, match=r"\['x'\].*another version"):
+        unpack(pa.Table.from_batches([stray]), ENCODED_SCHEMA)

@@ -40,6 +40,7 @@ class SegmentQueue:
         self.lock = threading.Lock()
         self._next: Future[Segment] | None = None
         self._next_thread: threading.Thread | None = None
+        self._next_cancel = threading.Event()
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -179,10 +180,12 @@ class SegmentQueue:
             self._next = fut
             return
 
+        cancel = self._next_cancel = threading.Event()
+
         def run() -> None:
             try:
                 fut.set_result(Segment.create(self.directory, base, self.segment_size,
-                                              mlock=self.mlock))
+                                              mlock=self.mlock, cancel=cancel))
             except BaseException as e:  # handed to the roller through the future
                 fut.set_exception(e)
 
@@ -197,6 +200,7 @@ class SegmentQueue:
         fut, self._next = self._next, None
         if fut is None:
             return
+        self._next_cancel.set()   # stop pre-faulting pages nobody will write
         try:
             seg = fut.result()
         except BaseException:  # noqa: BLE001 - a failed preallocation has nothing to undo

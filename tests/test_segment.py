@@ -122,3 +122,17 @@ def test_reading_ahead_is_only_a_hint(tmp_path: Path) -> None:
             pass
     finally:
         seg.close()
+
+
+def test_pre_faulting_stops_between_steps_when_the_writer_closes(tmp_path: Path) -> None:
+    import threading
+
+    seg = Segment.create(tmp_path, 0, 8 << 20, warm=False)
+    try:
+        stop = threading.Event()
+        assert seg.warm(stop, step=1 << 20)          # not cancelled: every step done
+        stop.set()
+        assert not seg.warm(stop, step=1 << 20)      # cancelled: returns before the first step
+        assert bytes(seg.view[:16]) == bytes(16)     # and a warmed segment is still all zeros
+    finally:
+        seg.close()

@@ -138,7 +138,7 @@ class Segment:
     # --- creation ------------------------------------------------------------------------
     @classmethod
     def create(cls, directory: Path, base_offset: int, size: int, *, warm: bool = True,
-               mlock: bool = False, cancel: threading.Event | None = None) -> "Segment":
+               mlock: bool = False) -> "Segment":
         """Create a new zero-filled segment file with its disk blocks reserved.
 
         Blocks are reserved with posix_fallocate so that a full disk shows up here, as an
@@ -167,23 +167,29 @@ class Segment:
         fsync_dir(directory)
         seg = cls(final, base_offset, size)
         if warm:
-            seg.warm(cancel)
+            seg.warm()
         if mlock:
             seg.lock_in_memory()
         return seg
 
-    def warm(self, cancel: threading.Event | None = None, step: int = 32 << 20) -> bool:
-        """Fault every page in now (RocketMQ's warmMappedFile) so the first append into the
-        segment does not pay 0.3-3.7 s/GiB of page faults. Only for fresh, all-zero segments.
-        In ``step``-byte pieces, so that a writer closing meanwhile (``cancel``) need not wait for
-        a whole GiB it will never use. False if cancelled."""
-        for start in range(0, self.size, step):
+    def warm(self, cancel: threading.Event | None = None, step: int = 32 << 20, until: int | None = None) -> bool:
+        """Fault the pages of ``[0, until)`` (all by default) in now (RocketMQ's warmMappedFile) so
+        the first appends into the segment do not pay 0.3-3.7 s/GiB of page faults. Only for fresh,
+        all-zero segments nobody writes yet. In ``step``-byte pieces, so that a writer closing
+        meanwhile (``cancel``) need not wait for a whole GiB it will never use. False if cancelled."""
+        end = self.size if until is None else min(until, self.size)
+        for start in range(0, end, step):
             if cancel is not None and cancel.is_set():
                 return False
-            length = min(step, self.size - start)
-            if not self._libc_call("madvise", start, length, _MADV_POPULATE_WRITE):
+            length = min(step, end - start)
+            if not self.warm_range(start, start + length):
                 self.buf[start:start + length:OS_PAGE_SIZE] = 0  # older kernels: one zero per page
         return True
+
+    def warm_range(self, start: int, end: int) -> bool:
+        """Fault ``[start, end)`` in without touching its bytes (MADV_POPULATE_WRITE), so it is safe
+        while a writer fills the segment. False where the kernel cannot (before Linux 5.14)."""
+        return self._libc_call("madvise", start, end - start, _MADV_POPULATE_WRITE)
 
     def read_ahead(self, start: int, end: int) -> AbstractContextManager[None]:
         """Bytes ``[start, end)`` of this segment read ahead while the body runs (read_ahead)."""

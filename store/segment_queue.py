@@ -2,11 +2,12 @@
 
 Segments are contiguous: segment i starts at ``first_base + i * size``, so the segment of an
 offset is found by arithmetic, with a scan as fallback should the list ever have a gap.
-The next segment is created and pre-faulted by a background thread once the current one is a
-quarter full (PREALLOCATE_AT), so rolling to it never waits for file creation, and a store that
-never gets that far (a short replay, a test) never pays for a second segment: pre-faulting costs
-0.3-3.7 s of kernel time per GiB, taken from the cores the writer and Spark run on. The first
-segment of a new store is faulted in by its appends, page by page, unless ``warm_first``.
+The next segment is created, with its first pages faulted in, by a background thread once the
+current one is a quarter full (PREALLOCATE_AT), so rolling to it never waits for file creation, and
+a store that never gets that far (a short replay, a test) never pays for a second segment. Within
+the last segment, store.warm_ahead keeps a window ahead of the writer faulted in: faulting costs
+0.3-3.7 s of kernel time per GiB, taken from the cores the writer and Spark run on, so only pages
+about to be written are worth it. ``warm_first`` faults a new store's whole first segment at once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from .errors import SegmentSizeError
 from .segment import Segment, fsync_dir, parse_segment_name, read_ahead, segment_name
+from .warm_ahead import WarmAhead
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,7 @@ class SegmentQueue:
         self._next: Future[Segment] | None = None
         self._next_thread: threading.Thread | None = None
         self._next_cancel = threading.Event()
+        self._warm_ahead = WarmAhead(self)
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -144,7 +147,7 @@ class SegmentQueue:
         base = last.base_offset + self.segment_size if last else 0
         seg = self._take_preallocated(base)
         if seg is None:
-            seg = Segment.create(self.directory, base, self.segment_size, mlock=self.mlock)
+            seg = Segment.create(self.directory, base, self.segment_size, warm=not self.preallocate, mlock=self.mlock)
         with self.lock:
             self.segments.append(seg)
         return seg
@@ -164,9 +167,13 @@ class SegmentQueue:
         return seg
 
     def preallocate_next(self) -> None:
-        """Start preparing the segment after the last one once the last is PREALLOCATE_AT full
-        (the writer calls this after each append; cheap when there is nothing to do)."""
-        if not self.preallocate or self._next is not None:
+        """Keep the pages ahead of the writer faulted in, and start preparing the segment after the
+        last one once the last is PREALLOCATE_AT full (the writer calls this after each append;
+        cheap when there is nothing to do)."""
+        if not self.preallocate:
+            return
+        self._warm_ahead.nudge()
+        if self._next is not None:
             return
         last = self.last()
         if last is None or last.wrote < self.segment_size * PREALLOCATE_AT:
@@ -184,8 +191,9 @@ class SegmentQueue:
 
         def run() -> None:
             try:
-                fut.set_result(Segment.create(self.directory, base, self.segment_size,
-                                              mlock=self.mlock, cancel=cancel))
+                seg = Segment.create(self.directory, base, self.segment_size, warm=False, mlock=self.mlock)
+                seg.warm(cancel, until=self._warm_ahead.window)   # the rest as the writer gets there
+                fut.set_result(seg)
             except BaseException as e:  # handed to the roller through the future
                 fut.set_exception(e)
 
@@ -234,6 +242,7 @@ class SegmentQueue:
         return removed
 
     def close(self) -> None:
+        self._warm_ahead.close()
         if not self.read_only:
             self.cancel_preallocation()
         with self.lock:

@@ -136,3 +136,31 @@ def test_pre_faulting_stops_between_steps_when_the_writer_closes(tmp_path: Path)
         assert bytes(seg.view[:16]) == bytes(16)     # and a warmed segment is still all zeros
     finally:
         seg.close()
+
+
+def test_a_window_ahead_of_the_writer_is_faulted_in_and_written_bytes_are_left_alone(tmp_path: Path) -> None:
+    from store.warm_ahead import WarmAhead
+
+    q = SegmentQueue(tmp_path, 8 << 20, preallocate=False)
+    seg = q.create_first(0)
+    warm = WarmAhead(q, window=1 << 20, step=256 << 10)
+    try:
+        seg.buf[:5000] = 7
+        seg.wrote = 5000
+
+        def settled(expected: int) -> bool:
+            deadline = time.monotonic() + 10
+            while warm._done != expected and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return warm._done == expected
+
+        warm.nudge()
+        assert settled(5000 + (1 << 20))                   # one window past the write position, no more
+        seg.wrote = (8 << 20) - 100
+        warm.nudge()
+        assert settled(8 << 20)                            # never past the segment's end
+        assert bytes(seg.view[:5000]) == b"\x07" * 5000 and bytes(seg.view[5000:5100]) == bytes(100)
+    finally:
+        warm.close()
+        q.close()
+    assert warm._thread is None                            # joined: it cannot touch an unmapped segment

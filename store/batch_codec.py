@@ -27,6 +27,7 @@ from store.batch_columns import (
     columns_of,
     fixed_binary,
     fixed_rows,
+    gather_binary,
     int_column,
     limit_error,
     limit_mask,
@@ -89,19 +90,20 @@ class EncodedBatch:
         elsewhere, e.g. by Spark executors) with topic, queue_id, sys_flag, tags_code,
         delay_level and queue_offset columns. Metadata columns are used without copying; the
         record bytes are copied once into one writable buffer."""
-        cols = columns_of(table)
-        records = cols["record"]
+        records = table.column("record")
         if records.null_count:
             raise InvalidMessageError(f"column record has {records.null_count} null rows")
+        if not (pa.types.is_binary(records.type) or pa.types.is_large_binary(records.type)):
+            raise InvalidMessageError(f"column record is {records.type}, not binary")
         n = len(records)
-        offs, values = binary_parts(records)
-        data = np.array(values[offs[0]:offs[-1]], dtype=np.uint8, copy=True) if n else np.zeros(0, np.uint8)
+        starts, data = gather_binary(records)
+        cols = columns_of(table.select([name for name in table.schema.names if name != "record"]))
         topics = pc.dictionary_encode(cols["topic"])
         queue_offsets = None
         if "queue_offset" in cols and cols["queue_offset"].null_count < n:
             queue_offsets = int_column(cols["queue_offset"], np.int64)
         return cls(
-            data=data, offsets=(offs[:-1] - offs[0]).astype(np.int64), sizes=np.diff(offs).astype(np.int32),
+            data=data, offsets=starts, sizes=np.diff(np.append(starts, data.size)).astype(np.int32),
             topic_names=topics.dictionary.to_pylist(), topic_index=int_column(topics.indices, np.int32),
             queue_ids=int_column(cols["queue_id"], np.int32), sys_flags=int_column(cols["sys_flag"], np.int32),
             tags_codes=int_column(cols["tags_code"], np.int64), delay_levels=int_column(cols["delay_level"], np.int32),

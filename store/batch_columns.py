@@ -83,6 +83,21 @@ def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offs.astype(np.int64), values
 
 
+def gather_binary(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(start offsets as int64, one new writable uint8 buffer of all the values) of a binary
+    column, chunked or not, in ONE copy (combining the chunks first would be a second)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [binary_parts(c) for c in chunks if len(c)]
+    sizes = np.concatenate([np.diff(offs) for offs, _ in parts]) if parts else np.zeros(0, np.int64)
+    data = np.empty(int(sizes.sum()), dtype=np.uint8)
+    pos = 0
+    for offs, values in parts:
+        end = pos + int(offs[-1] - offs[0])
+        data[pos:end] = values[offs[0]:offs[-1]]
+        pos = end
+    return np.cumsum(sizes) - sizes, data
+
+
 def binary_column(cols: dict[str, pa.Array], name: str, n: int) -> pa.Array:
     arr = cols.get(name)
     if arr is None:

@@ -129,6 +129,7 @@ class MessageStore(RecordReads):
                         self.root, result.mode, end)
         self._dispatcher = DispatchService(self._cq, self.root.name)
         self._flusher.start()
+        self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
 
     def _start_retention(self) -> None:

@@ -166,6 +166,11 @@ class SegmentQueue:
             return None
         return seg
 
+    def warm_ahead(self) -> None:
+        """Fault in the pages just ahead of the writer, in the background (store.warm_ahead)."""
+        if self.preallocate:
+            self._warm_ahead.nudge()
+
     def preallocate_next(self) -> None:
         """Keep the pages ahead of the writer faulted in, and start preparing the segment after the
         last one once the last is PREALLOCATE_AT full (the writer calls this after each append;

@@ -99,6 +99,18 @@ def test_chunked_and_sliced_tables_encode_like_whole_ones() -> None:
     assert bytes(encode_batch(sliced).data) == b"".join(single(r) for r in rows[7:18])
 
 
+def test_records_encoded_elsewhere_read_the_same_from_chunks_and_slices() -> None:
+    rows = [row(body=bytes([i]) * i, topic=f"T{i % 3}") for i in range(30)]
+    encoded = encode_batch_to_arrow(table(rows))
+    whole = EncodedBatch.from_arrow(encoded)
+    pieces = pa.concat_tables([encoded.slice(0, 4), encoded.slice(4, 0), encoded.slice(4, 19), encoded.slice(23)])
+    assert pieces.column("record").num_chunks == 4
+    again = EncodedBatch.from_arrow(pieces)
+    assert bytes(again.data) == bytes(whole.data) and again.data.flags.writeable
+    assert list(again.offsets) == list(whole.offsets) and list(again.sizes) == list(whole.sizes)
+    assert list(again.topic_index) == list(whole.topic_index) and again.topic_names == whole.topic_names
+
+
 def test_a_row_over_the_body_limit_is_refused_naming_field_size_limit_and_row() -> None:
     config = CodecConfig(max_message_size=100)
     t = table([row(body=bytes(100)), row(body=bytes(101))])

@@ -4,12 +4,13 @@ pre-filling topics, per-batch progress from Spark's listener, and sampling the d
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,17 +130,24 @@ def progress_listener(spark: Any) -> tuple[Any, list[Any]]:
     return listener, events
 
 
-def collect(events: list[Any], since: int, expected_rows: int, timeout_s: float = 10.0) -> RunProgress:
+def collect(events: list[Any], since: int, expected_rows: int, timeout_s: float = 10.0,
+            records: Mapping[int, int] | None = None) -> RunProgress:
     """The progress events after index ``since``; waits briefly for late ones (the listener bus is
-    asynchronous) until they account for ``expected_rows``."""
+    asynchronous) until they account for ``expected_rows``. ``records`` (batch id -> records the
+    sink wrote) replaces Spark's numInputRows, which counts the job's packed rows (ingest.packed),
+    not records."""
+    def current() -> list[BatchProgress]:
+        got = [b for _, b in events[since:]]
+        if records is not None:
+            got = [dataclasses.replace(b, rows=records.get(b.batch_id, 0)) for b in got]
+        return got
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        got = [b for _, b in events[since:]]
-        if sum(b.rows for b in got) >= expected_rows:
+        if sum(b.rows for b in current()) >= expected_rows:
             break
         time.sleep(0.1)
-    got = sorted((b for _, b in events[since:]), key=lambda b: (b.start, b.batch_id))
-    return RunProgress(got)
+    return RunProgress(sorted(current(), key=lambda b: (b.start, b.batch_id)))
 
 
 # --- driver memory ---------------------------------------------------------------------------

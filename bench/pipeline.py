@@ -2,7 +2,10 @@
 same source and the same topic.
 
 A topic of 100-byte records (2 partitions, the embedded Tansu broker) is pre-filled, then read
-from the start with trigger available-now, for several maxOffsetsPerTrigger values:
+from the start with trigger available-now, for several maxOffsetsPerTrigger values; the topic holds
+at least 10 batches of each size (``messages`` records, or 10x the batch size when that is more), so
+that the first batch of a query (planning, a fresh store's first pages) is not a third of the
+figure:
 - ``commitlog.sync`` / ``commitlog.async``: ingest.job.run_stream (what `commitlog run` runs), one
   durable commit per batch; flush SYNC or ASYNC;
 - peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
@@ -33,10 +36,18 @@ QUICK = {"messages": 10_000, "batches": [10_000], "partitions": 2}
 TOPIC = "bench-pipeline"
 
 
-def job_config(bootstrap: str, root: Path, batch: int, flush: str, trigger: str = "available-now") -> Any:
+MIN_BATCHES = 10
+
+
+def topic_for(messages: int) -> str:
+    return f"{TOPIC}-{messages}"
+
+
+def job_config(bootstrap: str, root: Path, batch: int, flush: str, trigger: str = "available-now",
+               topic: str = TOPIC) -> Any:
     from ingest.config import JobConfig
 
-    return JobConfig(bootstrap_servers=bootstrap, subscribe=TOPIC, store=str(root / "store"),
+    return JobConfig(bootstrap_servers=bootstrap, subscribe=topic, store=str(root / "store"),
                      checkpoint=str(root / "checkpoint"), trigger=trigger, max_offsets_per_trigger=batch,
                      starting_offsets="earliest", flush=flush, master="local[2]", shuffle_partitions=2)
 
@@ -45,11 +56,16 @@ def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs
     from ingest.job import run_stream
 
     since = len(events)
+    written: dict[int, int] = {}   # batch id -> records + dead letters the sink wrote
+
+    def count(stats: Any) -> None:
+        written[stats.batch_id] = stats.records + stats.dead_letters
+
     with cs.RssSampler() as rss:
         t0 = time.perf_counter()
-        run_stream(cfg, spark=spark, available_now=True)
+        run_stream(cfg, spark=spark, available_now=True, on_batch=count)
         wall = time.perf_counter() - t0
-    prog = cs.collect(events, since, expected)
+    prog = cs.collect(events, since, expected, records=written)
     if prog.rows != expected:
         raise RuntimeError(f"commitlog run read {prog.rows} rows, expected {expected}")
     return prog, rss, wall
@@ -199,27 +215,30 @@ def main(argv: list[str] | None = None) -> int:
     p = dict(QUICK if args.quick else FULL)
     if args.batches:
         p["batches"] = [int(x) for x in args.batches.split(",")]
-    n = p["messages"]
+    min_batches = 1 if args.quick else MIN_BATCHES   # --quick only proves the script runs
+    sizes = {batch: max(p["messages"], min_batches * batch) for batch in p["batches"]}
     rep = common.Report("pipeline", args)
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]")
     out = Path(args.out) / "pipeline"
     with common.work_dir(out, args.keep):
         with cs.tansu(out / "broker") as broker:
-            if not args.soak_only:
-                secs = cs.prefill_topic(broker.bootstrap_servers, TOPIC, p["partitions"], n)
-                rep.log(f"pre-filled {TOPIC} with {n:,} records in {secs:.1f} s")
+            for n in ([] if args.soak_only else sorted(set(sizes.values()))):
+                secs = cs.prefill_topic(broker.bootstrap_servers, topic_for(n), p["partitions"], n)
+                rep.log(f"pre-filled {topic_for(n)} with {n:,} records in {secs:.1f} s")
+                rep.params[f"topic.{topic_for(n)}.messages"] = n
             spark = cs.spark_session(2)
             try:
                 _, events = cs.progress_listener(spark)
                 for batch in ([] if args.soak_only else p["batches"]):
                     tag = f"batch{batch}"
+                    n = sizes[batch]
                     for what in ("commitlog.sync", "commitlog.async", "noop", "parquet"):
                         res = {"rate": [], "p50": [], "p99": [], "py_rss": [], "py_anon": [], "jvm_rss": [],
                                "batches": []}
                         for _ in range(runs):
                             with common.scratch(args, f"pipeline/{tag}") as root:
                                 flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
-                                cfg = job_config(broker.bootstrap_servers, root, batch, flush)
+                                cfg = job_config(broker.bootstrap_servers, root, batch, flush, topic=topic_for(n))
                                 if what.startswith("commitlog"):
                                     prog, rss, wall = run_commitlog(spark, events, cfg, n)
                                 else:

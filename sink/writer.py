@@ -80,10 +80,11 @@ class CommitLogWriter:
 
     def write_batch(self, batch_id: int, query_id: str | None, table: pa.Table) -> BatchStats:
         """Append one prepared, ordered batch and commit it. ``table`` rows are in commit-log order."""
-        dead_mask = pc.is_valid(table.column("dead_reason"))
-        if table.column("dead_reason").null_count == table.num_rows:
+        reasons = table.column("dead_reason")
+        if reasons.null_count == table.num_rows:
             dead, valid = table.slice(0, 0), table   # the usual batch: no copy of 30 MB of records
         else:
+            dead_mask = pc.is_valid(reasons)
             dead, valid = table.filter(dead_mask), table.filter(pc.invert(dead_mask))
 
         t0 = time.perf_counter()

@@ -26,6 +26,7 @@ from ingest.mapping import MAPPED_SCHEMA, MappingConfig, map_kafka_batch
 from ingest.packed import CHUNK, pack_batches, packed_spark_schema, unpack
 from ingest.queue_offsets import assign_queue_offsets
 from sink.foreach_batch import BatchInputs
+from sink.state import tp_key
 from store.batch_codec import encode_valid_rows
 from store.codec import CodecConfig
 
@@ -135,7 +136,7 @@ def drop_held(table: pa.Table, next_offsets: Mapping[str, int]) -> pa.Table:
     partitions = np.asarray(table.column("kafka_partition"), dtype=np.int64)
     keys, first, inverse = np.unique(np.asarray(topics.indices, dtype=np.int64) << 32 | partitions,
                                      return_index=True, return_inverse=True)
-    below = np.array([next_offsets.get(f"{names[int(k) >> 32]}/{int(partitions[f])}", 0)
+    below = np.array([next_offsets.get(tp_key(names[int(k) >> 32], int(partitions[f])), 0)
                       for k, f in zip(keys, first)], dtype=np.int64)
     fresh = np.asarray(table.column("kafka_offset"), dtype=np.int64) >= below[inverse]
     return table if fresh.all() else table.filter(pa.array(fresh))

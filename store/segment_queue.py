@@ -175,10 +175,8 @@ class SegmentQueue:
         """Keep the pages ahead of the writer faulted in, and start preparing the segment after the
         last one once the last is PREALLOCATE_AT full (the writer calls this after each append;
         cheap when there is nothing to do)."""
-        if not self.preallocate:
-            return
-        self._warm_ahead.nudge()
-        if self._next is not None:
+        self.warm_ahead()
+        if not self.preallocate or self._next is not None:
             return
         last = self.last()
         if last is None or last.wrote < self.segment_size * PREALLOCATE_AT:

@@ -35,7 +35,7 @@ def assign_queue_offsets(table: pa.Table, next_offsets: Mapping[tuple[str, int],
         groups = group_queues(topic_index, queue_ids)
         bases = np.array([next_offsets.get((names[topic_index[f]], int(queue_ids[f])), 0) for f in groups.first],
                          dtype=np.int64)
-        out[rows] = bases[groups.inverse] + groups.rank
+        out[rows] = groups.number(bases)
     column = pa.array(out, pa.int64(), mask=~live)
     idx = table.schema.get_field_index("queue_offset")
     if idx < 0:

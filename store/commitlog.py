@@ -1,15 +1,17 @@
 """The commit log: appends pre-encoded records into the segment queue (RocketMQ's CommitLog +
 DefaultAppendMessageCallback.doAppend, vectorised over a whole batch).
 
-A batch is copied into the mapping in bulk, one slice assignment per segment it lands in;
-then QUEUEOFFSET (assigned here, or carried by the batch and checked), PHYSICALOFFSET and
-STORETIMESTAMP are patched in place with numpy scatters. A batch that crosses a segment end is split by the BLANK
-rule of FORMAT §8: a record fits only if 8 bytes remain after it.
+A batch is copied into the mapping in bulk, one slice assignment per segment it lands in (the
+part bound for the current segment on a helper thread, while the queues are numbered here); then
+QUEUEOFFSET (assigned here, or carried by the batch and checked), PHYSICALOFFSET and STORETIMESTAMP
+are patched in place (store/record_patch.py). A batch that crosses a segment end is split by the
+BLANK rule of FORMAT §8: a record fits only if 8 bytes remain after it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 from collections import deque
@@ -19,13 +21,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .codec import CodecConfig, apply_prop_crcs
+from .codec import CodecConfig
 from .constants import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH,
-                        OS_PAGE_SIZE, POS_PHYSICALOFFSET, POS_QUEUEOFFSET,
-                        POS_STORETIMESTAMP_V4, POS_STORETIMESTAMP_V6, TRANSACTION_COMMIT_TYPE,
-                        TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK)
+                        OS_PAGE_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE,
+                        TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK)
 from .errors import FieldLimitError, QueueOffsetMismatchError, SegmentAllocationError
 from .queue_groups import QueueGroups, group_queues
+from .record_patch import Placement, RecordWriter
 from .segment import Segment
 from .segment_queue import SegmentQueue
 
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _BLANK = struct.Struct(">iI")
-_AR16 = np.arange(16, dtype=np.int64)
-_AR8 = np.arange(8, dtype=np.int64)
 QueueKey = tuple[str, int]
 
 
@@ -53,12 +53,14 @@ class AppendOutcome:
 def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
     """NOT and COMMIT records get queue offsets and consume-queue units; PREPARED and
     ROLLBACK get QUEUEOFFSET 0 and no unit (FORMAT §3)."""
-    tx = np.asarray(sys_flags, dtype=np.int32) & TRANSACTION_TYPE_MASK
-    return (tx == TRANSACTION_NOT_TYPE) | (tx == TRANSACTION_COMMIT_TYPE)
+    # Of the four types NOT (0), PREPARED (4), COMMIT (8), ROLLBACK (12), the two that take a
+    # slot are those without the PREPARED bit: one operation per record instead of four.
+    assert TRANSACTION_NOT_TYPE & TRANSACTION_PREPARED_TYPE == TRANSACTION_COMMIT_TYPE & TRANSACTION_PREPARED_TYPE == 0
+    assert TRANSACTION_ROLLBACK_TYPE & TRANSACTION_PREPARED_TYPE and TRANSACTION_TYPE_MASK == 0xC
+    return (np.asarray(sys_flags) & TRANSACTION_PREPARED_TYPE) == 0
 
 
 class CommitLog:
-    copy_block = 1 << 20   # bytes copied, then patched while cached (best of 0.5-4 MiB measured)
 
     def __init__(self, directory: Path, segment_size: int, codec: CodecConfig, *,
                  preallocate: bool = True, warm_first: bool = False, mlock: bool = False,
@@ -73,6 +75,7 @@ class CommitLog:
         self.flushed_store_timestamp = 0
         self._flush_lock = threading.Lock()
         self._ts_marks: deque[tuple[int, int]] = deque()  # (end offset, store timestamp)
+        self.writer = RecordWriter(1 if read_only else min(os.cpu_count() or 1, 2), codec.enabled_append_prop_crc)
 
     # --- positions ---------------------------------------------------------------------------
     @property
@@ -109,43 +112,47 @@ class CommitLog:
         self._check_layout(offsets, sizes, data)
 
         eligible = queue_eligible(sys_flags)
-        queue_offsets, updates, groups = self._queue_offsets(batch, eligible)
-
-        # Placement: cum[i] = bytes of records 0..i; chunks of records per segment.
         cum = np.cumsum(sizes)
-        starts_rel = cum - sizes
+        starts_rel = cum - sizes       # each record's start relative to the batch's first
         if self.queue.last() is None:
             self.queue.create_first(0)
         first_seg_index = len(self.queue.segments) - 1
-        w = self.queue.last().wrote
-        size = self.segment_size
-        chunks: list[tuple[int, int, int, int]] = []   # (segment slot, position, i, k)
-        blanks: list[tuple[int, int]] = []              # (segment slot, position)
-        slot, i = 0, 0
-        while i < n:
-            prev = int(cum[i - 1]) if i else 0
-            k = int(np.searchsorted(cum, prev + (size - w) - END_FILE_MIN_BLANK_LENGTH, side="right"))
-            if k > i:
-                chunks.append((slot, w, i, k))
-                w += int(cum[k - 1]) - prev
-                i = k
-            if i < n:
-                if w < size:   # a segment already closed by its BLANK needs none
-                    blanks.append((slot, w))
-                slot, w = slot + 1, 0
-
-        new_segments = self._allocate(slot)
-        segs = self.queue.segments[first_seg_index:first_seg_index + slot + 1]
-        assert len(new_segments) == slot and len(segs) == slot + 1
-
+        current = self.queue.last()
+        chunks, blanks, slot = self._place(cum, current.wrote)
+        # Every position is known before any new segment exists: segments are contiguous.
         phys = np.empty(n, dtype=np.int64)
+        fields = self.writer.fields(n)
         v6 = (sys_flags & BORNHOST_V6_FLAG) != 0
+        src = int(offsets[0])
+        places = []
         for s_slot, pos, i, k in chunks:
-            seg = segs[s_slot]
             rel = starts_rel[i:k] - starts_rel[i] + pos      # record starts inside the segment
-            phys[i:k] = rel + seg.base_offset
-            self._copy_and_patch(seg.buf, data, int(offsets[i]) - pos, rel, sizes[i:k], phys[i:k],
-                                 queue_offsets[i:k], v6[i:k], store_timestamp)
+            phys[i:k] = rel + current.base_offset + s_slot * self.segment_size
+            places.append((s_slot, i, k, rel, src + int(starts_rel[i]) - pos))
+        fields[:, 1] = phys
+
+        def placement(s_slot: int, i: int, k: int, rel: np.ndarray, shift: int) -> Placement:
+            return Placement(self.queue.segments[first_seg_index + s_slot].buf, rel, sizes[i:k], fields[i:k],
+                             v6[i:k], data, shift)
+
+        # The records bound for the current segment need no new segment: they are copied (by the
+        # helper thread) while the queues are numbered here, and wiped if the batch is refused.
+        early = self.writer.start(placement(*places[0]), store_timestamp) if chunks and chunks[0][0] == 0 \
+            else None
+        try:
+            queue_offsets, updates, groups = self._queue_offsets(batch, eligible)
+            self._allocate(slot)
+        except BaseException:
+            if early is not None:
+                early.abort()
+            raise
+        fields[:, 0] = queue_offsets
+        if early is not None:
+            early.finish()
+        for place in places[1 if early is not None else 0:]:
+            self.writer.write(placement(*place), store_timestamp)
+        segs = self.queue.segments[first_seg_index:first_seg_index + slot + 1]
+        size = self.segment_size
         for s_slot, pos in blanks:
             _BLANK.pack_into(segs[s_slot].view, pos, size - pos, BLANK_MAGIC_CODE)
 
@@ -165,17 +172,39 @@ class CommitLog:
         self.queue.preallocate_next()
         return AppendOutcome(phys, sizes.astype(np.int32), queue_offsets, eligible, end, groups)
 
+    def _place(self, cum: np.ndarray, wrote: int) -> tuple[list[tuple[int, int, int, int]],
+                                                           list[tuple[int, int]], int]:
+        """Where the records go, by the BLANK rule (a record fits only if 8 bytes remain after
+        it): chunks (segment slot, position, first record, end record), BLANK positions (segment
+        slot, position), and how many new segments the batch rolls into. Slot 0 is the current
+        segment, which has ``wrote`` bytes; ``cum[i]`` is the bytes of records 0..i."""
+        n, size, w = len(cum), self.segment_size, wrote
+        chunks: list[tuple[int, int, int, int]] = []
+        blanks: list[tuple[int, int]] = []
+        slot, i = 0, 0
+        while i < n:
+            prev = int(cum[i - 1]) if i else 0
+            k = int(np.searchsorted(cum, prev + (size - w) - END_FILE_MIN_BLANK_LENGTH, side="right"))
+            if k > i:
+                chunks.append((slot, w, i, k))
+                w += int(cum[k - 1]) - prev
+                i = k
+            if i < n:
+                if w < size:   # a segment already closed by its BLANK needs none
+                    blanks.append((slot, w))
+                slot, w = slot + 1, 0
+        return chunks, blanks, slot
+
     def _check_layout(self, offsets: np.ndarray, sizes: np.ndarray, data: np.ndarray) -> None:
         limit = self.segment_size - END_FILE_MIN_BLANK_LENGTH
-        big = np.flatnonzero(sizes > limit)
-        if big.size:
-            r = int(big[0])
+        if int(sizes.max()) > limit:
+            r = int(np.flatnonzero(sizes > limit)[0])
             raise FieldLimitError("record", int(sizes[r]), limit,
                                   f"row {r} cannot fit a segment of {self.segment_size} bytes "
                                   f"(a segment must keep 8 bytes for its BLANK record)")
-        if (sizes <= 0).any():
+        if int(sizes.min()) <= 0:
             raise ValueError("batch has a record of size <= 0")
-        if len(offsets) > 1 and not np.array_equal(offsets[1:], offsets[:-1] + sizes[:-1]):
+        if len(offsets) > 1 and not np.array_equal(np.diff(offsets), sizes[:-1]):
             raise ValueError("batch records are not back to back in batch.data")
         if int(offsets[-1] + sizes[-1]) > len(data):
             raise ValueError(f"batch.data has {len(data)} bytes, records need "
@@ -212,84 +241,24 @@ class CommitLog:
         updates: dict[QueueKey, int] = {}
         if not eligible.any():
             return out, updates, None
-        tidx = np.asarray(batch.topic_index, dtype=np.int64)[ei]
-        qids = np.asarray(batch.queue_ids, dtype=np.int64)[ei]
+        tidx = np.asarray(batch.topic_index)[ei]
+        qids = np.asarray(batch.queue_ids)[ei]
         groups = group_queues(tidx, qids)
         keys = [(batch.topic_names[int(tidx[f])], int(qids[f])) for f in groups.first]
         bases = np.array([self.queue_offsets.get(k, 0) for k in keys], dtype=np.int64)
-        inv = groups.inverse
-        expected = bases[inv] + groups.rank
+        expected = groups.number(bases)
         if batch.queue_offsets is not None:
             given = np.asarray(batch.queue_offsets, dtype=np.int64)
             bad = np.flatnonzero(given[ei] != expected)
             if bad.size:
                 j = int(bad[0])
                 row = int(np.arange(n)[ei][j])
-                t, q = keys[int(inv[j])]
+                t, q = keys[int(groups.inverse[j])]
                 raise QueueOffsetMismatchError(t, q, int(expected[j]), int(given[row]), row)
         out[ei] = expected
         for g, k in enumerate(keys):
             updates[k] = int(bases[g] + groups.counts[g])
         return out, updates, groups
-
-    # --- patching ------------------------------------------------------------------------------
-    def _copy_and_patch(self, buf: np.ndarray, data: np.ndarray, src_shift: int, rel: np.ndarray,
-                        sizes: np.ndarray, phys: np.ndarray, queue_offsets: np.ndarray,
-                        v6: np.ndarray, store_timestamp: int) -> None:
-        """Copy records into the segment (record at segment position p comes from data[p +
-        src_shift]) and patch them, block by block: patching a block while it is still in the
-        CPU cache halves the memory traffic of patching after one big copy."""
-        uniform = bool((sizes == sizes[0]).all()) and bool((v6 == v6[0]).all())
-        m = len(rel)
-        first, last_end = int(rel[0]), int(rel[-1] + sizes[-1])
-        if last_end - first <= self.copy_block:
-            edges = [0, m]
-        else:
-            cuts = np.searchsorted(rel, np.arange(first + self.copy_block, last_end, self.copy_block))
-            edges = [0, *np.unique(cuts[(cuts > 0) & (cuts < m)]).tolist(), m]
-        for a, b in zip(edges[:-1], edges[1:]):
-            start, end = int(rel[a]), int(rel[b - 1] + sizes[b - 1])
-            buf[start:end] = data[start + src_shift:end + src_shift]
-            self._patch(buf, start, end - start, rel[a:b], sizes[a:b], phys[a:b],
-                        queue_offsets[a:b], v6[a:b],
-                        store_timestamp, uniform)
-            if self.codec.enabled_append_prop_crc:
-                apply_prop_crcs(buf, rel[a:b], sizes[a:b])
-
-    @staticmethod
-    def _patch(buf: np.ndarray, pos: int, nbytes: int, rel: np.ndarray, sizes: np.ndarray,
-               phys: np.ndarray, queue_offsets: np.ndarray, v6: np.ndarray,
-               store_timestamp: int, uniform: bool) -> None:
-        """Write the big-endian fields the store owns into the records at segment positions
-        ``rel``. Equal-sized records are patched through strided views (one field = one strided
-        copy); otherwise through byte-stride views whose element i is the 8 (or 16) bytes at
-        byte i, so a field of every record is one fancy-index scatter, not 8."""
-        m = len(rel)
-        if m == 0:
-            return
-        ts = np.array(store_timestamp, dtype=">i8")
-        if uniform:
-            stride = int(sizes[0])
-
-            def column(off: int, dtype: str) -> np.ndarray:
-                return np.ndarray((m,), dtype=dtype, buffer=buf, offset=pos + off, strides=(stride,))
-
-            column(POS_PHYSICALOFFSET, ">i8")[:] = phys
-            column(POS_QUEUEOFFSET, ">i8")[:] = queue_offsets
-            ts_off = POS_STORETIMESTAMP_V6 if v6[0] else POS_STORETIMESTAMP_V4
-            column(ts_off, ">i8")[:] = ts
-            return
-        # Native-order byte-stride views with pre-swapped values: numpy's fast scatter loop.
-        n_bytes = len(buf)
-        at8 = np.ndarray((n_bytes - 7,), dtype="<i8", buffer=buf, strides=(1,))
-        # QUEUEOFFSET and PHYSICALOFFSET are adjacent: one 16-byte element per record.
-        at16 = np.ndarray((n_bytes - 15,), dtype="V16", buffer=buf, strides=(1,))
-        pair = np.empty((m, 2), dtype=">i8")
-        pair[:, 0] = queue_offsets
-        pair[:, 1] = phys
-        at16[rel + POS_QUEUEOFFSET] = pair.view("V16").reshape(m)
-        ts_at = rel + np.where(v6, POS_STORETIMESTAMP_V6, POS_STORETIMESTAMP_V4)
-        at8[ts_at] = ts.view("<i8")
 
     # --- flush ---------------------------------------------------------------------------------
     def dirty_bytes(self) -> int:
@@ -320,4 +289,5 @@ class CommitLog:
             return flushed
 
     def close(self) -> None:
+        self.writer.close()
         self.queue.close()

@@ -56,6 +56,7 @@ class ConsumeQueueStore(ConsumeQueueReads):
         # A reader sets this to the commit log's first offset, so queue minimums skip units whose
         # records retention deleted (the writer corrects its own in delete_below).
         self.commitlog_min_offset = 0
+        self._scratch = np.empty(0, dtype=UNIT_DTYPE)
 
     @property
     def file_size(self) -> int:
@@ -146,10 +147,10 @@ class ConsumeQueueStore(ConsumeQueueReads):
         n = len(queue_offsets)
         if n == 0:
             return
-        topic_index = np.asarray(topic_index, dtype=np.int64)
-        queue_ids = np.asarray(queue_ids, dtype=np.int64)
+        topic_index = np.asarray(topic_index)
+        queue_ids = np.asarray(queue_ids)
         queue_offsets = np.asarray(queue_offsets, dtype=np.int64)
-        tags = np.array(tags_codes, dtype=np.int64, copy=True)
+        tags = np.asarray(tags_codes, dtype=np.int64)
         if SCHEDULE_TOPIC in topic_names and delay_levels is not None:
             levels = np.asarray(delay_levels, dtype=np.int64)
             sched = (topic_index == topic_names.index(SCHEDULE_TOPIC)) & (levels > 0)
@@ -157,19 +158,30 @@ class ConsumeQueueStore(ConsumeQueueReads):
                 if store_timestamp is None:
                     raise ValueError("store_timestamp is needed for SCHEDULE_TOPIC_XXXX records with a delay level")
                 ts = np.broadcast_to(np.asarray(store_timestamp, dtype=np.int64), (n,))
+                tags = tags.copy()
                 tags[sched] = schedule_tags_codes(levels[sched], ts[sched])
-        units = make_units(physical_offsets, sizes, tags)
         groups = groups or group_queues(topic_index, queue_ids)
-        queues = [(topic_names[int(topic_index[f])], int(queue_ids[f]), groups.rows(g))
-                  for g, f in enumerate(groups.first)]
+        if groups.order is not None:
+            # Units in queue order, so that each queue's units are one contiguous run to write.
+            o = groups.order
+            physical_offsets, sizes, tags, queue_offsets = (
+                np.asarray(physical_offsets)[o], np.asarray(sizes)[o], tags[o], queue_offsets[o])
+        queues = [(topic_names[int(topic_index[f])], int(queue_ids[f]), slice(int(start), int(start + count)))
+                  for f, start, count in zip(groups.first, groups.starts, groups.counts)]
         with self._lock:
             self._ensure_loaded()
             for topic, qid, rows in queues:   # every queue is checked before any is written
                 self._check_continues(topic, qid, queue_offsets[rows])
-            # Gathering whole 20-byte units is 4x faster than gathering a structured array.
-            packed = units.view(f"V{CQ_STORE_UNIT_SIZE}")
+            units = make_units(physical_offsets, sizes, tags, out=self._units_scratch(n))
             for topic, qid, rows in queues:
-                self._append(topic, qid, queue_offsets[rows], packed[rows].view(UNIT_DTYPE))
+                self._append(topic, qid, queue_offsets[rows], units[rows])
+
+    def _units_scratch(self, n: int) -> np.ndarray:
+        """Units are built in one array reused across batches (under the lock: pwrite copies
+        them out before the next batch): a fresh 2 MB array per batch is page-faulted anew."""
+        if len(self._scratch) < n:
+            self._scratch = np.empty(n, dtype=UNIT_DTYPE)
+        return self._scratch[:n]
 
     def _check_continues(self, topic: str, queue_id: int, qoffs: np.ndarray) -> None:
         steps = np.diff(qoffs)
@@ -212,7 +224,7 @@ class ConsumeQueueStore(ConsumeQueueReads):
                 self._open_file(q, file_start)
             room = self.units_per_file - qoff % self.units_per_file
             chunk = units[pos:pos + room]
-            os.pwrite(q.fd, chunk.tobytes(), (qoff % self.units_per_file) * CQ_STORE_UNIT_SIZE)
+            os.pwrite(q.fd, chunk.view(np.uint8), (qoff % self.units_per_file) * CQ_STORE_UNIT_SIZE)
             q.dirty = True
             pos += len(chunk)
             qoff += len(chunk)

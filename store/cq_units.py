@@ -109,8 +109,8 @@ def blank_mask(units: np.ndarray) -> np.ndarray:
     return (units["phys"] == BLANK_PHYS) & (units["size"] == BLANK_SIZE) & (units["tags"] == BLANK_TAGS)
 
 
-def make_units(phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> np.ndarray:
-    units = np.empty(len(phys), dtype=UNIT_DTYPE)
+def make_units(phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    units = np.empty(len(phys), dtype=UNIT_DTYPE) if out is None else out
     units["phys"] = phys
     units["size"] = sizes
     units["tags"] = tags

@@ -2,27 +2,38 @@
 
 The commit log needs it to number each queue, the consume queues to write each queue's units; the
 grouping is computed once per append and handed from one to the other. Batches usually arrive with
-each queue in one contiguous run (a Spark task per Kafka partition), which needs no sort at all.
+each queue in one contiguous run (a Spark task per Kafka partition), which needs no sort at all;
+a producer's round robin over a few queues interleaves them, which a pass per queue sorts faster
+than an argsort does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+# Up to this many queues in a batch are gathered with one pass per queue instead of an argsort
+# (100,000 rows over 4 interleaved queues: 0.4 ms against 0.9 ms).
+FEW_QUEUES = 16
+# Runs of up to this many are checked for being whole groups (each queue one run).
+MAX_RUNS_CHECKED = 4096
 
 
 @dataclass(frozen=True)
 class QueueGroups:
     first: np.ndarray           # first row of each group, groups in order of first appearance or of key
     counts: np.ndarray          # rows per group
-    inverse: np.ndarray         # group of each row
-    rank: np.ndarray            # rank of each row inside its group (0, 1, ... in batch order)
     order: np.ndarray | None    # rows sorted by group, stable; None when each group is one run
     starts: np.ndarray          # where each group begins in ``order`` (in the batch when order is None)
 
     def __len__(self) -> int:
         return len(self.counts)
+
+    @property
+    def n(self) -> int:
+        return int(self.starts[-1] + self.counts[-1]) if len(self.counts) else 0
 
     def rows(self, g: int) -> slice | np.ndarray:
         """The rows of group ``g`` in batch order: a slice when the group is one run."""
@@ -30,32 +41,78 @@ class QueueGroups:
         rows = slice(start, start + int(self.counts[g]))
         return rows if self.order is None else self.order[rows]
 
+    def number(self, bases: np.ndarray) -> np.ndarray:
+        """``bases[g] + rank`` for every row: each record's queue offset when ``bases`` holds
+        each queue's next offset. No per-row group index is needed: in grouped order a row's rank
+        is its position minus its group's start."""
+        grouped = np.arange(self.n, dtype=np.int64)
+        grouped += np.repeat(np.asarray(bases, dtype=np.int64) - self.starts, self.counts)
+        if self.order is None:
+            return grouped
+        out = np.empty_like(grouped)
+        out[self.order] = grouped
+        return out
+
+    @cached_property
+    def inverse(self) -> np.ndarray:
+        """The group of each row."""
+        return self._scatter(np.repeat(np.arange(len(self), dtype=np.int64), self.counts))
+
+    @cached_property
+    def rank(self) -> np.ndarray:
+        """The rank of each row inside its group (0, 1, ... in batch order)."""
+        return self.number(np.zeros(len(self), dtype=np.int64))
+
+    def _scatter(self, grouped: np.ndarray) -> np.ndarray:
+        if self.order is None:
+            return grouped
+        out = np.empty_like(grouped)
+        out[self.order] = grouped
+        return out
+
 
 def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
     """Group rows by (topic index, queue id). Needs at least one row."""
-    tidx = np.asarray(topic_index, dtype=np.int64)
-    qids = np.asarray(queue_ids, dtype=np.int64)
+    tidx = np.asarray(topic_index)
+    qids = np.asarray(queue_ids)
     n = len(tidx)
-    qmin = int(qids.min())
-    dense = tidx * (int(qids.max()) - qmin + 1) + (qids - qmin)
-    run_starts = np.flatnonzero(dense[1:] != dense[:-1]) + 1
-    if len(run_starts) == 0:
-        return QueueGroups(np.zeros(1, np.int64), np.array([n], np.int64), np.zeros(n, np.int64),
-                           np.arange(n, dtype=np.int64), None, np.zeros(1, np.int64))
-    starts = np.concatenate(([0], run_starts))
-    if len(starts) <= 4096 and len(np.unique(dense[starts])) == len(starts):
-        lengths = np.diff(np.append(starts, n))
-        inverse = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
-        rank = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
-        return QueueGroups(starts, lengths, inverse, rank, None, starts)
+    qmin, qmax = int(qids.min()), int(qids.max())
+    span = qmax - qmin + 1
+    # The key in the narrowest integer type that holds it: a batch has a few topics and queues.
+    wide = (int(tidx.max()) + 1) * span > 1 << 31
+    kind = np.int64 if wide else np.int32
+    dense = tidx.astype(kind) * span if span > 1 else tidx.astype(kind, copy=True)
+    if qmin or span > 1:
+        dense += qids.astype(kind, copy=False) - kind(qmin)
+    changes = dense[1:] != dense[:-1]
+    n_runs = int(np.count_nonzero(changes)) + 1
+    if n_runs == 1:
+        zero = np.zeros(1, np.int64)
+        return QueueGroups(zero, np.array([n], np.int64), None, zero)
+    if n_runs <= MAX_RUNS_CHECKED:
+        starts = np.concatenate(([0], np.flatnonzero(changes) + 1))
+        if len(np.unique(dense[starts])) == len(starts):
+            return QueueGroups(starts, np.diff(np.append(starts, n)), None, starts)
     n_keys = int(dense.max()) + 1
+    if n_keys <= FEW_QUEUES:     # a pass per possible key, no counting pass first
+        small = dense.astype(np.uint8)
+        rows = [r for r in (np.flatnonzero(small == key) for key in range(n_keys)) if len(r)]
+        counts = np.array([len(r) for r in rows], dtype=np.int64)
+        group_start = np.cumsum(counts) - counts
+        order = np.concatenate(rows)
+        return QueueGroups(order[group_start], counts, order, group_start)
     if n_keys <= 1 << 20:
         counts_all = np.bincount(dense, minlength=n_keys)
         present = np.flatnonzero(counts_all)
+        counts = counts_all[present]
+        if len(present) <= FEW_QUEUES:
+            small = dense.astype(np.uint8) if n_keys <= 256 else dense
+            order = np.concatenate([np.flatnonzero(small == key) for key in present.tolist()])
+            group_start = np.cumsum(counts) - counts
+            return QueueGroups(order[group_start], counts, order, group_start)
         group_of_key = np.zeros(n_keys, dtype=np.int64)
         group_of_key[present] = np.arange(len(present))
         inverse = group_of_key[dense]
-        counts = counts_all[present]
     else:
         _, inverse = np.unique(dense, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -64,6 +121,4 @@ def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
     small = inverse.astype(np.uint8 if len(counts) <= 256 else np.uint16) if len(counts) <= 65536 else inverse
     order = np.argsort(small, kind="stable")
     group_start = np.cumsum(counts) - counts
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n, dtype=np.int64) - np.repeat(group_start, counts)
-    return QueueGroups(order[group_start], counts, inverse, rank, order, group_start)
+    return QueueGroups(order[group_start], counts, order, group_start)

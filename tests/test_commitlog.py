@@ -83,7 +83,7 @@ def varied_messages(n: int, seed: int = 1) -> list[Message]:
 def test_a_batch_crossing_segment_ends_is_written_like_one_message_at_a_time(tmp_path: Path, copy_block: int) -> None:
     msgs = varied_messages(300)
     with open_store(tmp_path / "a") as a, open_store(tmp_path / "b") as b:
-        a._log.copy_block = copy_block
+        a._log.writer.block_bytes = copy_block
         ra = a.append_encoded(encode_messages(msgs, a.config.codec), store_timestamp=TS)
         rb = [b.append_encoded(encode_messages([m], b.config.codec), store_timestamp=TS) for m in msgs]
         assert ra.physical_offsets.tolist() == [int(r.physical_offsets[0]) for r in rb]
@@ -128,6 +128,7 @@ def test_a_batch_carrying_queue_offsets_must_continue_its_queues(store: MessageS
     with pytest.raises(QueueOffsetMismatchError, match=r"row 1: queue offset 5 for Q/1 .* next offset is 4"):
         store.append_encoded(batch)
     assert store.max_offset == before and store.next_queue_offsets() == {("Q", 1): 3}
+    assert not any(segment_bytes(store, 0)[before:before + batch.nbytes])    # what was copied is wiped
     batch.queue_offsets = np.array([3, 4], dtype=np.int64)
     r = store.append_encoded(batch)
     assert r.queue_offsets.tolist() == [3, 4]
@@ -137,7 +138,7 @@ def test_a_batch_carrying_queue_offsets_must_continue_its_queues(store: MessageS
 def test_prop_crc_is_rewritten_after_the_store_fields_are_patched(tmp_path: Path) -> None:
     codec = CodecConfig(enabled_append_prop_crc=True)
     with open_store(tmp_path / "s", codec=codec) as s:
-        s._log.copy_block = 1000     # copied and patched in several blocks
+        s._log.writer.block_bytes = 1000     # copied and patched in several blocks, by two threads
         r = s.append([Message(topic="C", body=b"z" * i, properties="TAGS\x01t\x02") for i in range(50)])
         verify = CodecConfig(force_verify_prop_crc=True)
         seg = s._segments.find(0)

@@ -12,7 +12,7 @@ helper finished before the queue offsets existed get their QUEUEOFFSET in a last
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,8 +25,8 @@ BLOCK_BYTES = 1 << 20    # copied, then patched while cached (best of 0.25-4 MiB
 
 @dataclass
 class Placement:
-    """Records ``i..k-1`` of a batch, bound for ``buf`` at segment positions ``rel``; record
-    ``r`` of them is at data[rel[r] + shift]."""
+    """A run of a batch's records bound for one segment's ``buf`` at positions ``rel``; the
+    record at position ``p`` comes from ``data[p + shift]``."""
     buf: np.ndarray
     rel: np.ndarray
     sizes: np.ndarray
@@ -117,7 +117,7 @@ class BlockWrite:
         position, so never visible; wiped so that no stale record survives there either)."""
         self._stop = True
         if self._future is not None:
-            self._future.result()
+            wait([self._future])     # the refusal is what the caller raises, not a copy error
         self.place.buf[self.place.start:self.place.end] = 0
 
     def _work(self) -> None:

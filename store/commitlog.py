@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _BLANK = struct.Struct(">iI")
+# queue_eligible relies on it: of the transaction types, only PREPARED and ROLLBACK have bit 2
+assert TRANSACTION_NOT_TYPE & TRANSACTION_PREPARED_TYPE == TRANSACTION_COMMIT_TYPE & TRANSACTION_PREPARED_TYPE == 0
+assert TRANSACTION_ROLLBACK_TYPE & TRANSACTION_PREPARED_TYPE and TRANSACTION_TYPE_MASK == 0xC
 QueueKey = tuple[str, int]
 
 
@@ -55,8 +58,6 @@ def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
     ROLLBACK get QUEUEOFFSET 0 and no unit (FORMAT §3)."""
     # Of the four types NOT (0), PREPARED (4), COMMIT (8), ROLLBACK (12), the two that take a
     # slot are those without the PREPARED bit: one operation per record instead of four.
-    assert TRANSACTION_NOT_TYPE & TRANSACTION_PREPARED_TYPE == TRANSACTION_COMMIT_TYPE & TRANSACTION_PREPARED_TYPE == 0
-    assert TRANSACTION_ROLLBACK_TYPE & TRANSACTION_PREPARED_TYPE and TRANSACTION_TYPE_MASK == 0xC
     return (np.asarray(sys_flags) & TRANSACTION_PREPARED_TYPE) == 0
 
 

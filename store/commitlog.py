@@ -236,12 +236,12 @@ class CommitLog:
         consecutive per (topic, queueId) from the queue's next offset, NOT/COMMIT only. Also
         returns those records grouped by queue, for the consume queues."""
         n = len(batch)
-        out = np.zeros(n, dtype=np.int64)
         # The usual batch has no transactional records: every row takes a slot, no gathering.
-        ei = slice(None) if eligible.all() else np.flatnonzero(eligible)
+        everyone = bool(eligible.all())
+        ei = slice(None) if everyone else np.flatnonzero(eligible)
         updates: dict[QueueKey, int] = {}
         if not eligible.any():
-            return out, updates, None
+            return np.zeros(n, dtype=np.int64), updates, None
         tidx = np.asarray(batch.topic_index)[ei]
         qids = np.asarray(batch.queue_ids)[ei]
         groups = group_queues(tidx, qids)
@@ -256,7 +256,11 @@ class CommitLog:
                 row = int(np.arange(n)[ei][j])
                 t, q = keys[int(groups.inverse[j])]
                 raise QueueOffsetMismatchError(t, q, int(expected[j]), int(given[row]), row)
-        out[ei] = expected
+        if everyone:
+            out = expected
+        else:
+            out = np.zeros(n, dtype=np.int64)   # PREPARED/ROLLBACK records keep QUEUEOFFSET 0
+            out[ei] = expected
         for g, k in enumerate(keys):
             updates[k] = int(bases[g] + groups.counts[g])
         return out, updates, groups

@@ -47,11 +47,7 @@ class QueueGroups:
         is its position minus its group's start."""
         grouped = np.arange(self.n, dtype=np.int64)
         grouped += np.repeat(np.asarray(bases, dtype=np.int64) - self.starts, self.counts)
-        if self.order is None:
-            return grouped
-        out = np.empty_like(grouped)
-        out[self.order] = grouped
-        return out
+        return self._scatter(grouped)
 
     @cached_property
     def inverse(self) -> np.ndarray:
@@ -64,6 +60,7 @@ class QueueGroups:
         return self.number(np.zeros(len(self), dtype=np.int64))
 
     def _scatter(self, grouped: np.ndarray) -> np.ndarray:
+        """Per-row values in grouped order, put back in batch order."""
         if self.order is None:
             return grouped
         out = np.empty_like(grouped)

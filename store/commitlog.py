@@ -27,7 +27,7 @@ from .constants import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_L
                         TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK)
 from .errors import FieldLimitError, QueueOffsetMismatchError, SegmentAllocationError
 from .queue_groups import QueueGroups, group_queues
-from .record_patch import Placement, RecordWriter
+from .record_patch import BatchLayout, Placement, RecordWriter
 from .segment import Segment
 from .segment_queue import SegmentQueue
 
@@ -51,6 +51,7 @@ class AppendOutcome:
     dispatch_mask: np.ndarray        # bool: NOT/COMMIT records, the ones that get a queue slot
     end_offset: int                  # write end after the batch
     groups: QueueGroups | None = None   # the dispatched records by queue (None: there are none)
+    queue_bases: np.ndarray | None = None   # each group's first queue offset (numbered from it)
 
 
 def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
@@ -59,6 +60,13 @@ def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
     # Of the four types NOT (0), PREPARED (4), COMMIT (8), ROLLBACK (12), the two that take a
     # slot are those without the PREPARED bit: one operation per record instead of four.
     return (np.asarray(sys_flags) & TRANSACTION_PREPARED_TYPE) == 0
+
+
+def _check_back_to_back(offsets: np.ndarray, layout: BatchLayout) -> None:
+    """The records must lie back to back in the batch's data, as the copy takes them."""
+    n = len(offsets)
+    if n > 1 and not np.array_equal(offsets[1:] - offsets[0], layout.starts(1, n)):
+        raise ValueError("batch records are not back to back in batch.data")
 
 
 class CommitLog:
@@ -101,57 +109,40 @@ class CommitLog:
     # --- append ------------------------------------------------------------------------------
     def append(self, batch: EncodedBatch, store_timestamp: int) -> AppendOutcome:
         """Write ``batch``; the caller serialises appends. Nothing is written if the batch is
-        refused (queue offsets, record too large for a segment, no disk for a new segment)."""
+        refused (queue offsets, record layout or size, no disk for a new segment)."""
         n = len(batch)
-        sizes = np.asarray(batch.sizes, dtype=np.int64)
         if n == 0:
             return AppendOutcome(np.zeros(0, np.int64), np.zeros(0, np.int32),
                                  np.zeros(0, np.int64), np.zeros(0, bool), self.max_offset)
+        sizes = np.asarray(batch.sizes)
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         sys_flags = np.asarray(batch.sys_flags, dtype=np.int32)
         data = batch.data
-        self._check_layout(offsets, sizes, data)
-
-        eligible = queue_eligible(sys_flags)
-        cum = np.cumsum(sizes)
-        starts_rel = cum - sizes       # each record's start relative to the batch's first
+        # Only what the copy needs comes before it starts: the sizes (positions follow from them
+        # alone) and two reductions of the flags; the rest is checked while the helper copies.
+        layout = self._layout(sizes, sys_flags)
+        src, total = int(offsets[0]), layout.before(n)
+        if src < 0 or src + total > len(data):
+            raise ValueError(f"batch.data has {len(data)} bytes, its records need {src + total} from {src}")
         if self.queue.last() is None:
             self.queue.create_first(0)
         first_seg_index = len(self.queue.segments) - 1
         current = self.queue.last()
-        chunks, blanks, slot = self._place(cum, current.wrote)
-        # Every position is known before any new segment exists: segments are contiguous.
+        chunks, blanks, slot = self._place(layout, current.wrote)
         phys = np.empty(n, dtype=np.int64)
         fields = self.writer.fields(n)
-        v6 = (sys_flags & BORNHOST_V6_FLAG) != 0
-        src = int(offsets[0])
-        places = []
-        for s_slot, pos, i, k in chunks:
-            rel = starts_rel[i:k] - starts_rel[i] + pos      # record starts inside the segment
-            phys[i:k] = rel + current.base_offset + s_slot * self.segment_size
-            places.append((s_slot, i, k, rel, src + int(starts_rel[i]) - pos))
-        fields[:, 1] = phys
 
-        def placement(s_slot: int, i: int, k: int, rel: np.ndarray, shift: int) -> Placement:
-            return Placement(self.queue.segments[first_seg_index + s_slot].buf, rel, sizes[i:k], fields[i:k],
-                             v6[i:k], data, shift)
+        def placement(s_slot: int, pos: int, i: int, k: int) -> Placement:
+            base = current.base_offset + s_slot * self.segment_size    # segments are contiguous
+            return Placement(self.queue.segments[first_seg_index + s_slot].buf, base, pos, i, k, layout, data,
+                             src + layout.before(i) - pos, fields, phys)
 
-        # The records bound for the current segment need no new segment: they are copied (by the
-        # helper thread) while the queues are numbered here, and wiped if the batch is refused.
-        early = self.writer.start(placement(*places[0]), store_timestamp) if chunks and chunks[0][0] == 0 \
-            else None
-        try:
-            queue_offsets, updates, groups = self._queue_offsets(batch, eligible)
-            self._allocate(slot)
-        except BaseException:
-            if early is not None:
-                early.abort()
-            raise
-        fields[:, 0] = queue_offsets
-        if early is not None:
-            early.finish()
-        for place in places[1 if early is not None else 0:]:
-            self.writer.write(placement(*place), store_timestamp)
+        _check_back_to_back(offsets, layout)
+        eligible = queue_eligible(sys_flags)
+        queue_offsets, updates, groups, bases = self._queue_offsets(batch, eligible)
+        self._allocate(slot)
+        for chunk in chunks:
+            self.writer.write(placement(*chunk), store_timestamp, queue_offsets)
         segs = self.queue.segments[first_seg_index:first_seg_index + slot + 1]
         size = self.segment_size
         for s_slot, pos in blanks:
@@ -165,21 +156,42 @@ class CommitLog:
                 seg.wrote = size
             elif last_chunk:
                 _, pos, i, k = last_chunk[-1]
-                seg.wrote = pos + int(cum[k - 1] - starts_rel[i])
+                seg.wrote = pos + layout.before(k) - layout.before(i)
         self.queue_offsets.update(updates)
         self.last_record_offset = int(phys[-1])
         end = self.max_offset
         self._ts_marks.append((end, store_timestamp))
         self.queue.preallocate_next()
-        return AppendOutcome(phys, sizes.astype(np.int32), queue_offsets, eligible, end, groups)
+        return AppendOutcome(phys, np.asarray(sizes, dtype=np.int32), queue_offsets, eligible, end, groups, bases)
 
-    def _place(self, cum: np.ndarray, wrote: int) -> tuple[list[tuple[int, int, int, int]],
-                                                           list[tuple[int, int]], int]:
+    def _layout(self, sizes: np.ndarray, sys_flags: np.ndarray) -> BatchLayout:
+        if sizes.dtype.kind not in "iu":
+            raise ValueError(f"batch.sizes is {sizes.dtype}, not integers")
+        smin, smax = int(sizes.min()), int(sizes.max())
+        limit = self.segment_size - END_FILE_MIN_BLANK_LENGTH
+        if smax > limit:
+            r = int(np.flatnonzero(sizes > limit)[0])
+            raise FieldLimitError("record", int(sizes[r]), limit,
+                                  f"row {r} cannot fit a segment of {self.segment_size} bytes "
+                                  f"(a segment must keep 8 bytes for its BLANK record)")
+        if smin <= 0:
+            raise ValueError("batch has a record of size <= 0")
+        # One bool for the batch when every born host is of the same kind (the usual case)
+        any_v6 = int(np.bitwise_or.reduce(sys_flags)) & BORNHOST_V6_FLAG
+        all_v6 = int(np.bitwise_and.reduce(sys_flags)) & BORNHOST_V6_FLAG
+        v6: bool | np.ndarray = bool(all_v6) if any_v6 == all_v6 else (sys_flags & BORNHOST_V6_FLAG) != 0
+        return BatchLayout.of(sizes, smin, smax, v6)
+
+    def _place(self, layout: BatchLayout, wrote: int) -> tuple[list[tuple[int, int, int, int]],
+                                                               list[tuple[int, int]], int]:
         """Where the records go, by the BLANK rule (a record fits only if 8 bytes remain after
         it): chunks (segment slot, position, first record, end record), BLANK positions (segment
         slot, position), and how many new segments the batch rolls into. Slot 0 is the current
-        segment, which has ``wrote`` bytes; ``cum[i]`` is the bytes of records 0..i."""
-        n, size, w = len(cum), self.segment_size, wrote
+        segment, which has ``wrote`` bytes."""
+        n, size, w = len(layout.sizes), self.segment_size, wrote
+        if layout.before(n) <= size - w - END_FILE_MIN_BLANK_LENGTH:     # the usual case
+            return [(0, w, 0, n)], [], 0
+        cum = layout.cumulative()       # cum[i]: the bytes of records 0..i
         chunks: list[tuple[int, int, int, int]] = []
         blanks: list[tuple[int, int]] = []
         slot, i = 0, 0
@@ -195,21 +207,6 @@ class CommitLog:
                     blanks.append((slot, w))
                 slot, w = slot + 1, 0
         return chunks, blanks, slot
-
-    def _check_layout(self, offsets: np.ndarray, sizes: np.ndarray, data: np.ndarray) -> None:
-        limit = self.segment_size - END_FILE_MIN_BLANK_LENGTH
-        if int(sizes.max()) > limit:
-            r = int(np.flatnonzero(sizes > limit)[0])
-            raise FieldLimitError("record", int(sizes[r]), limit,
-                                  f"row {r} cannot fit a segment of {self.segment_size} bytes "
-                                  f"(a segment must keep 8 bytes for its BLANK record)")
-        if int(sizes.min()) <= 0:
-            raise ValueError("batch has a record of size <= 0")
-        if len(offsets) > 1 and not np.array_equal(np.diff(offsets), sizes[:-1]):
-            raise ValueError("batch records are not back to back in batch.data")
-        if int(offsets[-1] + sizes[-1]) > len(data):
-            raise ValueError(f"batch.data has {len(data)} bytes, records need "
-                             f"{int(offsets[-1] + sizes[-1])}")
 
     def _allocate(self, count: int) -> list[Segment]:
         """Create the ``count`` segments a batch rolls into, before writing a byte of it."""
@@ -231,17 +228,18 @@ class CommitLog:
 
     # --- queue offsets -------------------------------------------------------------------------
     def _queue_offsets(self, batch: EncodedBatch, eligible: np.ndarray
-                       ) -> tuple[np.ndarray, dict[QueueKey, int], QueueGroups | None]:
+                       ) -> tuple[np.ndarray, dict[QueueKey, int], QueueGroups | None, np.ndarray | None]:
         """Assign (or, when the batch carries them, check) the queue offset of every record:
         consecutive per (topic, queueId) from the queue's next offset, NOT/COMMIT only. Also
-        returns those records grouped by queue, for the consume queues."""
+        returns those records grouped by queue and each group's first offset, for the consume
+        queues."""
         n = len(batch)
         # The usual batch has no transactional records: every row takes a slot, no gathering.
         everyone = bool(eligible.all())
         ei = slice(None) if everyone else np.flatnonzero(eligible)
         updates: dict[QueueKey, int] = {}
         if not eligible.any():
-            return np.zeros(n, dtype=np.int64), updates, None
+            return np.zeros(n, dtype=np.int64), updates, None, None
         tidx = np.asarray(batch.topic_index)[ei]
         qids = np.asarray(batch.queue_ids)[ei]
         groups = group_queues(tidx, qids)
@@ -263,7 +261,7 @@ class CommitLog:
             out[ei] = expected
         for g, k in enumerate(keys):
             updates[k] = int(bases[g] + groups.counts[g])
-        return out, updates, groups
+        return out, updates, groups, bases
 
     # --- flush ---------------------------------------------------------------------------------
     def dirty_bytes(self) -> int:

@@ -35,6 +35,15 @@ from store.errors import ConsumeQueueError, ConsumeQueueGapError
 from store.queue_groups import QueueGroups, group_queues
 
 
+def _check_consecutive(topic: str, queue_id: int, qoffs: np.ndarray) -> None:
+    steps = np.diff(qoffs)
+    if len(steps) and not np.all(steps == 1):
+        bad = int(np.flatnonzero(steps != 1)[0])
+        raise ConsumeQueueGapError(
+            f"queue {topic}/{queue_id}: queue offsets not consecutive in the batch "
+            f"({int(qoffs[bad])} then {int(qoffs[bad + 1])}); nothing was written")
+
+
 class ConsumeQueueStore(ConsumeQueueReads):
     """All consume queues of one store."""
 
@@ -134,12 +143,15 @@ class ConsumeQueueStore(ConsumeQueueReads):
     def dispatch(self, topic_names: list[str], topic_index: np.ndarray, queue_ids: np.ndarray,
                  queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray,
                  tags_codes: np.ndarray, *, delay_levels: np.ndarray | None = None,
-                 store_timestamp: int | np.ndarray | None = None, groups: QueueGroups | None = None) -> None:
+                 store_timestamp: int | np.ndarray | None = None, groups: QueueGroups | None = None,
+                 queue_bases: np.ndarray | None = None) -> None:
         """Write one unit per record (the caller passes only NOT/COMMIT records). Units a queue
         already has are skipped, so redispatching is harmless; a hole raises ConsumeQueueGapError.
         For SCHEDULE_TOPIC_XXXX records with a delay level > 0 the tagsCode is the deliver time,
         which needs ``delay_levels`` and ``store_timestamp`` (one value or one per record).
-        ``groups``: these records by queue, when the caller has it (the commit log's append)."""
+        ``groups``: these records by queue, when the caller has it (the commit log's append);
+        ``queue_bases`` with it: each group's first queue offset, when the caller numbered the
+        groups consecutively from there (then ``queue_offsets`` is neither gathered nor checked)."""
         if self.read_only:
             raise ConsumeQueueError("this consume-queue store is read-only")
         for t in topic_names:
@@ -160,21 +172,29 @@ class ConsumeQueueStore(ConsumeQueueReads):
                 ts = np.broadcast_to(np.asarray(store_timestamp, dtype=np.int64), (n,))
                 tags = tags.copy()
                 tags[sched] = schedule_tags_codes(levels[sched], ts[sched])
-        groups = groups or group_queues(topic_index, queue_ids)
+        if groups is None:
+            groups, queue_bases = group_queues(topic_index, queue_ids), None
+        numbered = queue_bases is not None
+        sizes = np.asarray(sizes)
         if groups.order is not None:
             # Units in queue order, so that each queue's units are one contiguous run to write.
             o = groups.order
-            physical_offsets, sizes, tags, queue_offsets = (
-                np.asarray(physical_offsets)[o], np.asarray(sizes)[o], tags[o], queue_offsets[o])
+            physical_offsets, tags = np.asarray(physical_offsets)[o], tags[o]
+            sizes = sizes[0] if n > 1 and sizes.min() == sizes.max() else sizes[o]
+            queue_offsets = queue_offsets if numbered else queue_offsets[o]
         queues = [(topic_names[int(topic_index[f])], int(queue_ids[f]), slice(int(start), int(start + count)))
                   for f, start, count in zip(groups.first, groups.starts, groups.counts)]
+
+        firsts = queue_bases.tolist() if numbered else [int(queue_offsets[r.start]) for _, _, r in queues]
         with self._lock:
             self._ensure_loaded()
-            for topic, qid, rows in queues:   # every queue is checked before any is written
-                self._check_continues(topic, qid, queue_offsets[rows])
+            for first, (topic, qid, rows) in zip(firsts, queues):   # every queue is checked before any is written
+                if not numbered:
+                    _check_consecutive(topic, qid, queue_offsets[rows])
+                self._check_continues(topic, qid, first)
             units = make_units(physical_offsets, sizes, tags, out=self._units_scratch(n))
-            for topic, qid, rows in queues:
-                self._append(topic, qid, queue_offsets[rows], units[rows])
+            for first, (topic, qid, rows) in zip(firsts, queues):
+                self._append(topic, qid, first, units[rows])
 
     def _units_scratch(self, n: int) -> np.ndarray:
         """Units are built in one array reused across batches (under the lock: pwrite copies
@@ -183,23 +203,16 @@ class ConsumeQueueStore(ConsumeQueueReads):
             self._scratch = np.empty(n, dtype=UNIT_DTYPE)
         return self._scratch[:n]
 
-    def _check_continues(self, topic: str, queue_id: int, qoffs: np.ndarray) -> None:
-        steps = np.diff(qoffs)
-        if len(steps) and not np.all(steps == 1):
-            bad = int(np.flatnonzero(steps != 1)[0])
-            raise ConsumeQueueGapError(
-                f"queue {topic}/{queue_id}: queue offsets not consecutive in the batch "
-                f"({int(qoffs[bad])} then {int(qoffs[bad + 1])}); nothing was written")
+    def _check_continues(self, topic: str, queue_id: int, first: int) -> None:
         q = self._queues.get((topic, queue_id))
-        if q is not None and q.files and int(qoffs[0]) > q.max_offset:
+        if q is not None and q.files and first > q.max_offset:
             raise ConsumeQueueGapError(
                 f"queue {topic}/{queue_id}: next queue offset is {q.max_offset} but the unit for "
-                f"{int(qoffs[0])} arrived; the commit log is missing records of this queue; nothing "
+                f"{first} arrived; the commit log is missing records of this queue; nothing "
                 f"was written")
 
-    def _append(self, topic: str, queue_id: int, qoffs: np.ndarray, units: np.ndarray) -> None:
+    def _append(self, topic: str, queue_id: int, first: int, units: np.ndarray) -> None:
         q = self._queues.get((topic, queue_id))
-        first = int(qoffs[0])
         if q is None:
             q = _Queue(topic, queue_id, self.dir / topic / str(queue_id))
             q.path.mkdir(parents=True, exist_ok=True)
@@ -213,7 +226,7 @@ class ConsumeQueueStore(ConsumeQueueReads):
             if first > file_first:
                 self._write(q, file_first, blank_units(first - file_first))
         skip = q.max_offset - first     # >= 0: checked by _check_continues
-        if skip < len(qoffs):
+        if skip < len(units):
             self._write(q, q.max_offset, units[skip:])
 
     def _write(self, q: _Queue, qoff: int, units: np.ndarray) -> None:

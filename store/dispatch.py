@@ -1,17 +1,20 @@
 """Consume-queue dispatch behind the commit log (RocketMQ's ReputMessageService).
 
-An append returns once its records are in the commit log; a thread of its own writes their
-consume-queue units, in append order, while the caller goes on (on a second core, the next
-batch is copied meanwhile). ``drain()`` waits until every submitted batch is dispatched: the
-store calls it before a flush (so before every commit) and before a read by queue. A failure
-is kept and raised by the next submit or drain; the units are then missing, and only a reopen,
-which redispatches from the commit log, repairs them.
+An append returns once its records are in the commit log; the consume-queue units are written
+behind it, in append order, while the caller goes on. The work runs on the commit log's helper
+thread (store.record_patch) when there is one: that thread is idle while the next append numbers
+its queues, and then takes its share of the copy once the units are written, so the two cores run
+two threads, not three (a thread of its own for the units competed with both copying threads).
+``drain()`` waits until every submitted batch is dispatched: the store calls it before a flush
+(so before every commit) and before a read by queue. A failure is kept and raised by the next
+submit or drain; the units are then missing, and only a reopen, which redispatches from the commit
+log, repairs them.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from store.consume_queue import ConsumeQueueStore
@@ -20,12 +23,14 @@ _BACKLOG = 2        # batches submitted but not dispatched yet, at most: bounds 
 
 
 class DispatchService:
-    def __init__(self, cq: ConsumeQueueStore, name: str = "") -> None:
+    def __init__(self, cq: ConsumeQueueStore, name: str = "", executor: ThreadPoolExecutor | None = None) -> None:
+        """``executor`` must run one task at a time (units are written in order); without one,
+        the service has a thread of its own."""
         self._cq = cq
-        self._jobs: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=_BACKLOG)
+        self._own = executor is None
+        self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix=f"dispatch-{name}")
+        self._pending: deque[Future[None]] = deque()
         self._failure: Exception | None = None
-        self._thread = threading.Thread(target=self._run, name=f"dispatch-{name}", daemon=True)
-        self._thread.start()
 
     @property
     def failure(self) -> Exception | None:
@@ -34,32 +39,31 @@ class DispatchService:
     def submit(self, **dispatch_args: Any) -> None:
         """Queue one batch's ConsumeQueueStore.dispatch; raises an earlier failure instead."""
         self._raise_failure()
-        self._jobs.put(dispatch_args)
+        while len(self._pending) >= _BACKLOG:
+            self._pending.popleft().result()
+        self._pending.append(self._executor.submit(self._dispatch, dispatch_args))
 
     def drain(self) -> None:
         """Wait until every submitted batch is dispatched; raises a failure of any of them."""
-        self._jobs.join()
+        while self._pending:
+            self._pending.popleft().result()
         self._raise_failure()
 
     def stop(self) -> None:
-        """Dispatch what was submitted, then end the thread (a failure stays in ``failure``)."""
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join()
+        """Dispatch what was submitted (a failure stays in ``failure``); end an own thread."""
+        while self._pending:
+            self._pending.popleft().result()
+        if self._own:
+            self._executor.shutdown()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
 
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                if job is None:
-                    return
-                if self._failure is None:       # after a failure, units would leave a hole
-                    self._cq.dispatch(**job)
-            except Exception as e:  # noqa: BLE001 - kept, and raised in the caller's thread
-                self._failure = e
-            finally:
-                self._jobs.task_done()
+    def _dispatch(self, job: dict[str, Any]) -> None:
+        if self._failure is not None:       # after a failure, units would leave a hole
+            return
+        try:
+            self._cq.dispatch(**job)
+        except Exception as e:  # noqa: BLE001 - kept, and raised in the caller's thread
+            self._failure = e

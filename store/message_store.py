@@ -127,7 +127,7 @@ class MessageStore(RecordReads):
         if abnormal:
             log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
                         self.root, result.mode, end)
-        self._dispatcher = DispatchService(self._cq, self.root.name)
+        self._dispatcher = DispatchService(self._cq, self.root.name, self._log.writer.executor)
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
@@ -207,7 +207,7 @@ class MessageStore(RecordReads):
                     queue_ids=pick(batch.queue_ids), queue_offsets=pick(out.queue_offsets),
                     physical_offsets=pick(out.physical_offsets), sizes=pick(out.sizes),
                     tags_codes=pick(batch.tags_codes), delay_levels=pick(batch.delay_levels),
-                    store_timestamp=ts, groups=out.groups)
+                    store_timestamp=ts, groups=out.groups, queue_bases=out.queue_bases)
         if self.config.flush_mode == "sync" and len(batch):
             self._flusher.wait_durable(out.end_offset)
         return AppendResult(out.physical_offsets, out.sizes, out.queue_offsets, out.end_offset, ts)

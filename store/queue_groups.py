@@ -45,8 +45,18 @@ class QueueGroups:
         """``bases[g] + rank`` for every row: each record's queue offset when ``bases`` holds
         each queue's next offset. No per-row group index is needed: in grouped order a row's rank
         is its position minus its group's start."""
+        bases = np.asarray(bases, dtype=np.int64)
+        if len(self) <= FEW_QUEUES:     # a range per queue, put in place: no whole-batch temporaries
+            out = np.empty(self.n, dtype=np.int64)
+            for g, (start, count) in enumerate(zip(self.starts.tolist(), self.counts.tolist())):
+                values = np.arange(int(bases[g]), int(bases[g]) + count, dtype=np.int64)
+                if self.order is None:
+                    out[start:start + count] = values
+                else:
+                    out[self.order[start:start + count]] = values
+            return out
         grouped = np.arange(self.n, dtype=np.int64)
-        grouped += np.repeat(np.asarray(bases, dtype=np.int64) - self.starts, self.counts)
+        grouped += np.repeat(bases - self.starts, self.counts)
         return self._scatter(grouped)
 
     @cached_property
@@ -74,13 +84,18 @@ def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
     qids = np.asarray(queue_ids)
     n = len(tidx)
     qmin, qmax = int(qids.min()), int(qids.max())
+    tmin, tmax = int(tidx.min()), int(tidx.max())
     span = qmax - qmin + 1
-    # The key in the narrowest integer type that holds it: a batch has a few topics and queues.
-    wide = (int(tidx.max()) + 1) * span > 1 << 31
-    kind = np.int64 if wide else np.int32
-    dense = tidx.astype(kind) * span if span > 1 else tidx.astype(kind, copy=True)
-    if qmin or span > 1:
-        dense += qids.astype(kind, copy=False) - kind(qmin)
+    n_keys = (tmax - tmin + 1) * span
+    # The key: 0 .. n_keys-1, in the narrowest integer type that holds it (a batch has a few
+    # topics and queues; the usual one has one topic, whose queue ids are the key).
+    kind = np.uint8 if n_keys <= 256 else np.int32 if n_keys <= 1 << 31 else np.int64
+    if tmin == tmax and qmin == 0 and qids.dtype == kind:
+        dense = qids
+    else:
+        dense = (qids - qmin).astype(kind) if qmin else qids.astype(kind)
+        if tmin != tmax:
+            dense += (tidx - tmin).astype(kind) * kind(span)
     changes = dense[1:] != dense[:-1]
     n_runs = int(np.count_nonzero(changes)) + 1
     if n_runs == 1:
@@ -90,10 +105,8 @@ def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
         starts = np.concatenate(([0], np.flatnonzero(changes) + 1))
         if len(np.unique(dense[starts])) == len(starts):
             return QueueGroups(starts, np.diff(np.append(starts, n)), None, starts)
-    n_keys = int(dense.max()) + 1
     if n_keys <= FEW_QUEUES:     # a pass per possible key, no counting pass first
-        small = dense.astype(np.uint8)
-        rows = [r for r in (np.flatnonzero(small == key) for key in range(n_keys)) if len(r)]
+        rows = [r for r in (np.flatnonzero(dense == key) for key in range(n_keys)) if len(r)]
         counts = np.array([len(r) for r in rows], dtype=np.int64)
         group_start = np.cumsum(counts) - counts
         order = np.concatenate(rows)
@@ -103,8 +116,7 @@ def group_queues(topic_index: np.ndarray, queue_ids: np.ndarray) -> QueueGroups:
         present = np.flatnonzero(counts_all)
         counts = counts_all[present]
         if len(present) <= FEW_QUEUES:
-            small = dense.astype(np.uint8) if n_keys <= 256 else dense
-            order = np.concatenate([np.flatnonzero(small == key) for key in present.tolist()])
+            order = np.concatenate([np.flatnonzero(dense == key) for key in present.tolist()])
             group_start = np.cumsum(counts) - counts
             return QueueGroups(order[group_start], counts, order, group_start)
         group_of_key = np.zeros(n_keys, dtype=np.int64)

@@ -128,11 +128,30 @@ def test_a_batch_carrying_queue_offsets_must_continue_its_queues(store: MessageS
     with pytest.raises(QueueOffsetMismatchError, match=r"row 1: queue offset 5 for Q/1 .* next offset is 4"):
         store.append_encoded(batch)
     assert store.max_offset == before and store.next_queue_offsets() == {("Q", 1): 3}
-    assert not any(segment_bytes(store, 0)[before:before + batch.nbytes])    # what was copied is wiped
+    assert not any(segment_bytes(store, 0)[before:before + batch.nbytes])    # nothing was written
     batch.queue_offsets = np.array([3, 4], dtype=np.int64)
     r = store.append_encoded(batch)
     assert r.queue_offsets.tolist() == [3, 4]
     assert store.next_queue_offsets() == {("Q", 1): 5}
+
+
+@pytest.mark.parametrize("equal_sizes", [True, False], ids=["equal", "unequal"])
+def test_a_batch_whose_records_are_not_back_to_back_is_refused_whole(store: MessageStore, equal_sizes: bool) -> None:
+    store.append([Message(topic="L", body=b"x")])
+    msgs = [Message(topic="L", body=b"y" * (10 if equal_sizes else 10 + i % 3)) for i in range(300)]
+    batch = encode_messages(msgs, store.config.codec)
+    batch.offsets = np.asarray(batch.offsets).copy()
+    batch.offsets[150] += 1            # a gap before record 150 and one byte missing after it
+    before = store.max_offset
+    with pytest.raises(ValueError, match="not back to back"):
+        store.append_encoded(batch)
+    assert store.max_offset == before and store.next_queue_offsets() == {("L", 0): 1}
+    assert not any(segment_bytes(store, 0)[before:before + batch.nbytes])
+    batch.data = batch.data[:-1]
+    batch.offsets[150] -= 1
+    with pytest.raises(ValueError, match=r"batch.data has \d+ bytes, its records need"):
+        store.append_encoded(batch)
+    assert store.max_offset == before
 
 
 def test_prop_crc_is_rewritten_after_the_store_fields_are_patched(tmp_path: Path) -> None:

@@ -65,7 +65,11 @@ def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
 def _check_back_to_back(offsets: np.ndarray, layout: BatchLayout) -> None:
     """The records must lie back to back in the batch's data, as the copy takes them."""
     n = len(offsets)
-    if n > 1 and not np.array_equal(offsets[1:] - offsets[0], layout.starts(1, n)):
+    if n < 2:
+        return
+    steps = np.diff(offsets)
+    back_to_back = bool((steps == layout.stride).all()) if layout.stride else np.array_equal(steps, layout.sizes[:-1])
+    if not back_to_back:
         raise ValueError("batch records are not back to back in batch.data")
 
 

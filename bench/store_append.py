@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(data, "wb") as f:
                 for c in chunks:
                     f.write(c.tobytes())
+                # written back now, not by the kernel while the first figures are taken
+                f.flush()
+                os.fsync(f.fileno())
             target = out / "target.bin"
             size = -(-(total + 4096) // 4096) * 4096
 

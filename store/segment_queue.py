@@ -2,9 +2,12 @@
 
 Segments are contiguous: segment i starts at ``first_base + i * size``, so the segment of an
 offset is found by arithmetic, with a scan as fallback should the list ever have a gap.
-The next segment is created, with its first pages faulted in, by a background thread once the
-current one is a quarter full (PREALLOCATE_AT), so rolling to it never waits for file creation, and
-a store that never gets that far (a short replay, a test) never pays for a second segment. Within
+The next segment is created, with its first pages faulted in, by a background thread as soon as
+the writer is in the current one (RocketMQ's AllocateMappedFileService prepares the next file when
+one is created), so that a roll never waits for it: preparing once the current one was a quarter
+full left a fast writer waiting at the roll. The exception is a store's first segment, whose
+successor is prepared only once it is a quarter full (PREALLOCATE_FIRST_AT): the job is starting
+then, and a store that never gets that far (a short replay, a test) never pays for it. Within
 the last segment, store.warm_ahead keeps a window ahead of the writer faulted in: faulting costs
 0.3-3.7 s of kernel time per GiB, taken from the cores the writer and Spark run on, so only pages
 about to be written are worth it. ``warm_first`` faults a new store's whole first segment at once.
@@ -25,7 +28,7 @@ from .warm_ahead import WarmAhead
 
 log = logging.getLogger(__name__)
 
-PREALLOCATE_AT = 0.25   # the fill of the last segment at which its successor is prepared
+PREALLOCATE_FIRST_AT = 0.25   # the fill of a store's only segment at which its successor is prepared
 
 
 class SegmentQueue:
@@ -173,13 +176,13 @@ class SegmentQueue:
 
     def preallocate_next(self) -> None:
         """Keep the pages ahead of the writer faulted in, and start preparing the segment after the
-        last one once the last is PREALLOCATE_AT full (the writer calls this after each append;
-        cheap when there is nothing to do)."""
+        last one (after the first, once it is PREALLOCATE_FIRST_AT full). The writer calls this after
+        each append; cheap when there is nothing to do."""
         self.warm_ahead()
         if not self.preallocate or self._next is not None:
             return
         last = self.last()
-        if last is None or last.wrote < self.segment_size * PREALLOCATE_AT:
+        if last is None or (len(self.segments) == 1 and last.wrote < self.segment_size * PREALLOCATE_FIRST_AT):
             return
         base = last.base_offset + self.segment_size
         path = self.directory / segment_name(base)

@@ -13,6 +13,7 @@ log, repairs them.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -29,7 +30,8 @@ class DispatchService:
         self._cq = cq
         self._own = executor is None
         self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix=f"dispatch-{name}")
-        self._pending: deque[Future[None]] = deque()
+        self._pending: deque[Future[None]] = deque()     # in submission order
+        self._lock = threading.Lock()       # readers drain from their own threads
         self._failure: Exception | None = None
 
     @property
@@ -39,22 +41,37 @@ class DispatchService:
     def submit(self, **dispatch_args: Any) -> None:
         """Queue one batch's ConsumeQueueStore.dispatch; raises an earlier failure instead."""
         self._raise_failure()
-        while len(self._pending) >= _BACKLOG:
-            self._pending.popleft().result()
-        self._pending.append(self._executor.submit(self._dispatch, dispatch_args))
+        while True:
+            with self._lock:
+                self._forget_done()
+                if len(self._pending) < _BACKLOG:
+                    self._pending.append(self._executor.submit(self._dispatch, dispatch_args))
+                    return
+                oldest = self._pending[0]
+            oldest.result()
 
     def drain(self) -> None:
-        """Wait until every submitted batch is dispatched; raises a failure of any of them."""
-        while self._pending:
-            self._pending.popleft().result()
+        """Wait until every batch submitted so far is dispatched; raises a failure of any of them."""
+        with self._lock:
+            pending = list(self._pending)
+        for job in pending:
+            job.result()
+        with self._lock:
+            self._forget_done()
         self._raise_failure()
 
     def stop(self) -> None:
         """Dispatch what was submitted (a failure stays in ``failure``); end an own thread."""
-        while self._pending:
-            self._pending.popleft().result()
+        with self._lock:
+            pending = list(self._pending)
+        for job in pending:
+            job.result()
         if self._own:
             self._executor.shutdown()
+
+    def _forget_done(self) -> None:
+        while self._pending and self._pending[0].done():
+            self._pending.popleft()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:

@@ -116,6 +116,32 @@ def test_consume_queues_are_written_behind_the_append_and_settled_before_a_read_
         assert cp.queue_offsets == {("F", 0): 210} and s.queue_range("F", 0) == (0, 210)
 
 
+def test_readers_settling_the_queues_from_other_threads_meanwhile_see_whole_batches(tmp_path: Path) -> None:
+    seen: list[int] = []
+    errors: list[BaseException] = []
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=4 * SEG)) as s:
+        stop = threading.Event()
+
+        def read() -> None:
+            try:
+                while not stop.is_set():
+                    seen.append(s.queue_range("F", 0)[1] if s.next_queue_offsets() else 0)
+            except BaseException as e:  # noqa: BLE001 - reported by the test
+                errors.append(e)
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for t in readers:
+            t.start()
+        for k in range(60):
+            s.append(msgs(20, k))
+        stop.set()
+        for t in readers:
+            t.join()
+        assert s.queue_range("F", 0) == (0, 1200)
+    assert not errors
+    assert all(n % 20 == 0 for n in seen)
+
+
 def test_a_failed_dispatch_makes_the_store_read_only_and_a_reopen_rebuilds_the_units(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from store.consume_queue import ConsumeQueueStore

@@ -1,10 +1,10 @@
 """The commit log: appends pre-encoded records into the segment queue (RocketMQ's CommitLog +
 DefaultAppendMessageCallback.doAppend, vectorised over a whole batch).
 
-A batch is copied into the mapping in bulk, one slice assignment per segment it lands in (the
-part bound for the current segment on a helper thread, while the queues are numbered here); then
-QUEUEOFFSET (assigned here, or carried by the batch and checked), PHYSICALOFFSET and STORETIMESTAMP
-are patched in place (store/record_patch.py). A batch that crosses a segment end is split by the
+A batch is checked and its queues numbered here (QUEUEOFFSET assigned, or carried by the batch
+and checked) before a byte of it is written; then its records are copied into the mapping in
+blocks by two threads, each block patched with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP
+while it is in cache (store/record_patch.py). A batch that crosses a segment end is split by the
 BLANK rule of FORMAT §8: a record fits only if 8 bytes remain after it.
 """
 
@@ -122,8 +122,8 @@ class CommitLog:
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         sys_flags = np.asarray(batch.sys_flags, dtype=np.int32)
         data = batch.data
-        # Only what the copy needs comes before it starts: the sizes (positions follow from them
-        # alone) and two reductions of the flags; the rest is checked while the helper copies.
+        # Positions follow from the sizes alone (never from the offsets, which are only checked),
+        # so nothing the batch says can place a byte outside the room it was given.
         layout = self._layout(sizes, sys_flags)
         src, total = int(offsets[0]), layout.before(n)
         if src < 0 or src + total > len(data):

@@ -181,7 +181,8 @@ class ConsumeQueueStore(ConsumeQueueReads):
             o = groups.order
             physical_offsets, tags = np.asarray(physical_offsets)[o], tags[o]
             sizes = sizes[0] if n > 1 and sizes.min() == sizes.max() else sizes[o]
-            queue_offsets = queue_offsets if numbered else queue_offsets[o]
+            if not numbered:
+                queue_offsets = queue_offsets[o]
         queues = [(topic_names[int(topic_index[f])], int(queue_ids[f]), slice(int(start), int(start + count)))
                   for f, start, count in zip(groups.first, groups.starts, groups.counts)]
 

@@ -52,22 +52,22 @@ class DispatchService:
 
     def drain(self) -> None:
         """Wait until every batch submitted so far is dispatched; raises a failure of any of them."""
+        self._wait_submitted()
+        self._raise_failure()
+
+    def stop(self) -> None:
+        """Dispatch what was submitted (a failure stays in ``failure``); end an own thread."""
+        self._wait_submitted()
+        if self._own:
+            self._executor.shutdown()
+
+    def _wait_submitted(self) -> None:
         with self._lock:
             pending = list(self._pending)
         for job in pending:
             job.result()
         with self._lock:
             self._forget_done()
-        self._raise_failure()
-
-    def stop(self) -> None:
-        """Dispatch what was submitted (a failure stays in ``failure``); end an own thread."""
-        with self._lock:
-            pending = list(self._pending)
-        for job in pending:
-            job.result()
-        if self._own:
-            self._executor.shutdown()
 
     def _forget_done(self) -> None:
         while self._pending and self._pending[0].done():

@@ -2,7 +2,9 @@
 
 The driver holds the one writer of the store. Spark reads Kafka (one task per partition), maps and
 encodes in the executors; each micro-batch comes to the driver as Arrow in source order, takes its
-queue offsets and is appended and committed by the sink. SIGTERM/SIGINT let the batch in progress commit, then stop.
+queue offsets and is appended and committed by the sink, on its writer thread while Spark runs the
+next batch (with a local checkpoint, which the job brings back to the store before it starts:
+sink.spark_checkpoint). SIGTERM/SIGINT let the batches in progress commit, then stop.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 from ingest.config import JobConfig, kafka_reader_options, spark_interval
 from ingest.kafka_admin import earliest_offsets
 from ingest.mapping import MappingConfig
-from ingest.prepare import prepare_batch
+from ingest.prepare import collect_packed, finish_packed
 from sink import CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
+from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 from store import StoreConfig
 from store.codec import CodecConfig
@@ -132,13 +135,16 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
     own_spark = spark is None
     query = None
+    sink = None
     try:
+        rewind_to_store(cfg.checkpoint or None, writer.state)
         spark = spark or spark_session(cfg)
         options = kafka_reader_options(cfg, starting_offsets(writer, cfg))
         fmt, reader_options = source_reader(cfg, spark, options)
         df = spark.readStream.format(fmt).options(**reader_options).load()
-        sink = ForeachBatchSink(writer, partial(prepare_batch, mapping=mapping_config(cfg), codec=codec_config(cfg)),
-                                checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch)
+        sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg)),
+                                finish_packed, checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch,
+                                overlap=overlap_writes(cfg))
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
         if cfg.checkpoint:
             stream = stream.option("checkpointLocation", cfg.checkpoint)
@@ -156,6 +162,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             sink.request_stop()
         if query.isActive:
             query.stop()
+        sink.drain()   # the last batch in the writer: its failure fails the run
         failure = query.exception()
         if failure is not None and not stop.is_set():
             raise RuntimeError(f"the streaming query failed: {failure}")
@@ -163,10 +170,22 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     finally:
         if query is not None and query.isActive:
             query.stop()
+        if sink is not None:
+            try:
+                sink.close()
+            except RuntimeError as exc:   # already raised above, or the query's own failure is
+                log.error("%s", exc)
         writer.close()
         log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()
+
+
+def overlap_writes(cfg: JobConfig) -> bool:
+    """Write each batch while Spark runs the next (sink.foreach_batch) where a stopped job's
+    checkpoint can be rewound to the store on restart: a local checkpoint, or none (a new query then
+    starts from the store's Kafka offsets)."""
+    return not cfg.checkpoint or local_checkpoint_path(cfg.checkpoint) is not None
 
 
 def run(cfg: JobConfig) -> int:

@@ -8,8 +8,8 @@ Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
   the collected rows are in source order with no shuffle.
 - Any DataFrame of Kafka columns (Spark's own Kafka source, exported files) is sorted by (topic,
   partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept).
-``toArrow()`` collects the partitions in order (collect_batch); on the driver, finish_batch drops what
-the store already holds and ingest.queue_offsets numbers each queue.
+``toArrow()`` collects the packed partitions in order (collect_packed); on the driver, finish_packed
+unpacks them, drops what the store already holds and numbers each queue (ingest.queue_offsets).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
     live_idx = np.flatnonzero(~dead)
     encoded = None
     if live_idx.size:
-        live = mapped.take(pa.array(live_idx))
+        live = mapped if live_idx.size == n else mapped.take(pa.array(live_idx))
         ok, why, encoded = encode_valid_rows(live.select(MESSAGE_COLUMNS), codec)
         if not ok.all():
             # Limits the mapping could not see (the whole record's size) still end as dead letters.
@@ -113,16 +113,20 @@ def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
     return pack_batches(map_and_encode_batches(batches, mapping, codec))
 
 
-def collect_batch(df: Any, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
+def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
     """The Spark part of a micro-batch, independent of the store's state (so the next batch can be
     read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
     batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
-    encoded by the executors. Returns the batch on the driver in ENCODED_SCHEMA, queue offsets not
-    yet set."""
+    encoded by the executors. Returns the packed batches on the driver (ingest.packed), in order."""
     if CHUNK not in df.columns:
         df = df.orderBy("topic", "partition", "offset").mapInArrow(
             partial(encode_and_pack, mapping=mapping, codec=codec), packed_spark_schema())
-    return unpack(df.toArrow(), ENCODED_SCHEMA)
+    return df.toArrow()
+
+
+def collect_batch(df: Any, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
+    """collect_packed, unpacked: the batch in ENCODED_SCHEMA, queue offsets not yet set."""
+    return unpack(collect_packed(df, mapping, codec), ENCODED_SCHEMA)
 
 
 def drop_held(table: pa.Table, next_offsets: Mapping[str, int]) -> pa.Table:
@@ -146,6 +150,12 @@ def finish_batch(table: pa.Table, inputs: BatchInputs) -> pa.Table:
     """The driver part: drop what the store already holds, then number each queue from where the
     store's ends (ingest.queue_offsets). Returns the batch in commit-log order."""
     return assign_queue_offsets(drop_held(table, inputs.kafka_next_offsets), inputs.next_queue_offsets)
+
+
+def finish_packed(packed: pa.Table, inputs: BatchInputs) -> pa.Table:
+    """finish_batch of a collect_packed table: the unpacking is the driver's work too, done by the
+    sink's writer thread while Spark runs the next batch."""
+    return finish_batch(unpack(packed, ENCODED_SCHEMA), inputs)
 
 
 def prepare_batch(df: Any, inputs: BatchInputs, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:

@@ -188,8 +188,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
         if plan.todo == 0:
             log.warning("nothing to replay: the store already holds the whole range")
-        sink = ForeachBatchSink(writer, lambda collected, inputs: finish_batch(collected.result(), inputs),
-                                checkpoint_dir=None,
+        sink = ForeachBatchSink(writer, Future.result, finish_batch, checkpoint_dir=None,
                                 on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
         collect = partial(collect_batch, mapping=mapping_config(cfg), codec=codec_config(cfg))
         with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:

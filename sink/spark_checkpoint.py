@@ -1,0 +1,98 @@
+"""The store is the truth; Spark's checkpoint is brought back to it before a query starts.
+
+The sink writes a batch while Spark runs the next one (sink.foreach_batch), so Spark may record batch
+N as done (``<checkpoint>/commits/N``) before the store has committed it. A job stopped in that window
+would, on restart, have Spark go on from batch N + 1 and the store miss batch N. ``rewind_to_store``
+closes the window: it removes Spark's records of every batch the store has not committed, so Spark
+runs the first of them again, over the same Kafka range (``offsets/N`` is kept), and the sink writes
+it. Records the store already holds are dropped by Kafka offset (ingest.prepare.drop_held), so the
+re-run can never write one twice.
+
+The layout read here is Spark's streaming checkpoint on a local file system: ``metadata`` (the query
+id), ``offsets/<batch>`` and ``commits/<batch>``, each with a Hadoop ``.<batch>.crc`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sink.state import SinkState
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointRewindError(RuntimeError):
+    """Spark's checkpoint is ahead of the store and cannot be brought back to it."""
+
+
+def local_checkpoint_path(checkpoint: str | None) -> Path | None:
+    """The local directory of a checkpoint location (a path or a ``file:`` URI), else None."""
+    if not checkpoint:
+        return None
+    parsed = urlparse(checkpoint)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else checkpoint)
+    return None
+
+
+def checkpoint_query_id(checkpoint: str | None) -> str | None:
+    """The streaming query id Spark keeps in ``<checkpoint>/metadata``: it names one checkpoint."""
+    path = local_checkpoint_path(checkpoint)
+    if path is None:
+        return None
+    try:
+        return str(json.loads((path / "metadata").read_text().splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """What ``rewind_to_store`` removed: Spark runs ``rerun`` again."""
+
+    rerun: int
+    commits: list[int]
+    offsets: list[int]
+
+
+def rewind_to_store(checkpoint: str | None, state: SinkState) -> Rewind | None:
+    """Remove Spark's records of the batches the store has not committed: those after the store's last
+    one (``state.batch_id``) when the store's last commit came from this checkpoint's query, else
+    all of them (the store committed nothing of this query: its first batch was being written when
+    the job stopped). Returns what was removed, or None when Spark is not ahead of the store.
+
+    Offsets go first, from the highest: a stop half-way leaves the commits ahead, which the next
+    call removes; Spark itself never starts in between (this runs before the query)."""
+    path = local_checkpoint_path(checkpoint)
+    query_id = checkpoint_query_id(checkpoint)
+    if path is None or query_id is None:
+        return None
+    last = state.batch_id if state.query_id == query_id else -1
+    commits = [b for b in _batch_ids(path / "commits") if b > last]
+    if not commits:
+        return None
+    rerun = last + 1
+    if not (path / "offsets" / str(rerun)).is_file():
+        raise CheckpointRewindError(
+            f"Spark's checkpoint {checkpoint} records batches up to {commits[-1]} but the store's last "
+            f"committed batch of its query is {last}, and the checkpoint no longer holds batch {rerun}'s "
+            f"offsets to run it again. Start with a new, empty --checkpoint: the job then continues "
+            f"from the Kafka offsets the store recorded")
+    offsets = [b for b in _batch_ids(path / "offsets") if b > rerun]
+    for kind, batches in (("offsets", offsets[::-1]), ("commits", commits[::-1])):
+        for batch in batches:
+            for name in (str(batch), f".{batch}.crc"):
+                (path / kind / name).unlink(missing_ok=True)
+    log.warning("Spark's checkpoint recorded batch(es) %s that the store had not committed (the job "
+                "stopped while writing): rewound, Spark runs batch %d again", commits, rerun)
+    return Rewind(rerun, commits, offsets)

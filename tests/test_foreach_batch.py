@@ -1,0 +1,104 @@
+"""The foreachBatch sink without Spark: a batch "DataFrame" here is already the collected table.
+
+With ``overlap`` a batch is written on the writer thread while the next one is collected; these pin
+down the order, the one-batch depth, and that a failed write is never lost in the background."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ingest.mapping import MappingConfig
+from ingest.prepare import finish_batch, map_and_encode
+from sink import CommitLogWriter
+from sink.foreach_batch import BatchInputs, ForeachBatchSink
+from store import StoreConfig
+from tests.test_mapping import kafka_rows
+
+pytestmark = pytest.mark.unit
+
+
+def collected(first_offset: int, n: int = 5) -> pa.Table:
+    """A batch as ``collect`` leaves it on the driver: n records of orders/0 from first_offset."""
+    rows = kafka_rows(*[{"key": b"k%d" % i, "value": b"v%d" % i, "offset": i}
+                        for i in range(first_offset, first_offset + n)])
+    from store.codec import CodecConfig
+
+    return pa.Table.from_batches([map_and_encode(rows, MappingConfig(), CodecConfig())])
+
+
+def writer(tmp_path: Path) -> CommitLogWriter:
+    return CommitLogWriter(tmp_path / "store", StoreConfig(segment_size=1 << 20, flush_mode="sync"))
+
+
+def test_with_overlap_a_batch_is_written_after_the_call_returns_and_before_the_next_is_written(
+        tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    release = threading.Event()
+    order: list[str] = []
+
+    def finish(table: pa.Table, inputs: BatchInputs) -> pa.Table:
+        order.append(f"finish {inputs.kafka_next_offsets.get('orders/0', 0)}")
+        assert release.wait(10)
+        return finish_batch(table, inputs)
+
+    sink = ForeachBatchSink(w, lambda table: table, finish, overlap=True)
+    sink(collected(0), 0)
+    assert w.state.batch_id == -1, "the call waited for its write"
+    release.set()
+    sink(collected(5), 1)            # waits for batch 0, so batch 1 is finished against its state
+    sink.close()
+    assert order == ["finish 0", "finish 5"]
+    assert (w.state.batch_id, w.state.records, dict(w.state.kafka_offsets)) == (1, 10, {"orders/0": 10})
+    w.close()
+
+
+def test_a_failed_write_fails_the_next_call_and_every_later_one(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+
+    def finish(table: pa.Table, inputs: BatchInputs) -> pa.Table:
+        raise OSError(28, "No space left on device")
+
+    sink = ForeachBatchSink(w, lambda table: table, finish, overlap=True)
+    sink(collected(0), 0)            # returns: the failure is in the writer thread
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        sink(collected(5), 1)
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        sink(collected(5), 1)
+    with pytest.raises(RuntimeError, match="writing an earlier batch"):
+        sink.close()
+    assert w.state.batch_id == -1 and w.state.records == 0
+    w.close()
+
+
+def test_request_stop_waits_for_the_batch_in_the_writer_then_refuses_new_ones(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    release = threading.Event()
+
+    def finish(table: pa.Table, inputs: BatchInputs) -> pa.Table:
+        assert release.wait(10)
+        return finish_batch(table, inputs)
+
+    sink = ForeachBatchSink(w, lambda table: table, finish, overlap=True)
+    sink(collected(0), 0)
+    threading.Timer(0.2, release.set).start()
+    assert sink.request_stop()
+    assert w.state.batch_id == 0, "stop returned before the batch in the writer was committed"
+    with pytest.raises(InterruptedError):
+        sink(collected(5), 1)
+    sink.close()
+    w.close()
+
+
+def test_without_overlap_the_call_returns_with_its_batch_committed(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    sink = ForeachBatchSink(w, lambda table: table, finish_batch)
+    sink(collected(0), 0)
+    assert (w.state.batch_id, w.state.records) == (0, 5)
+    sink(collected(0, 8), 1)         # a re-read of held records: only the 3 new ones are written
+    assert (w.state.batch_id, w.state.records) == (1, 8)
+    sink.close()
+    w.close()

@@ -8,6 +8,7 @@ the same result for the rows they both can map (tests/test_mapping.py compares t
 
 from __future__ import annotations
 
+import binascii
 import zlib
 from collections.abc import Callable, Mapping
 
@@ -16,8 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.constants import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR as SEP1, PROPERTY_SEPARATOR as SEP2
-
-_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 
 
 def flat_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -61,18 +60,17 @@ def java_hash_ascii(arr: pa.Array) -> np.ndarray:
     return h.astype(np.int64)
 
 
+_UNIQ_RAW = np.dtype([("crc", ">u4"), ("partition", ">u4"), ("offset", ">u8")])
+
+
 def uniq_keys(topic_crc: np.ndarray, partition: np.ndarray, offset: np.ndarray) -> pa.Array:
     """32 upper-case hex chars: crc32(topic) | partition | offset, big-endian (see mapping.uniq_key)."""
     n = len(offset)
-    raw = np.empty((n, 16), dtype=np.uint8)
-    raw[:, 0:4] = topic_crc.astype(">u4").view(np.uint8).reshape(n, 4)
-    raw[:, 4:8] = partition.astype(">u4").view(np.uint8).reshape(n, 4)
-    raw[:, 8:16] = offset.astype(">u8").view(np.uint8).reshape(n, 8)
-    text = np.empty((n, 32), dtype=np.uint8)
-    text[:, 0::2] = _HEX[raw >> 4]
-    text[:, 1::2] = _HEX[raw & 0x0F]
+    raw = np.empty(n, dtype=_UNIQ_RAW)
+    raw["crc"], raw["partition"], raw["offset"] = topic_crc, partition, offset
+    text = binascii.hexlify(raw.tobytes()).upper()    # one C pass: 16 bytes -> 32 hex digits a row
     offs = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offs.tobytes()), pa.py_buffer(text.tobytes()))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offs.tobytes()), pa.py_buffer(text))
 
 
 def _join(*parts: pa.Array | str) -> pa.Array:
@@ -95,7 +93,11 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
     slow = rows_with_bytes(key, odd_key_byte) if n else np.zeros(0, bool)
     key_text = pc.if_else(pa.array(slow), pa.scalar(None, pa.binary()), key).cast(pa.string())
     has_key = pc.fill_null(pc.greater(pc.binary_length(key_text), 0), False)
-    keys_part = pc.if_else(has_key, _join("KEYS" + SEP1, key_text, SEP2), "")
+    # Properties are one join of every part; a part present in some rows only is joined first.
+    if n and pc.all(has_key).as_py():
+        key_parts: list[pa.Array | str] = ["KEYS" + SEP1, key_text, SEP2]
+    else:
+        key_parts = [pc.if_else(has_key, _join("KEYS" + SEP1, key_text, SEP2), "")]
 
     # Headers: one "name\x01value\x02" element each, joined per row; reserved names dropped.
     flat = pc.list_flatten(headers)
@@ -112,7 +114,7 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
     elems = _join(names, SEP1, vals_text, SEP2).filter(pa.array(keep))
     counts = np.bincount(parent[keep], minlength=n)
     list_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    header_part = pc.binary_join(pa.ListArray.from_arrays(pa.array(list_offsets), elems), "")
+    header_parts = [pc.binary_join(pa.ListArray.from_arrays(pa.array(list_offsets), elems), "")] if len(elems) else []
 
     is_tags = keep & np.asarray(pc.fill_null(pc.equal(names, "TAGS"), False))
     tags = np.full(n, None, dtype=object)
@@ -128,10 +130,10 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
 
     part_np = np.asarray(partition, dtype=np.int64)
     off_np = np.asarray(offset, dtype=np.int64)
-    coords = _join(f"KAFKA_TOPIC{SEP1}", topic, f"{SEP2}KAFKA_PARTITION{SEP1}", partition.cast(pa.string()),
-                   f"{SEP2}KAFKA_OFFSET{SEP1}", offset.cast(pa.string()), f"{SEP2}UNIQ_KEY{SEP1}",
-                   uniq_keys(crc_u[index], part_np, off_np), SEP2)
-    properties = _join(keys_part, header_part, coords)
+    properties = _join(*key_parts, *header_parts, f"KAFKA_TOPIC{SEP1}", topic,
+                       f"{SEP2}KAFKA_PARTITION{SEP1}", partition.cast(pa.string()),
+                       f"{SEP2}KAFKA_OFFSET{SEP1}", offset.cast(pa.string()), f"{SEP2}UNIQ_KEY{SEP1}",
+                       uniq_keys(crc_u[index], part_np, off_np), SEP2)
 
     if key_hash_queues:
         h = java_hash_ascii(pc.fill_null(key_text, "").cast(pa.binary()))

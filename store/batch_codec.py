@@ -135,7 +135,7 @@ def encode_valid_rows(table: pa.Table | pa.RecordBatch, config: CodecConfig | No
     plan = plan_batch(table, config)
     ok, reasons = _validity(plan, config)
     if ok.all():
-        return ok, reasons, _to_arrow(_encode_plan(plan, config))
+        return ok, reasons, _to_arrow(_encode_plan(plan, config, writable=False))
     return ok, reasons, encode_batch_to_arrow(table.filter(pa.array(ok)), config)
 
 
@@ -210,7 +210,9 @@ def encode_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = 
     return _encode_plan(plan_batch(table, config), config)
 
 
-def _encode_plan(plan: BatchPlan, config: CodecConfig) -> EncodedBatch:
+def _encode_plan(plan: BatchPlan, config: CodecConfig, writable: bool = True) -> EncodedBatch:
+    """``writable=False``: the records may stay in the joined Arrow buffer (read-only) when nothing
+    is patched in place; for a batch going straight back to Arrow, that spares a copy of it."""
     bad = np.flatnonzero(plan.problems != None)  # noqa: E711 (element-wise on an object array)
     over = np.flatnonzero(limit_mask(plan, config))
     first_bad = int(bad[0]) if len(bad) else plan.n
@@ -236,7 +238,12 @@ def _encode_plan(plan: BatchPlan, config: CodecConfig) -> EncodedBatch:
         pieces = [p.cast(pa.large_binary()) for p in pieces]
     joined = pc.binary_join_element_wise(*pieces, b"") if n else pa.array([], pa.binary())
     offs, values = binary_parts(joined)
-    data = np.array(values[offs[0]:offs[-1]], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+    if not n:
+        data = np.zeros(0, np.uint8)
+    elif writable or config.enabled_append_prop_crc:
+        data = np.array(values[offs[0]:offs[-1]], dtype=np.uint8)
+    else:
+        data = values[offs[0]:offs[-1]]
     offsets = (offs[:-1] - offs[0]).astype(np.int64)
     sizes = plan.total.astype(np.int32)
     if config.enabled_append_prop_crc:

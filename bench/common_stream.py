@@ -131,15 +131,20 @@ def progress_listener(spark: Any) -> tuple[Any, list[Any]]:
 
 
 def collect(events: list[Any], since: int, expected_rows: int, timeout_s: float = 10.0,
-            records: Mapping[int, int] | None = None) -> RunProgress:
+            records: Mapping[int, int] | None = None, committed: Mapping[int, float] | None = None
+            ) -> RunProgress:
     """The progress events after index ``since``; waits briefly for late ones (the listener bus is
     asynchronous) until they account for ``expected_rows``. ``records`` (batch id -> records the
     sink wrote) replaces Spark's numInputRows, which counts the job's packed rows (ingest.packed),
-    not records."""
+    not records. ``committed`` (batch id -> epoch seconds of the store's commit) ends each batch
+    there instead: the sink commits a batch after Spark has recorded it (sink.foreach_batch)."""
     def current() -> list[BatchProgress]:
         got = [b for _, b in events[since:]]
         if records is not None:
             got = [dataclasses.replace(b, rows=records.get(b.batch_id, 0)) for b in got]
+        if committed is not None:
+            got = [dataclasses.replace(b, duration_ms=max(b.duration_ms, (committed[b.batch_id] - b.start) * 1e3))
+                   if b.batch_id in committed else b for b in got]
         return got
 
     deadline = time.monotonic() + timeout_s

@@ -57,15 +57,17 @@ def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs
 
     since = len(events)
     written: dict[int, int] = {}   # batch id -> records + dead letters the sink wrote
+    committed: dict[int, float] = {}   # batch id -> when the store committed it (epoch seconds)
 
     def count(stats: Any) -> None:
         written[stats.batch_id] = stats.records + stats.dead_letters
+        committed[stats.batch_id] = time.time()
 
     with cs.RssSampler() as rss:
         t0 = time.perf_counter()
         run_stream(cfg, spark=spark, available_now=True, on_batch=count)
         wall = time.perf_counter() - t0
-    prog = cs.collect(events, since, expected, records=written)
+    prog = cs.collect(events, since, expected, records=written, committed=committed)
     if prog.rows != expected:
         raise RuntimeError(f"commitlog run read {prog.rows} rows, expected {expected}")
     return prog, rss, wall

@@ -16,6 +16,7 @@ from ingest.prepare import finish_batch, map_and_encode
 from sink import CommitLogWriter
 from sink.foreach_batch import BatchInputs, ForeachBatchSink
 from store import StoreConfig
+from store.codec import CodecConfig
 from tests.test_mapping import kafka_rows
 
 pytestmark = pytest.mark.unit
@@ -25,8 +26,6 @@ def collected(first_offset: int, n: int = 5) -> pa.Table:
     """A batch as ``collect`` leaves it on the driver: n records of orders/0 from first_offset."""
     rows = kafka_rows(*[{"key": b"k%d" % i, "value": b"v%d" % i, "offset": i}
                         for i in range(first_offset, first_offset + n)])
-    from store.codec import CodecConfig
-
     return pa.Table.from_batches([map_and_encode(rows, MappingConfig(), CodecConfig())])
 
 

@@ -7,7 +7,7 @@ This module owns the order of things: skip a batch already committed, collect it
 commit it, log one line.
 
 With ``overlap``, a batch is finished, written and committed on a writer thread while Spark records
-it and collects the next one: the driver's share of a batch (about a third of it at 100,000 records)
+it and collects the next one: the driver's share of a batch (55-140 ms at 100,000 records, measured)
 leaves Spark's critical path. At most one batch is in the writer; the next call waits for it and
 raises its failure, which fails the query. Spark may then have recorded a batch the store has not
 committed: sink.spark_checkpoint.rewind_to_store brings the checkpoint back before the next start.

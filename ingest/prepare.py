@@ -156,8 +156,3 @@ def finish_packed(packed: pa.Table, inputs: BatchInputs) -> pa.Table:
     """finish_batch of a collect_packed table: the unpacking is the driver's work too, done by the
     sink's writer thread while Spark runs the next batch."""
     return finish_batch(unpack(packed, ENCODED_SCHEMA), inputs)
-
-
-def prepare_batch(df: Any, inputs: BatchInputs, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
-    """The whole of one micro-batch before the writer: collect_batch, then finish_batch."""
-    return finish_batch(collect_batch(df, mapping, codec), inputs)

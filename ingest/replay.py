@@ -1,8 +1,8 @@
 """``commitlog replay``: a bounded run of the ingest job over what a Kafka topic (or an export of it)
 already holds, into a CommitLog store, once, completely, and provably.
 
-The write path is ``commitlog run``'s: the same source, ``prepare_batch`` (mapping, queue offsets,
-encoding, and dropping whatever the store already holds) and the same ``ForeachBatchSink`` /
+The write path is ``commitlog run``'s: the same source, ``collect_batch`` and ``finish_batch`` (mapping,
+encoding, queue offsets, and dropping whatever the store already holds) and the same ``ForeachBatchSink`` /
 ``CommitLogWriter`` with its atomic commit per batch. What replay adds is the bound: every partition's
 [start, end) is fixed before the first write (kept in ``<store>/replay/`` until done), cut into
 batches of ``--max-offsets-per-trigger`` offsets, each a Spark batch query with explicit

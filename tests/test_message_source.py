@@ -7,7 +7,7 @@ import pytest
 
 from ingest.mapping import MappingConfig
 from ingest.message_source import SHORT_NAME, source_options
-from ingest.prepare import prepare_batch
+from ingest.prepare import collect_packed, finish_packed
 from sink.foreach_batch import BatchInputs
 from store.codec import CodecConfig, decode_message
 from tests.kafka_helpers import create_topics, produce, unique_topic
@@ -29,8 +29,8 @@ def test_a_batch_read_in_many_tasks_comes_back_in_source_order_and_numbered_per_
     assert df.rdd.getNumPartitions() == 10
 
     # the store already holds partition 1 below offset 4 and has 100 messages in queue 0
-    table = prepare_batch(df, BatchInputs({f"{topic}/1": 4}, {(topic, 0): 100}), MappingConfig(),
-                          CodecConfig(max_message_size=4000))
+    table = finish_packed(collect_packed(df, MappingConfig(), CodecConfig(max_message_size=4000)),
+                          BatchInputs({f"{topic}/1": 4}, {(topic, 0): 100}))
     live = table.filter(pc.is_null(table.column("dead_reason")))
     coords = list(zip(live.column("kafka_partition").to_pylist(), live.column("kafka_offset").to_pylist()))
     expected = sorted((s.partition, s.offset) for s in sent if s.value != values[9] and

@@ -12,7 +12,7 @@ from store.batch_codec import MESSAGE_TABLE_SCHEMA, EncodedBatch, encode_batch, 
 from store.codec import CodecConfig, Message, decode_message, encode_message
 from store.errors import FieldLimitError, InvalidMessageError
 from store.hosts import HostAddress
-from store.properties import tags_code
+from store.properties import java_parse_int, string_to_properties, tags_code
 
 pytestmark = pytest.mark.unit
 
@@ -73,7 +73,9 @@ def test_every_record_equals_encode_message_of_its_row(rows: list[dict], prop_cr
     assert batch.tags_codes.tolist() == [tags_code(r["tags"]) for r in rows]
     assert batch.queue_ids.tolist() == [r["queue_id"] for r in rows]
     assert batch.sys_flags.tolist() == [decode_message(batch.record(i)).sys_flag for i in range(len(rows))]
-    assert batch.delay_levels.tolist() == [3 if (r["properties"] or "").startswith("DELAY") else 0 for r in rows]
+    # DELAY read as RocketMQ reads it (Integer.parseInt): "DELAY" with a non-number means no delay
+    assert batch.delay_levels.tolist() == [java_parse_int(string_to_properties(r["properties"] or "").get("DELAY")) or 0
+                                           for r in rows]
     if with_queue_offset:
         assert batch.queue_offsets.tolist() == [decode_message(batch.record(i)).queue_offset for i in range(len(rows))]
     else:

@@ -85,8 +85,8 @@ def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def pooled_bytes(size: int) -> np.ndarray:
     """A new writable uint8 array from pyarrow's memory pool, for a batch-sized buffer. numpy hands
-    an allocation this large back to the OS when it is freed, so the next batch's page-faults in
-    fresh pages again (~1 ms per MB here: 35 ms of a 100,000-record batch's 30 MB, against 4 ms
+    an allocation this large back to the OS when it is freed, so the next batch would fault fresh
+    pages in again (~1 ms per MB here: 35 ms for a 100,000-record batch's 30 MB, against 4 ms
     when the pool's pages are reused)."""
     return np.frombuffer(pa.allocate_buffer(size), dtype=np.uint8)
 

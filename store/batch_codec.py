@@ -33,6 +33,7 @@ from store.batch_columns import (
     limit_mask,
     null_mask,
     plan_batch,
+    pooled_bytes,
     rows_containing,
 )
 from store.codec import CodecConfig, Message, apply_prop_crcs, encode_message
@@ -241,7 +242,8 @@ def _encode_plan(plan: BatchPlan, config: CodecConfig, writable: bool = True) ->
     if not n:
         data = np.zeros(0, np.uint8)
     elif writable or config.enabled_append_prop_crc:
-        data = np.array(values[offs[0]:offs[-1]], dtype=np.uint8)
+        data = pooled_bytes(int(offs[-1] - offs[0]))
+        data[:] = values[offs[0]:offs[-1]]
     else:
         data = values[offs[0]:offs[-1]]
     offsets = (offs[:-1] - offs[0]).astype(np.int64)

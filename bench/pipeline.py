@@ -10,9 +10,12 @@ figure:
   durable commit per batch; flush SYNC or ASYNC;
 - peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
   source's ceiling).
-Figures per run: sustained msg/s (rows over the span of the data batches), p50/p99 batch latency
-(Spark's triggerExecution), peak RSS of the Python driver and of the driver JVM. Ratios:
-commitlog SYNC over noop (target >= 0.8) and over parquet (target >= 1.0).
+Each batch size is measured in rounds: every kind runs once per round, in a rotating order, so a
+change in the shared machine's speed during the script falls on every kind alike; the full mode
+first runs one unrecorded round (JIT and Python worker warm-up). Figures per run: sustained msg/s
+(rows over the span of the data batches), p50/p99 batch latency (Spark's triggerExecution), peak
+RSS of the Python driver and of the driver JVM. Ratios: commitlog SYNC over noop (target >= 0.8)
+and over parquet (target >= 1.0).
 ``--soak SECONDS`` adds a run of that length against a live producer, sampling the driver's RSS
 (it must not grow with the store).
 """
@@ -94,6 +97,25 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
     if prog.rows != expected:
         raise RuntimeError(f"the {sink} query read {prog.rows} rows, expected {expected}")
     return prog, rss, wall
+
+
+KINDS = ("commitlog.sync", "commitlog.async", "noop", "parquet")
+FIGURES = ("rate", "p50", "p99", "py_rss", "py_anon", "jvm_rss", "batches")
+
+
+def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what: str, batch: int,
+            n: int) -> dict[str, float]:
+    """One run of one kind over the pre-filled topic of ``n`` records: its FIGURES."""
+    with common.scratch(args, f"pipeline/{tag}") as root:
+        flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
+        cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n))
+        if what.startswith("commitlog"):
+            prog, rss, _ = run_commitlog(spark, events, cfg, n)
+        else:
+            prog, rss, _ = run_peer(spark, events, cfg, what, root, n)
+    return {"rate": prog.sustained_rate(), "p50": prog.latency_ms(50), "p99": prog.latency_ms(99),
+            "py_rss": rss.python_peak / MIB, "py_anon": rss.python_anon_peak / MIB,
+            "jvm_rss": rss.jvm_peak / MIB, "batches": len(prog.data_batches)}
 
 
 def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: float, rate: int) -> None:
@@ -231,35 +253,33 @@ def main(argv: list[str] | None = None) -> int:
             spark = cs.spark_session(2)
             try:
                 _, events = cs.progress_listener(spark)
-                for batch in ([] if args.soak_only else p["batches"]):
+                batches = [] if args.soak_only else p["batches"]
+                if batches and not args.quick:
+                    # one unrecorded round first: the JVM's JIT and the Python workers warm up on it,
+                    # not on whichever kind happens to be measured first
+                    for what in KINDS:
+                        measure(args, spark, events, broker.bootstrap_servers, "warm-up", what, batches[0],
+                                sizes[batches[0]])
+                for batch in batches:
                     tag = f"batch{batch}"
-                    n = sizes[batch]
-                    for what in ("commitlog.sync", "commitlog.async", "noop", "parquet"):
-                        res = {"rate": [], "p50": [], "p99": [], "py_rss": [], "py_anon": [], "jvm_rss": [],
-                               "batches": []}
-                        for _ in range(runs):
-                            with common.scratch(args, f"pipeline/{tag}") as root:
-                                flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
-                                cfg = job_config(broker.bootstrap_servers, root, batch, flush, topic=topic_for(n))
-                                if what.startswith("commitlog"):
-                                    prog, rss, wall = run_commitlog(spark, events, cfg, n)
-                                else:
-                                    prog, rss, wall = run_peer(spark, events, cfg, what, root, n)
-                            res["rate"].append(prog.sustained_rate())
-                            res["p50"].append(prog.latency_ms(50))
-                            res["p99"].append(prog.latency_ms(99))
-                            res["py_rss"].append(rss.python_peak / MIB)
-                            res["py_anon"].append(rss.python_anon_peak / MIB)
-                            res["jvm_rss"].append(rss.jvm_peak / MIB)
-                            res["batches"].append(len(prog.data_batches))
+                    res = {what: {k: [] for k in FIGURES} for what in KINDS}
+                    for r in range(runs):
+                        # the kinds take turns within each round, in a rotating order, so a drift in
+                        # the shared machine's speed falls on all of them alike
+                        for what in KINDS[r % len(KINDS):] + KINDS[:r % len(KINDS)]:
+                            run = measure(args, spark, events, broker.bootstrap_servers, tag, what, batch,
+                                          sizes[batch])
+                            for k in FIGURES:
+                                res[what][k].append(run[k])
+                    for what in KINDS:
                         name = f"{tag}.{what}"
-                        rep.add(f"{name}.msgs_per_s", res["rate"], "msg/s")
-                        rep.add(f"{name}.batch_p50_ms", res["p50"], "ms")
-                        rep.add(f"{name}.batch_p99_ms", res["p99"], "ms")
-                        rep.add(f"{name}.driver_python_rss_peak_mib", res["py_rss"], "MiB")
-                        rep.add(f"{name}.driver_python_anon_peak_mib", res["py_anon"], "MiB")
-                        rep.add(f"{name}.driver_jvm_rss_peak_mib", res["jvm_rss"], "MiB")
-                        rep.params[f"{name}.batches"] = res["batches"]
+                        rep.add(f"{name}.msgs_per_s", res[what]["rate"], "msg/s")
+                        rep.add(f"{name}.batch_p50_ms", res[what]["p50"], "ms")
+                        rep.add(f"{name}.batch_p99_ms", res[what]["p99"], "ms")
+                        rep.add(f"{name}.driver_python_rss_peak_mib", res[what]["py_rss"], "MiB")
+                        rep.add(f"{name}.driver_python_anon_peak_mib", res[what]["py_anon"], "MiB")
+                        rep.add(f"{name}.driver_jvm_rss_peak_mib", res[what]["jvm_rss"], "MiB")
+                        rep.params[f"{name}.batches"] = res[what]["batches"]
                     for flush in ("sync", "async"):
                         for peer in ("noop", "parquet"):
                             rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",

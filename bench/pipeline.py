@@ -55,7 +55,7 @@ def job_config(bootstrap: str, root: Path, batch: int, flush: str, trigger: str 
                      starting_offsets="earliest", flush=flush, master="local[2]", shuffle_partitions=2)
 
 
-def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs.RunProgress, cs.RssSampler, float]:
+def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs.RunProgress, cs.RssSampler]:
     from ingest.job import run_stream
 
     since = len(events)
@@ -67,55 +67,55 @@ def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs
         committed[stats.batch_id] = time.time()
 
     with cs.RssSampler() as rss:
-        t0 = time.perf_counter()
         run_stream(cfg, spark=spark, available_now=True, on_batch=count)
-        wall = time.perf_counter() - t0
     prog = cs.collect(events, since, expected, records=written, committed=committed)
     if prog.rows != expected:
         raise RuntimeError(f"commitlog run read {prog.rows} rows, expected {expected}")
-    return prog, rss, wall
+    return prog, rss
 
 
 def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected: int
-             ) -> tuple[cs.RunProgress, cs.RssSampler, float]:
+             ) -> tuple[cs.RunProgress, cs.RssSampler]:
     from ingest.config import kafka_reader_options
 
     since = len(events)
     opts = kafka_reader_options(cfg, "earliest")
     with cs.RssSampler() as rss:
-        t0 = time.perf_counter()
         df = spark.readStream.format("kafka-python").options(**opts).load()
         w = (df.writeStream.trigger(availableNow=True).queryName(f"bench-{sink}")
              .option("checkpointLocation", str(root / f"checkpoint-{sink}")))
         w = w.format("parquet").option("path", str(root / "parquet")) if sink == "parquet" else w.format("noop")
         q = w.start()
         q.awaitTermination()
-        wall = time.perf_counter() - t0
     if q.exception() is not None:
         raise RuntimeError(f"the {sink} query failed: {q.exception()}")
     prog = cs.collect(events, since, expected)
     if prog.rows != expected:
         raise RuntimeError(f"the {sink} query read {prog.rows} rows, expected {expected}")
-    return prog, rss, wall
+    return prog, rss
 
 
 KINDS = ("commitlog.sync", "commitlog.async", "noop", "parquet")
-FIGURES = ("rate", "p50", "p99", "py_rss", "py_anon", "jvm_rss", "batches")
+# a run's figures: name in the report, unit
+FIGURES = {"msgs_per_s": "msg/s", "batch_p50_ms": "ms", "batch_p99_ms": "ms", "driver_python_rss_peak_mib": "MiB",
+           "driver_python_anon_peak_mib": "MiB", "driver_jvm_rss_peak_mib": "MiB"}
 
 
 def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what: str, batch: int,
             n: int) -> dict[str, float]:
-    """One run of one kind over the pre-filled topic of ``n`` records: its FIGURES."""
+    """One run of one kind over the pre-filled topic of ``n`` records: its FIGURES, and its number
+    of data batches."""
     with common.scratch(args, f"pipeline/{tag}") as root:
         flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
         cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n))
         if what.startswith("commitlog"):
-            prog, rss, _ = run_commitlog(spark, events, cfg, n)
+            prog, rss = run_commitlog(spark, events, cfg, n)
         else:
-            prog, rss, _ = run_peer(spark, events, cfg, what, root, n)
-    return {"rate": prog.sustained_rate(), "p50": prog.latency_ms(50), "p99": prog.latency_ms(99),
-            "py_rss": rss.python_peak / MIB, "py_anon": rss.python_anon_peak / MIB,
-            "jvm_rss": rss.jvm_peak / MIB, "batches": len(prog.data_batches)}
+            prog, rss = run_peer(spark, events, cfg, what, root, n)
+    return {"msgs_per_s": prog.sustained_rate(), "batch_p50_ms": prog.latency_ms(50),
+            "batch_p99_ms": prog.latency_ms(99), "driver_python_rss_peak_mib": rss.python_peak / MIB,
+            "driver_python_anon_peak_mib": rss.python_anon_peak / MIB,
+            "driver_jvm_rss_peak_mib": rss.jvm_peak / MIB, "batches": len(prog.data_batches)}
 
 
 def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: float, rate: int) -> None:
@@ -262,23 +262,19 @@ def main(argv: list[str] | None = None) -> int:
                                 sizes[batches[0]])
                 for batch in batches:
                     tag = f"batch{batch}"
-                    res = {what: {k: [] for k in FIGURES} for what in KINDS}
+                    res = {what: {k: [] for k in [*FIGURES, "batches"]} for what in KINDS}
                     for r in range(runs):
                         # the kinds take turns within each round, in a rotating order, so a drift in
                         # the shared machine's speed falls on all of them alike
                         for what in KINDS[r % len(KINDS):] + KINDS[:r % len(KINDS)]:
                             run = measure(args, spark, events, broker.bootstrap_servers, tag, what, batch,
                                           sizes[batch])
-                            for k in FIGURES:
-                                res[what][k].append(run[k])
+                            for k, v in run.items():
+                                res[what][k].append(v)
                     for what in KINDS:
                         name = f"{tag}.{what}"
-                        rep.add(f"{name}.msgs_per_s", res[what]["rate"], "msg/s")
-                        rep.add(f"{name}.batch_p50_ms", res[what]["p50"], "ms")
-                        rep.add(f"{name}.batch_p99_ms", res[what]["p99"], "ms")
-                        rep.add(f"{name}.driver_python_rss_peak_mib", res[what]["py_rss"], "MiB")
-                        rep.add(f"{name}.driver_python_anon_peak_mib", res[what]["py_anon"], "MiB")
-                        rep.add(f"{name}.driver_jvm_rss_peak_mib", res[what]["jvm_rss"], "MiB")
+                        for figure, unit in FIGURES.items():
+                            rep.add(f"{name}.{figure}", res[what][figure], unit)
                         rep.params[f"{name}.batches"] = res[what]["batches"]
                     for flush in ("sync", "async"):
                         for peer in ("noop", "parquet"):

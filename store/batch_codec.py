@@ -120,12 +120,11 @@ def validate_batch(table: pa.Table | pa.RecordBatch,
 
 
 def _validity(plan: BatchPlan, config: CodecConfig) -> tuple[np.ndarray, list[str | None]]:
-    reasons: list[str | None] = list(plan.problems)
+    reasons = plan.problems.copy()
     for i in np.flatnonzero(limit_mask(plan, config)):
         if reasons[i] is None:
             reasons[i] = str(limit_error(plan, int(i), config))
-    ok = np.array([r is None for r in reasons], dtype=bool)
-    return ok, reasons
+    return np.equal(reasons, None), reasons.tolist()
 
 
 def encode_valid_rows(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = None

@@ -34,7 +34,7 @@ import common  # noqa: E402
 import common_stream as cs  # noqa: E402
 
 MIB = 1 << 20
-FULL = {"messages": 300_000, "batches": [10_000, 30_000, 100_000], "partitions": 2}
+FULL = {"messages": 300_000, "batches": [10_000, 30_000, 50_000, 100_000], "partitions": 2}
 QUICK = {"messages": 10_000, "batches": [10_000], "partitions": 2}
 TOPIC = "bench-pipeline"
 

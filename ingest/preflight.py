@@ -114,19 +114,11 @@ def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/
     if not raw:
         raise StorePathError("''", "empty path; pass --store DIR")
     root = Path(raw).expanduser()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise StorePathError(raw, "exists and is not a directory") from exc
-    except OSError as exc:
-        raise StorePathError(raw, f"cannot be created ({exc.strerror})") from exc
-    if not root.is_dir():
+    if root.exists() and not root.is_dir():
         raise StorePathError(raw, "exists and is not a directory")
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise StorePathError(raw, f"not writable by uid {os.getuid()}")
-
-    real = os.path.realpath(root)
-    mount = mount_of(real, read_mounts(mounts_file))
+    # The filesystem is judged before anything is created, so a refused path leaves nothing behind
+    # (realpath resolves the part that exists; the rest can only be on the same mount).
+    mount = mount_of(os.path.realpath(root), read_mounts(mounts_file))
     if mount is not None and mount.fs_type in EPHEMERAL_FS_TYPES \
             and os.environ.get(ENV_ALLOW_EPHEMERAL) != "1":
         where = ("a container's writable layer (not a volume)" if mount.fs_type in
@@ -136,4 +128,12 @@ def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/
                  "exactly-once state would be lost with it. Mount a persistent volume there "
                  f"(docker volume, PersistentVolumeClaim, local disk), or set "
                  f"{ENV_ALLOW_EPHEMERAL}=1 for a throwaway run")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise StorePathError(raw, "exists and is not a directory") from exc
+    except OSError as exc:
+        raise StorePathError(raw, f"cannot be created ({exc.strerror})") from exc
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise StorePathError(raw, f"not writable by uid {os.getuid()}")
     _check_locking(root)

@@ -70,8 +70,10 @@ def test_really_refuses_dev_shm_when_the_machine_has_it(monkeypatch: pytest.Monk
     if mount is None or mount.fs_type != "tmpfs":
         pytest.fail(f"this test needs /dev/shm on tmpfs; the mount table says {mount}")
     monkeypatch.delenv(ENV_ALLOW_EPHEMERAL, raising=False)
+    refused = shm / f"commitlog-preflight-test-{os.getpid()}"
     with pytest.raises(StorePathError, match="tmpfs"):
-        check_store_path(shm / f"commitlog-preflight-test-{os.getpid()}")
+        check_store_path(refused)
+    assert not refused.exists()     # a refused path is not left behind on the machine's memory
 
 
 def test_mount_point_names_with_spaces_are_unescaped(tmp_path: Path) -> None:

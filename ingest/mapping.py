@@ -257,7 +257,6 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_
     """MAPPED_SCHEMA from the mapped columns and the columns every row shares the rule of."""
     n = batch.num_rows
     ts = batch.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())
-    dead = pc.is_valid(dead_reason)
     store_host = HostAddress.parse(cfg.store_host).to_bytes()
     zeros32 = pa.array(np.zeros(n, np.int32))
     live = {"topic": topic, "queue_id": queue_id, "body": body, "properties": properties, "tags": tags}
@@ -266,6 +265,7 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_
         # the usual batch: no dead letter, so no column to mask (masking costs ~15 % of a mapping)
         raw_cols = {name: pa.nulls(n, typ) for name, typ in raw.items()}
     else:
+        dead = pc.is_valid(dead_reason)
         live = {k: pc.if_else(dead, pa.scalar(None, v.type), v) for k, v in live.items()}
         raw_cols = {name: pc.if_else(dead, batch.column(name).cast(typ), pa.scalar(None, typ))
                     for name, typ in raw.items()}

@@ -260,7 +260,7 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_
     store_host = HostAddress.parse(cfg.store_host).to_bytes()
     zeros32 = pa.array(np.zeros(n, np.int32))
     live = {"topic": topic, "queue_id": queue_id, "body": body, "properties": properties, "tags": tags}
-    raw = {"key": pa.binary(), "value": pa.binary(), "headers": HEADER_TYPE}
+    raw = {name: MAPPED_SCHEMA.field(f"raw_{name}").type for name in ("key", "value", "headers")}
     if dead_reason.null_count == n:
         # the usual batch: no dead letter, so no column to mask (masking costs ~15 % of a mapping)
         raw_cols = {name: pa.nulls(n, typ) for name, typ in raw.items()}

@@ -18,12 +18,17 @@ python="${PYTHON:-python3}"
 if (( system )); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini
-    rm -rf /var/lib/apt/lists/*
+    # gcc only while pip builds ingest/_direct_encode.c (setup.py), removed again below
+    apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini gcc libc6-dev
 fi
 
 # A non-editable install: the image (and the test's venv) must work without the checkout.
 "$python" -m pip install "$src"
+
+if (( system )); then
+    apt-get purge -y --auto-remove gcc libc6-dev
+    rm -rf /var/lib/apt/lists/*
+fi
 
 # Smoke checks: the console script starts, the store/sink/ingest packages import from the
 # install (not from a checkout on sys.path), and Java is there for Spark.
@@ -36,7 +41,10 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
     if "site-packages" not in (mod.__file__ or ""):
         sys.exit(f"{name} imported from {mod.__file__}, not from the installed package")
 import pyspark
-print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}")
+from ingest import direct_encode
+kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
+print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; "
+      f"C kernel {kernel}")
 PY
 )
 if ! java -version >/dev/null 2>&1; then

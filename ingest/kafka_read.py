@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -39,9 +40,32 @@ SHORT_LOG_GRACE_S = 3.0  # a high watermark below the plan for this long is not 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
-def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_schema: pa.Schema,
+class BatchMaker(Protocol):
+    """What a task makes of the records it fetched: one RecordBatch per piece, in offset order."""
+
+    def from_chunk(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        """The records of a fetch (the fast path) below ``rng.until_offset``."""
+
+    def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
+        """kafka-python's ConsumerRecords (what the fast path leaves to it), all inside ``rng``."""
+
+
+@dataclass(frozen=True)
+class KafkaColumns:
+    """The records as Spark's Kafka columns (``schema``: the ones a source was asked for)."""
+
+    schema: pa.Schema
+
+    def from_chunk(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return chunk_to_batch(chunk, rng, self.schema)
+
+    def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return records_to_batch(records, rng.topic, rng.partition, self.schema)
+
+
+def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: BatchMaker,
                fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``rng`` as RecordBatches of ``arrow_schema`` (the source's columns)."""
+    """Yield the records of ``rng`` as ``make`` makes them (KafkaColumns: the source's columns)."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError, OffsetOutOfRangeError
 
@@ -73,7 +97,7 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], arrow_sc
                 continue
             items = polled.get(part, ())
             if items:
-                for batch in _to_batches(items, rng, arrow_schema, budget):
+                for batch in _to_batches(items, rng, make, budget):
                     if batch.num_rows:
                         yield batch
                 # idle time starts after Spark took the batches: a slow consumer of this generator
@@ -118,7 +142,7 @@ def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, f
     return new_position
 
 
-def _to_batches(items: list[Any], rng: KafkaOffsetRange, schema: pa.Schema,
+def _to_batches(items: list[Any], rng: KafkaOffsetRange, make: BatchMaker,
                 budget: kafka_fetch.FetchBudget) -> Iterator[pa.RecordBatch]:
     """poll() items, ArrowChunks from the fast path or ConsumerRecords, cut at the range end."""
     records: list[Any] = []
@@ -126,13 +150,13 @@ def _to_batches(items: list[Any], rng: KafkaOffsetRange, schema: pa.Schema,
         if isinstance(item, ArrowChunk):
             budget.observe(item)
             if records:
-                yield records_to_batch(records, rng.topic, rng.partition, schema)
+                yield make.from_records(records, rng)
                 records = []
-            yield chunk_to_batch(item, rng, schema)
+            yield make.from_chunk(item, rng)
         elif item.offset < rng.until_offset:
             records.append(item)
     if records:
-        yield records_to_batch(records, rng.topic, rng.partition, schema)
+        yield make.from_records(records, rng)
 
 
 def chunk_to_batch(chunk: ArrowChunk, rng: KafkaOffsetRange, schema: pa.Schema) -> pa.RecordBatch:

@@ -24,7 +24,7 @@ from ingest.kafka_admin import (OffsetReader, earliest_offsets, latest_offsets, 
                                 offsets_for_timestamp)
 from ingest.kafka_offsets import (KafkaOffsetRange, Offsets, TopicPartitionKey, check_data_loss,
                                   offsets_from_json, offsets_to_json, plan_ranges, rate_limit, resolve_markers)
-from ingest.kafka_read import read_range
+from ingest.kafka_read import BatchMaker, KafkaColumns, read_range
 from ingest.options import (DataLossError, KafkaOptionError, KafkaSourceError, KafkaSourceOptions,
                             OffsetSpec, parse_options)
 
@@ -109,7 +109,23 @@ def _topic_args(opts: KafkaSourceOptions) -> dict[str, Any]:
     return {"subscribe": opts.subscribe, "pattern": opts.subscribe_pattern, "assign": opts.assign}
 
 
-class KafkaBatchReader(DataSourceReader):
+class _RangeReading:
+    """A task of either reader: read its planned offset range."""
+
+    options: KafkaSourceOptions
+    schema: StructType
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaOffsetRange)
+        return read_range(partition, self.options.client_params, self.batch_maker(),
+                          self.options.fail_on_data_loss, self.options.poll_timeout_ms)
+
+    def batch_maker(self) -> BatchMaker:
+        """What the task makes of the records: the source's columns."""
+        return KafkaColumns(_arrow_schema(self.schema))
+
+
+class KafkaBatchReader(_RangeReading, DataSourceReader):
     """spark.read: the offsets between startingOffsets and endingOffsets, fixed at planning."""
 
     def __init__(self, options: KafkaSourceOptions, schema: StructType) -> None:
@@ -139,13 +155,8 @@ class KafkaBatchReader(DataSourceReader):
         start, end = self.plan()
         return plan_ranges(start, end, self.options.max_records_per_task, self.options.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaOffsetRange)
-        return read_range(partition, self.options.client_params, _arrow_schema(self.schema),
-                          self.options.fail_on_data_loss, self.options.poll_timeout_ms)
 
-
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """spark.readStream: each micro-batch's end offsets are chosen in latestOffset (capped by
     maxOffsetsPerTrigger) and recorded by Spark before any task runs."""
 
@@ -219,11 +230,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return plan_ranges(offsets_from_json(start), offsets_from_json(end),
                            self.options.max_records_per_task, self.options.min_partitions)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaOffsetRange)
-        return read_range(partition, self.options.client_params, _arrow_schema(self.schema),
-                          self.options.fail_on_data_loss, self.options.poll_timeout_ms)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the source keeps no state in Kafka (no consumer group)."""

@@ -7,7 +7,9 @@ The options and offsets are the ``kafka-python`` source's (ingest.kafka_source);
 of ingest.prepare.ENCODED_SCHEMA records packed into one binary value (ingest.packed). Mapping and
 encoding inside the read task means a record enters the JVM once, as a commit-log record: going in
 as Kafka columns and back out to Python for a ``mapInArrow`` cost as much again as the whole read
-(BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions. A task reads one
+(BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions. Where the mapping's
+default rules cover a fetch, the task goes from the fetched bytes to CommitLog records in one C pass
+(ingest.direct_encode); otherwise through Kafka columns and ingest.prepare.map_and_encode. A task reads one
 Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
 so a collected batch is in source order; ingest.prepare relies on that.
 """
@@ -23,11 +25,15 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
+from ingest.direct_encode import DirectEncoder
+from ingest.kafka_fetch import ArrowChunk
+from ingest.kafka_offsets import KafkaOffsetRange
+from ingest.kafka_read import BatchMaker, KafkaColumns
 from ingest.kafka_source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
 from ingest.mapping import MappingConfig
 from ingest.options import KafkaOptionError, parse_options
-from ingest.packed import packed_spark_schema
-from ingest.prepare import encode_and_pack
+from ingest.packed import pack_batches, packed_spark_schema
+from ingest.prepare import map_and_encode
 from store.codec import CodecConfig
 
 SHORT_NAME = "kafka-rocketmq"
@@ -51,6 +57,28 @@ def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig
         raise KafkaOptionError(f"option '{PREPARE_OPTION}' is not the JSON prepare_option() writes: {exc}") from exc
 
 
+class EncodedBatches:
+    """A task's fetches as ENCODED_SCHEMA batches: straight from the fetched bytes where the C
+    path covers them (ingest.direct_encode), through Kafka columns and map_and_encode otherwise."""
+
+    def __init__(self, columns: KafkaColumns, mapping: MappingConfig, codec: CodecConfig) -> None:
+        self.columns, self.mapping, self.codec = columns, mapping, codec
+        self._direct: dict[tuple[str, int], DirectEncoder | None] = {}
+
+    def from_chunk(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        key = (rng.topic, rng.partition)
+        if key not in self._direct:
+            self._direct[key] = DirectEncoder.for_partition(rng.topic, rng.partition, self.mapping, self.codec)
+        direct = self._direct[key]
+        encoded = direct.encode(chunk, rng.until_offset) if direct is not None else None
+        if encoded is not None:
+            return encoded
+        return map_and_encode(self.columns.from_chunk(chunk, rng), self.mapping, self.codec)
+
+    def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return map_and_encode(self.columns.from_records(records, rng), self.mapping, self.codec)
+
+
 class _Encoding:
     """Mixed in before a Kafka reader: the same offsets and tasks, each task's batches encoded.
     Pickled to the executors with the reader, mapping and codec included."""
@@ -61,8 +89,11 @@ class _Encoding:
         kafka, self.mapping, self.codec = _settings(options)
         super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
 
+    def batch_maker(self) -> BatchMaker:
+        return EncodedBatches(super().batch_maker(), self.mapping, self.codec)  # type: ignore[misc, arg-type]
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return encode_and_pack(super().read(partition), self.mapping, self.codec)  # type: ignore[misc]
+        return pack_batches(super().read(partition))  # type: ignore[misc]
 
 
 class MessageBatchReader(_Encoding, KafkaBatchReader):

@@ -108,8 +108,8 @@ def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingCo
 
 def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
                     codec: CodecConfig) -> Iterator[pa.RecordBatch]:
-    """map_and_encode_batches, each result packed into one row (ingest.packed): what a task hands
-    Spark, be it a read task of the message source or a ``mapInArrow`` over Kafka columns."""
+    """map_and_encode_batches, each result packed into one row (ingest.packed): what a ``mapInArrow``
+    over Kafka columns hands Spark (the message source's read tasks pack what they encode alike)."""
     return pack_batches(map_and_encode_batches(batches, mapping, codec))
 
 

@@ -160,7 +160,7 @@ def export_records(bootstrap_servers: str, out_dir: str | os.PathLike[str], fmt:
     Returns the number of records written."""
     from ingest.kafka_admin import OffsetReader
     from ingest.kafka_offsets import KafkaOffsetRange
-    from ingest.kafka_read import read_range
+    from ingest.kafka_read import KafkaColumns, read_range
     from ingest.options import kafka_client_params
 
     if fmt not in FORMATS:
@@ -179,8 +179,9 @@ def export_records(bootstrap_servers: str, out_dir: str | os.PathLike[str], fmt:
     for tp in tps:
         a = (start or {}).get(tp, earliest[tp])
         b = (end or {}).get(tp, latest[tp])
-        batches = list(read_range(KafkaOffsetRange(tp[0], tp[1], a, b), params, EXPORT_SCHEMA,
-                                  fail_on_data_loss=True, poll_timeout_ms=60_000))
+        rng = KafkaOffsetRange(tp[0], tp[1], a, b)
+        batches = list(read_range(rng, params, KafkaColumns(EXPORT_SCHEMA), fail_on_data_loss=True,
+                                  poll_timeout_ms=60_000))
         table = pa.Table.from_batches(batches, schema=EXPORT_SCHEMA)
         write_records(table, out / f"{tp[0]}-{tp[1]}.{fmt}", fmt)
         total += table.num_rows

@@ -178,14 +178,14 @@ def first_record_timestamp(client_params: Mapping[str, Any], tp: TopicPartitionK
     import pyarrow as pa
 
     from ingest.kafka_offsets import KafkaOffsetRange
-    from ingest.kafka_read import read_range
+    from ingest.kafka_read import KafkaColumns, read_range
 
     schema = pa.schema([("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
     if offset >= end:
         return None
     # one record is enough, but a compacted/transactional log may have a gap: read a small range
     rng = KafkaOffsetRange(tp[0], tp[1], offset, min(end, offset + 16))
-    for batch in read_range(rng, client_params, schema, fail_on_data_loss=False, poll_timeout_ms=30_000):
+    for batch in read_range(rng, client_params, KafkaColumns(schema), fail_on_data_loss=False, poll_timeout_ms=30_000):
         if batch.num_rows:
             return int(batch.column("timestamp").cast(pa.int64())[0].as_py()) // 1000
     return None

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parent.parent
 # What deploy/Dockerfile copies into the build.
-IMAGE_SOURCES = ("pyproject.toml", "README.md", "ingest", "sink", "store", "deploy/install.sh")
+IMAGE_SOURCES = ("pyproject.toml", "setup.py", "README.md", "ingest", "sink", "store", "deploy/install.sh")
 
 
 def export_sources(src: Path) -> None:
@@ -57,6 +57,8 @@ def test_install_sh_installs_a_working_commitlog_into_a_fresh_venv(tmp_path: Pat
                             capture_output=True, text=True, timeout=840)
     assert result.returncode == 0, f"install.sh failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     assert "install.sh: done" in result.stdout
+    if shutil.which("gcc"):
+        assert "C kernel built" in result.stdout, result.stderr[-4000:]
 
     # The installed console script knows the job, from a directory with no checkout in sight.
     shutil.rmtree(src)

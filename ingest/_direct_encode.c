@@ -1,0 +1,323 @@
+/* Kafka record batch (message format v2) -> RocketMQ CommitLog records, in one pass per record.
+ *
+ * The C half of ingest/direct_encode.py, which documents the contract: the caller hands the
+ * decompressed records of one Kafka batch, the constant parts of every record of its task (a head
+ * template encoded by store.codec, the topic part, the KAFKA_* property prefix) and output buffers
+ * sized for the worst case. A record is laid out exactly as store.batch_codec lays out the mapping
+ * of ingest.mapping; whatever this file does not cover (non-ASCII keys or headers, separators, a
+ * born-host or DELAY header, a record over a limit, a damaged batch) makes the call return a
+ * negative code and the caller maps and encodes the fetch the general way instead, so the rules
+ * and the error messages stay in one place (the Python).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Why a section was refused; mirrored by FALLBACK_REASONS in direct_encode.py. */
+enum {
+    FB_CORRUPT = 1,        /* does not parse: the general path reports it */
+    FB_KEY = 2,            /* key not ASCII, or holds a property separator */
+    FB_HEADER_NAME = 3,    /* header name empty, not ASCII, or holds a separator */
+    FB_HEADER_VALUE = 4,   /* header value not ASCII, or holds a separator */
+    FB_SPECIAL_HEADER = 5, /* the born-host header or DELAY */
+    FB_LIMIT = 6,          /* body, properties or record over its limit: a dead letter */
+    FB_CAPACITY = 7,       /* the output buffers are too small (a caller bug) */
+};
+
+#define POS_QUEUEID 12
+#define POS_BORNTIMESTAMP 40
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+/* zlib's crc32 (the one java.util.zip.CRC32 computes), slicing by 8. */
+static uint32_t crc32_of(const uint8_t *p, Py_ssize_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]]
+            ^ crc_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static int varint(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
+    uint64_t raw = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*pos >= end)
+            return -1;
+        uint8_t b = buf[(*pos)++];
+        raw |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* 1 if some byte is >= 0x80 or 0x02 (or 0x01 when strict). */
+static int odd_bytes(const uint8_t *p, Py_ssize_t n, int strict) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t b = p[i];
+        if (b >= 0x80 || b == 2 || (strict && b == 1))
+            return 1;
+    }
+    return 0;
+}
+
+static int same(const uint8_t *p, Py_ssize_t n, const char *s, Py_ssize_t m) {
+    return n == m && memcmp(p, s, (size_t)n) == 0;
+}
+
+/* Is the name one of the NUL-separated names in ``list``? */
+static int listed(const uint8_t *p, Py_ssize_t n, const uint8_t *list, Py_ssize_t len) {
+    Py_ssize_t i = 0;
+    while (i < len) {
+        Py_ssize_t j = i;
+        while (j < len && list[j])
+            j++;
+        if (j - i == n && memcmp(list + i, p, (size_t)n) == 0)
+            return 1;
+        i = j + 1;
+    }
+    return 0;
+}
+
+/* Java String.hashCode of ASCII text (one UTF-16 unit per byte), int32 arithmetic. */
+static int32_t java_hash(const uint8_t *p, Py_ssize_t n) {
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = 31u * h + p[i];
+    return (int32_t)h;
+}
+
+static const char HEX[] = "0123456789ABCDEF";
+
+typedef struct {
+    Py_buffer records, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps;
+    Py_buffer head, topic_part, coords_prefix, uniq_prefix, reserved, born_header;
+} Buffers;
+
+static void release(Buffers *b) {
+    Py_buffer *all[] = {&b->records, &b->out, &b->starts, &b->queue_ids, &b->tags_codes, &b->kafka_offsets,
+                        &b->timestamps, &b->head, &b->topic_part, &b->coords_prefix, &b->uniq_prefix,
+                        &b->reserved, &b->born_header};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->obj)
+            PyBuffer_Release(all[i]);
+}
+
+#define NEED(n) do { if (o + (Py_ssize_t)(n) > out_end) { status = FB_CAPACITY; goto done; } } while (0)
+
+static PyObject *encode_section(PyObject *self, PyObject *args) {
+    (void)self;
+    Buffers b;
+    memset(&b, 0, sizeof b);
+    Py_ssize_t count, out_pos, row, max_body, max_record, max_props;
+    long long base_offset, first_ts, max_ts, lo, hi;
+    int log_append_time, queue_id, key_hash_queues;
+    if (!PyArg_ParseTuple(args, "y*nLLLpLLw*nnw*w*w*w*w*y*y*y*y*y*y*nnnii", &b.records, &count, &base_offset,
+                          &first_ts, &max_ts, &log_append_time, &lo, &hi, &b.out, &out_pos, &row, &b.starts,
+                          &b.queue_ids, &b.tags_codes, &b.kafka_offsets, &b.timestamps, &b.head, &b.topic_part,
+                          &b.coords_prefix, &b.uniq_prefix, &b.reserved, &b.born_header, &max_body, &max_record, &max_props,
+                          &queue_id, &key_hash_queues)) {
+        release(&b);
+        return NULL;
+    }
+    const uint8_t *in = b.records.buf;
+    const Py_ssize_t in_end = b.records.len;
+    uint8_t *out = b.out.buf;
+    const Py_ssize_t out_end = b.out.len;
+    int64_t *starts = b.starts.buf, *tags_codes = b.tags_codes.buf, *kafka_offsets = b.kafka_offsets.buf;
+    int64_t *timestamps = b.timestamps.buf;
+    int32_t *queue_ids = b.queue_ids.buf;
+    const Py_ssize_t rows_cap = b.starts.len / 8;
+    const Py_ssize_t head_len = b.head.len;
+    int status = 0;
+    Py_ssize_t pos = 0, o = out_pos;
+
+    for (Py_ssize_t r = 0; r < count; r++) {
+        int64_t length, ts_delta, off_delta, key_len, val_len, header_count;
+        if (varint(in, in_end, &pos, &length) || length < 1 || length > in_end - pos) { status = FB_CORRUPT; goto done; }
+        const Py_ssize_t rec_end = pos + (Py_ssize_t)length;
+        pos++; /* attributes: unused in v2 */
+        if (varint(in, rec_end, &pos, &ts_delta) || varint(in, rec_end, &pos, &off_delta)
+            || varint(in, rec_end, &pos, &key_len) || key_len < -1 || key_len > rec_end - pos) {
+            status = FB_CORRUPT; goto done;
+        }
+        const uint8_t *key = in + pos;
+        pos += key_len > 0 ? (Py_ssize_t)key_len : 0;
+        if (varint(in, rec_end, &pos, &val_len) || val_len < -1 || val_len > rec_end - pos) { status = FB_CORRUPT; goto done; }
+        const uint8_t *value = in + pos;
+        const Py_ssize_t body_len = val_len > 0 ? (Py_ssize_t)val_len : 0;
+        pos += body_len;
+        if (varint(in, rec_end, &pos, &header_count) || header_count < 0) { status = FB_CORRUPT; goto done; }
+        const Py_ssize_t headers_at = pos;
+
+        const int64_t offset = (int64_t)base_offset + off_delta;
+        if (offset < lo || offset >= hi) {
+            /* outside the task's range: only walked over */
+            for (int64_t h = 0; h < header_count; h++) {
+                int64_t hk, hv;
+                if (varint(in, rec_end, &pos, &hk) || hk < 0 || hk > rec_end - pos) { status = FB_CORRUPT; goto done; }
+                pos += (Py_ssize_t)hk;
+                if (varint(in, rec_end, &pos, &hv) || hv < -1 || hv > rec_end - pos) { status = FB_CORRUPT; goto done; }
+                pos += hv > 0 ? (Py_ssize_t)hv : 0;
+            }
+            if (pos != rec_end) { status = FB_CORRUPT; goto done; }
+            continue;
+        }
+        if (row >= rows_cap) { status = FB_CAPACITY; goto done; }
+        if (body_len > max_body) { status = FB_LIMIT; goto done; }
+
+        /* head | body | topic part | properties length | properties */
+        const Py_ssize_t start = o;
+        NEED(head_len + body_len + b.topic_part.len + 2);
+        memcpy(out + o, b.head.buf, (size_t)head_len);
+        o += head_len;
+        memcpy(out + o, value, (size_t)body_len);
+        o += body_len;
+        memcpy(out + o, b.topic_part.buf, (size_t)b.topic_part.len);
+        o += b.topic_part.len;
+        const Py_ssize_t props_len_at = o;
+        o += 2;
+        const Py_ssize_t props_at = o;
+
+        int32_t key_hash = 0;
+        if (key_len > 0) {
+            if (odd_bytes(key, (Py_ssize_t)key_len, 1)) { status = FB_KEY; goto done; }
+            NEED(key_len + 6);
+            memcpy(out + o, "KEYS\x01", 5);
+            memcpy(out + o + 5, key, (size_t)key_len);
+            out[o + 5 + key_len] = 0x02;
+            o += (Py_ssize_t)key_len + 6;
+            key_hash = java_hash(key, (Py_ssize_t)key_len);
+        }
+        const uint8_t *tags = NULL;
+        Py_ssize_t tags_len = 0;
+        pos = headers_at;
+        for (int64_t h = 0; h < header_count; h++) {
+            int64_t hk, hv;
+            if (varint(in, rec_end, &pos, &hk) || hk < 0 || hk > rec_end - pos) { status = FB_CORRUPT; goto done; }
+            const uint8_t *name = in + pos;
+            pos += (Py_ssize_t)hk;
+            if (varint(in, rec_end, &pos, &hv) || hv < -1 || hv > rec_end - pos) { status = FB_CORRUPT; goto done; }
+            const uint8_t *val = in + pos;
+            const Py_ssize_t vlen = hv > 0 ? (Py_ssize_t)hv : 0;
+            pos += vlen;
+            if (hk == 0 || odd_bytes(name, (Py_ssize_t)hk, 1)) { status = FB_HEADER_NAME; goto done; }
+            if (same(name, (Py_ssize_t)hk, b.born_header.buf, b.born_header.len) || same(name, (Py_ssize_t)hk, "DELAY", 5)) {
+                status = FB_SPECIAL_HEADER; goto done;
+            }
+            if (listed(name, (Py_ssize_t)hk, b.reserved.buf, b.reserved.len))
+                continue; /* the job's coordinates win over a header of the same name */
+            /* 0x01 inside a value would make a DELAY\x01 look-alike for the delay-level scan */
+            if (odd_bytes(val, vlen, 1)) { status = FB_HEADER_VALUE; goto done; }
+            NEED(hk + vlen + 2);
+            memcpy(out + o, name, (size_t)hk);
+            o += (Py_ssize_t)hk;
+            out[o++] = 0x01;
+            memcpy(out + o, val, (size_t)vlen);
+            o += vlen;
+            out[o++] = 0x02;
+            if (same(name, (Py_ssize_t)hk, "TAGS", 4)) {
+                tags = val;
+                tags_len = vlen;
+            }
+        }
+        if (pos != rec_end) { status = FB_CORRUPT; goto done; }
+
+        /* KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET (decimal) and UNIQ_KEY (hex) */
+        char digits[24];
+        int nd = 0;
+        uint64_t u = offset < 0 ? (uint64_t)0 - (uint64_t)offset : (uint64_t)offset;
+        do { digits[nd++] = (char)('0' + u % 10); u /= 10; } while (u);
+        NEED(b.coords_prefix.len + nd + 1 + 10 + b.uniq_prefix.len + 16 + 1 + 1);
+        memcpy(out + o, b.coords_prefix.buf, (size_t)b.coords_prefix.len);
+        o += b.coords_prefix.len;
+        if (offset < 0)
+            out[o++] = '-';
+        while (nd)
+            out[o++] = (uint8_t)digits[--nd];
+        memcpy(out + o, "\x02UNIQ_KEY\x01", 10);
+        o += 10;
+        memcpy(out + o, b.uniq_prefix.buf, (size_t)b.uniq_prefix.len);
+        o += b.uniq_prefix.len;
+        for (int s = 60; s >= 0; s -= 4)
+            out[o++] = (uint8_t)HEX[((uint64_t)offset >> s) & 0xF];
+        out[o++] = 0x02;
+
+        const Py_ssize_t props_len = o - props_at;
+        const Py_ssize_t total = o - start;
+        if (props_len > max_props || total > max_record) { status = FB_LIMIT; goto done; }
+        out[props_len_at] = (uint8_t)(props_len >> 8);
+        out[props_len_at + 1] = (uint8_t)props_len;
+        const int64_t ts_ms = log_append_time ? (int64_t)max_ts : (int64_t)first_ts + ts_delta;
+        const int32_t qid = key_hash_queues > 0
+            ? (int32_t)(llabs((long long)key_hash) % key_hash_queues) : queue_id;
+        uint8_t *rec = out + start;
+        put32(rec, (uint32_t)total);
+        put32(rec + 8, crc32_of(value, body_len) & 0x7FFFFFFFu);
+        put32(rec + POS_QUEUEID, (uint32_t)qid);
+        put64(rec + POS_BORNTIMESTAMP, (uint64_t)ts_ms);
+        put32(rec + head_len - 4, (uint32_t)body_len);
+
+        starts[row] = start;
+        queue_ids[row] = qid;
+        tags_codes[row] = tags ? java_hash(tags, tags_len) : 0;
+        kafka_offsets[row] = offset;
+        timestamps[row] = (int64_t)((uint64_t)ts_ms * 1000u);
+        row++;
+    }
+    if (pos != in_end)
+        status = FB_CORRUPT;
+done:
+    release(&b);
+    if (status)
+        return PyLong_FromLong(-status);
+    return Py_BuildValue("(nn)", o, row);
+}
+
+static PyMethodDef methods[] = {
+    {"encode_section", encode_section, METH_VARARGS,
+     "encode_section(records, count, base_offset, first_ts, max_ts, log_append_time, lo, hi, out, out_pos, row, "
+     "starts, queue_ids, tags_codes, kafka_offsets, timestamps, head, topic_part, coords_prefix, uniq_prefix, "
+     "reserved, born_header, max_body, max_record, max_props, queue_id, key_hash_queues) -> (out_pos, row) | -reason"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_direct_encode",
+                                    "Kafka record batches to CommitLog records; see ingest/direct_encode.py.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__direct_encode(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,177 @@
+"""The C path from fetched Kafka batches to CommitLog records gives, row for row and byte for byte,
+what the general path (decode, map, encode) gives, and hands back every fetch it does not cover."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from kafka.consumer.fetcher import Fetcher
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.structs import TopicPartition
+
+from ingest import direct_encode
+from ingest.direct_encode import DirectEncoder
+from ingest.kafka_decode import CorruptBatchError
+from ingest.kafka_fetch import ArrowChunk, _fast_partition_records
+from ingest.kafka_offsets import KafkaOffsetRange
+from ingest.kafka_read import chunk_to_batch
+from ingest.kafka_source import _arrow_schema, kafka_schema
+from ingest.mapping import MappingConfig
+from ingest.prepare import map_and_encode
+from store.codec import CodecConfig
+
+pytestmark = [pytest.mark.unit,
+              pytest.mark.skipif(not direct_encode.available(), reason="built without a C compiler")]
+
+TOPIC, PARTITION = "orders", 3
+SCHEMA = _arrow_schema(kafka_schema(True))
+GZIP, NONE = 1, 0
+Record = tuple  # (key, value, headers)
+
+
+def plain_records(rnd: random.Random, count: int) -> list[Record]:
+    """What real streams hold: ASCII keys (or none), any body, a few ASCII headers."""
+    out = []
+    for _ in range(count):
+        key = rnd.choice([None, b"", b"order-%d" % rnd.randrange(10**6), b"k"])
+        value = rnd.choice([None, b"", rnd.randbytes(rnd.choice([1, 100, 1000]))])
+        names = ["TAGS", "trace", "KAFKA_OFFSET", "UNIQ_KEY", "x-y"]
+        headers = [(rnd.choice(names), rnd.choice([None, b"", b"Tag%d" % rnd.randrange(5), b"a\x00b"]))
+                   for _ in range(rnd.choice([0, 0, 1, 2, 4]))]
+        out.append((key, value, headers))
+    return out
+
+
+def fetched(batches: list[tuple[int, list[Record], int]], seed: int = 1, log_append: bool = False) -> bytes:
+    """The bytes of a fetch response: (base offset, records, codec) per v2 batch."""
+    rnd = random.Random(seed)
+    data = b""
+    for base, records, codec in batches:
+        builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, batch_size=1 << 24)
+        for i, (key, value, headers) in enumerate(records):
+            builder.append(i, timestamp=1_700_000_000_000 + rnd.randrange(10**9), key=key, value=value,
+                           headers=headers)
+        raw = bytearray(builder.build())
+        raw[0:8] = base.to_bytes(8, "big")   # the broker assigns the base offset
+        if log_append:
+            raw[22] |= 0x08                    # attributes: LogAppendTime
+        data += bytes(raw)
+    return data
+
+
+def chunk_of(data: bytes, fetch_offset: int) -> ArrowChunk:
+    cls = _fast_partition_records(Fetcher.PartitionRecords)
+    part = cls(fetch_offset, TopicPartition(TOPIC, PARTITION), MemoryRecords(data), check_crcs=False)
+    (chunk,) = part.take(None)
+    return chunk
+
+
+def both_ways(data: bytes, fetch_offset: int, until: int, mapping: MappingConfig = MappingConfig(),
+              codec: CodecConfig = CodecConfig()) -> tuple[pa.RecordBatch | None, pa.RecordBatch, DirectEncoder]:
+    encoder = DirectEncoder.for_partition(TOPIC, PARTITION, mapping, codec)
+    assert encoder is not None
+    direct = encoder.encode(chunk_of(data, fetch_offset), until)
+    rng = KafkaOffsetRange(TOPIC, PARTITION, fetch_offset, until)
+    general = map_and_encode(chunk_to_batch(chunk_of(data, fetch_offset), rng, SCHEMA), mapping, codec)
+    return direct, general, encoder
+
+
+def assert_same(direct: pa.RecordBatch | None, general: pa.RecordBatch) -> None:
+    assert direct is not None, "the direct path refused a fetch it covers"
+    assert direct.schema == general.schema
+    for name in general.schema.names:
+        assert direct.column(name).equals(general.column(name)), name
+
+
+def test_plain_records_are_encoded_exactly_as_the_general_path_does() -> None:
+    rnd = random.Random(5)
+    data = fetched([(0, plain_records(rnd, 300), NONE), (300, plain_records(rnd, 1), NONE),
+                    (301, plain_records(rnd, 200), GZIP)])
+    direct, general, _ = both_ways(data, 0, 501)
+    assert direct.num_rows == 501
+    assert_same(direct, general)
+
+
+def test_the_range_is_cut_at_the_fetch_offset_and_at_the_task_end() -> None:
+    rnd = random.Random(6)
+    data = fetched([(100, plain_records(rnd, 50), NONE), (150, plain_records(rnd, 50), NONE)])
+    direct, general, _ = both_ways(data, 117, 163)
+    assert direct.column("kafka_offset").to_pylist() == list(range(117, 163))
+    assert_same(direct, general)
+
+
+@pytest.mark.parametrize("mapping", [
+    MappingConfig(queue_mode="key-hash", queue_count=7),
+    MappingConfig(topic_map={TOPIC: "OrderTopic"}, born_host="10.1.2.3:4567"),
+    MappingConfig(store_host="[2001:db8::1]:10911", born_host="[::1]:1"),
+], ids=["key-hash", "renamed-topic", "ipv6-hosts"])
+def test_mapping_settings_give_the_same_records(mapping: MappingConfig) -> None:
+    rnd = random.Random(7)
+    direct, general, _ = both_ways(fetched([(0, plain_records(rnd, 400), NONE)]), 0, 400, mapping)
+    assert_same(direct, general)
+
+
+def test_log_append_time_gives_every_record_the_batch_time() -> None:
+    rnd = random.Random(8)
+    direct, general, _ = both_ways(fetched([(0, plain_records(rnd, 20), NONE)], log_append=True), 0, 20)
+    assert len(set(direct.column("raw_timestamp").to_pylist())) == 1
+    assert_same(direct, general)
+
+
+@pytest.mark.parametrize("record, reason", [
+    ((b"\xc3\xa9t\xc3\xa9", b"v", []), "key not plain ASCII"),
+    ((b"a\x02b", b"v", []), "key not plain ASCII"),
+    ((None, b"v", [("n\xe4me", b"v")]), "header name not plain ASCII"),
+    ((None, b"v", [("", b"v")]), "header name not plain ASCII"),
+    ((None, b"v", [("trace", b"caf\xc3\xa9")]), "header value not plain ASCII"),
+    ((None, b"v", [("trace", b"a\x02b")]), "header value not plain ASCII"),
+    ((None, b"v", [("bornHost", b"10.0.0.1:5")]), "born-host or DELAY header"),
+    ((None, b"v", [("DELAY", b"3")]), "born-host or DELAY header"),
+    ((None, b"x" * 200, []), "record over a limit"),
+    ((None, b"v", [("h", b"x" * 40000)]), "record over a limit"),
+], ids=["utf8-key", "separator-key", "utf8-header-name", "empty-header-name", "utf8-header-value",
+        "separator-value", "born-host", "delay", "body-over-max", "properties-over-max"])
+def test_a_fetch_holding_what_the_direct_path_does_not_cover_goes_the_general_way(record: Record,
+                                                                                  reason: str) -> None:
+    filler = [(b"k%d" % i, b"body", [("TAGS", b"T")]) for i in range(10)]
+    records = filler + [record] + filler
+    direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, 21, MappingConfig(max_message_size=150))
+    assert direct is None
+    assert encoder.fallbacks == {reason: 1}
+    assert general.num_rows == 21
+
+
+def test_settings_it_does_not_cover_leave_every_fetch_to_the_general_path() -> None:
+    assert DirectEncoder.for_partition(TOPIC, 0, MappingConfig(envelope=True), CodecConfig()) is None
+    assert DirectEncoder.for_partition(TOPIC, 0, MappingConfig(), CodecConfig(enabled_append_prop_crc=True)) is None
+    assert DirectEncoder.for_partition("bad topic!", 0, MappingConfig(), CodecConfig()) is None
+
+
+def test_a_damaged_batch_is_left_to_the_general_path_which_reports_it() -> None:
+    raw = bytearray(fetched([(0, [(b"k", b"value", [])] * 3, NONE)]))
+    raw[61] = 0x7E  # first record's length varint now claims 63 bytes
+    encoder = DirectEncoder.for_partition(TOPIC, PARTITION, MappingConfig(), CodecConfig())
+    assert encoder.encode(chunk_of(bytes(raw), 0), 3) is None
+    assert encoder.fallbacks == {"damaged batch": 1}
+    with pytest.raises(CorruptBatchError):
+        chunk_of(bytes(raw), 0).columns
+
+
+def test_a_task_encodes_plain_fetches_directly_and_the_others_the_general_way() -> None:
+    from ingest.kafka_read import KafkaColumns
+    from ingest.message_source import EncodedBatches
+
+    maker = EncodedBatches(KafkaColumns(SCHEMA), MappingConfig(), CodecConfig())
+    rng = KafkaOffsetRange(TOPIC, PARTITION, 0, 40)
+    plain = fetched([(0, [(b"k", b"body", [])] * 20, NONE)])
+    odd = fetched([(20, [(b"k", b"body", [])] * 19 + [(b"\xff", b"body", [])], NONE)])
+    first, second = maker.from_chunk(chunk_of(plain, 0), rng), maker.from_chunk(chunk_of(odd, 20), rng)
+    (encoder,) = maker._direct.values()
+    assert encoder.fallbacks == {"key not plain ASCII": 1}     # the first fetch went the direct way
+    assert first.column("kafka_offset").to_pylist() == list(range(20))
+    assert second.column("kafka_offset").to_pylist() == list(range(20, 40))
+    _, general, _ = both_ways(odd, 20, 40)
+    assert second.equals(general)

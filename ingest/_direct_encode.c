@@ -1,7 +1,7 @@
 /* Kafka record batch (message format v2) -> RocketMQ CommitLog records, in one pass per record.
  *
  * The C half of ingest/direct_encode.py, which documents the contract: the caller hands the
- * decompressed records of one Kafka batch, the constant parts of every record of its task (a head
+ * decompressed records of one fetch (its Kafka batches back to back), the constant parts of every record of its task (a head
  * template encoded by store.codec, the topic part, the KAFKA_* property prefix) and output buffers
  * sized for the worst case. A record is laid out exactly as store.batch_codec lays out the mapping
  * of ingest.mapping; whatever this file does not cover (non-ASCII keys or headers, separators, a
@@ -136,32 +136,37 @@ static void release(Buffers *b) {
 
 #define NEED(n) do { if (o + (Py_ssize_t)(n) > out_end) { status = FB_CAPACITY; goto done; } } while (0)
 
-static PyObject *encode_section(PyObject *self, PyObject *args) {
-    (void)self;
+typedef struct {
     Buffers b;
-    memset(&b, 0, sizeof b);
-    Py_ssize_t count, out_pos, row, max_body, max_record, max_props;
-    long long base_offset, first_ts, max_ts, lo, hi;
-    int log_append_time, queue_id, key_hash_queues;
-    if (!PyArg_ParseTuple(args, "y*nLLLpLLw*nnw*w*w*w*w*y*y*y*y*y*y*nnnii", &b.records, &count, &base_offset,
-                          &first_ts, &max_ts, &log_append_time, &lo, &hi, &b.out, &out_pos, &row, &b.starts,
-                          &b.queue_ids, &b.tags_codes, &b.kafka_offsets, &b.timestamps, &b.head, &b.topic_part,
-                          &b.coords_prefix, &b.uniq_prefix, &b.reserved, &b.born_header, &max_body, &max_record, &max_props,
-                          &queue_id, &key_hash_queues)) {
-        release(&b);
-        return NULL;
-    }
-    const uint8_t *in = b.records.buf;
-    const Py_ssize_t in_end = b.records.len;
-    uint8_t *out = b.out.buf;
-    const Py_ssize_t out_end = b.out.len;
-    int64_t *starts = b.starts.buf, *tags_codes = b.tags_codes.buf, *kafka_offsets = b.kafka_offsets.buf;
-    int64_t *timestamps = b.timestamps.buf;
-    int32_t *queue_ids = b.queue_ids.buf;
-    const Py_ssize_t rows_cap = b.starts.len / 8;
-    const Py_ssize_t head_len = b.head.len;
+    Py_ssize_t out_pos, row, max_body, max_record, max_props;
+    long long lo, hi;
+    int queue_id, key_hash_queues;
+    /* the section (one Kafka record batch) being encoded: its bytes in records, its batch fields */
+    Py_ssize_t sec_start, sec_end, count;
+    long long base_offset, first_ts, max_ts;
+    int log_append_time;
+} Job;
+
+/* One section's records. No Python API in here: it runs with the GIL released (the consumer's
+ * network thread receives the next fetch meanwhile). Leaves out_pos and row where it stopped. */
+static int encode_records(Job *j) {
+    const Py_ssize_t count = j->count, max_body = j->max_body, max_record = j->max_record;
+    const Py_ssize_t max_props = j->max_props;
+    const long long base_offset = j->base_offset, first_ts = j->first_ts, max_ts = j->max_ts;
+    const long long lo = j->lo, hi = j->hi;
+    const int log_append_time = j->log_append_time, queue_id = j->queue_id, key_hash_queues = j->key_hash_queues;
+    Py_ssize_t row = j->row, out_pos = j->out_pos;
+    const uint8_t *in = j->b.records.buf;
+    const Py_ssize_t in_end = j->sec_end;
+    uint8_t *out = j->b.out.buf;
+    const Py_ssize_t out_end = j->b.out.len;
+    int64_t *starts = j->b.starts.buf, *tags_codes = j->b.tags_codes.buf, *kafka_offsets = j->b.kafka_offsets.buf;
+    int64_t *timestamps = j->b.timestamps.buf;
+    int32_t *queue_ids = j->b.queue_ids.buf;
+    const Py_ssize_t rows_cap = j->b.starts.len / 8;
+    const Py_ssize_t head_len = j->b.head.len;
     int status = 0;
-    Py_ssize_t pos = 0, o = out_pos;
+    Py_ssize_t pos = j->sec_start, o = out_pos;
 
     for (Py_ssize_t r = 0; r < count; r++) {
         int64_t length, ts_delta, off_delta, key_len, val_len, header_count;
@@ -199,13 +204,13 @@ static PyObject *encode_section(PyObject *self, PyObject *args) {
 
         /* head | body | topic part | properties length | properties */
         const Py_ssize_t start = o;
-        NEED(head_len + body_len + b.topic_part.len + 2);
-        memcpy(out + o, b.head.buf, (size_t)head_len);
+        NEED(head_len + body_len + j->b.topic_part.len + 2);
+        memcpy(out + o, j->b.head.buf, (size_t)head_len);
         o += head_len;
         memcpy(out + o, value, (size_t)body_len);
         o += body_len;
-        memcpy(out + o, b.topic_part.buf, (size_t)b.topic_part.len);
-        o += b.topic_part.len;
+        memcpy(out + o, j->b.topic_part.buf, (size_t)j->b.topic_part.len);
+        o += j->b.topic_part.len;
         const Py_ssize_t props_len_at = o;
         o += 2;
         const Py_ssize_t props_at = o;
@@ -233,10 +238,10 @@ static PyObject *encode_section(PyObject *self, PyObject *args) {
             const Py_ssize_t vlen = hv > 0 ? (Py_ssize_t)hv : 0;
             pos += vlen;
             if (hk == 0 || odd_bytes(name, (Py_ssize_t)hk, 1)) { status = FB_HEADER_NAME; goto done; }
-            if (same(name, (Py_ssize_t)hk, b.born_header.buf, b.born_header.len) || same(name, (Py_ssize_t)hk, "DELAY", 5)) {
+            if (same(name, (Py_ssize_t)hk, j->b.born_header.buf, j->b.born_header.len) || same(name, (Py_ssize_t)hk, "DELAY", 5)) {
                 status = FB_SPECIAL_HEADER; goto done;
             }
-            if (listed(name, (Py_ssize_t)hk, b.reserved.buf, b.reserved.len))
+            if (listed(name, (Py_ssize_t)hk, j->b.reserved.buf, j->b.reserved.len))
                 continue; /* the job's coordinates win over a header of the same name */
             /* 0x01 inside a value would make a DELAY\x01 look-alike for the delay-level scan */
             if (odd_bytes(val, vlen, 1)) { status = FB_HEADER_VALUE; goto done; }
@@ -259,17 +264,17 @@ static PyObject *encode_section(PyObject *self, PyObject *args) {
         int nd = 0;
         uint64_t u = offset < 0 ? (uint64_t)0 - (uint64_t)offset : (uint64_t)offset;
         do { digits[nd++] = (char)('0' + u % 10); u /= 10; } while (u);
-        NEED(b.coords_prefix.len + nd + 1 + 10 + b.uniq_prefix.len + 16 + 1 + 1);
-        memcpy(out + o, b.coords_prefix.buf, (size_t)b.coords_prefix.len);
-        o += b.coords_prefix.len;
+        NEED(j->b.coords_prefix.len + nd + 1 + 10 + j->b.uniq_prefix.len + 16 + 1 + 1);
+        memcpy(out + o, j->b.coords_prefix.buf, (size_t)j->b.coords_prefix.len);
+        o += j->b.coords_prefix.len;
         if (offset < 0)
             out[o++] = '-';
         while (nd)
             out[o++] = (uint8_t)digits[--nd];
         memcpy(out + o, "\x02UNIQ_KEY\x01", 10);
         o += 10;
-        memcpy(out + o, b.uniq_prefix.buf, (size_t)b.uniq_prefix.len);
-        o += b.uniq_prefix.len;
+        memcpy(out + o, j->b.uniq_prefix.buf, (size_t)j->b.uniq_prefix.len);
+        o += j->b.uniq_prefix.len;
         for (int s = 60; s >= 0; s -= 4)
             out[o++] = (uint8_t)HEX[((uint64_t)offset >> s) & 0xF];
         out[o++] = 0x02;
@@ -299,17 +304,59 @@ static PyObject *encode_section(PyObject *self, PyObject *args) {
     if (pos != in_end)
         status = FB_CORRUPT;
 done:
-    release(&b);
+    j->out_pos = o;
+    j->row = row;
+    return status;
+}
+
+static PyObject *encode_fetch(PyObject *self, PyObject *args) {
+    (void)self;
+    Job j;
+    memset(&j, 0, sizeof j);
+    Py_buffer sections;
+    memset(&sections, 0, sizeof sections);
+    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*y*y*y*y*y*y*nnnii", &j.b.records, &sections, &j.lo, &j.hi,
+                          &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
+                          &j.b.timestamps, &j.b.head, &j.b.topic_part, &j.b.coords_prefix, &j.b.uniq_prefix,
+                          &j.b.reserved, &j.b.born_header, &j.max_body, &j.max_record, &j.max_props, &j.queue_id,
+                          &j.key_hash_queues)) {
+        release(&j.b);
+        if (sections.obj)
+            PyBuffer_Release(&sections);
+        return NULL;
+    }
+    const int64_t *secs = sections.buf;
+    const Py_ssize_t n_sections = sections.len / (Py_ssize_t)(6 * sizeof(int64_t));
+    int status = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < n_sections && !status; k++) {
+        const int64_t *sec = secs + 6 * k;   /* count, base offset, first/max timestamp, append time, bytes */
+        j.count = (Py_ssize_t)sec[0];
+        j.base_offset = sec[1];
+        j.first_ts = sec[2];
+        j.max_ts = sec[3];
+        j.log_append_time = sec[4] != 0;
+        j.sec_start = at;
+        j.sec_end = at + (Py_ssize_t)sec[5];
+        status = sec[5] < 0 || j.sec_end > j.b.records.len ? FB_CORRUPT : encode_records(&j);
+        at = j.sec_end;
+    }
+    if (!status && at != j.b.records.len)
+        status = FB_CORRUPT;
+    Py_END_ALLOW_THREADS
+    release(&j.b);
+    PyBuffer_Release(&sections);
     if (status)
         return PyLong_FromLong(-status);
-    return Py_BuildValue("(nn)", o, row);
+    return Py_BuildValue("(nn)", j.out_pos, j.row);
 }
 
 static PyMethodDef methods[] = {
-    {"encode_section", encode_section, METH_VARARGS,
-     "encode_section(records, count, base_offset, first_ts, max_ts, log_append_time, lo, hi, out, out_pos, row, "
-     "starts, queue_ids, tags_codes, kafka_offsets, timestamps, head, topic_part, coords_prefix, uniq_prefix, "
-     "reserved, born_header, max_body, max_record, max_props, queue_id, key_hash_queues) -> (out_pos, row) | -reason"},
+    {"encode_fetch", encode_fetch, METH_VARARGS,
+     "encode_fetch(records, sections, lo, hi, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, head, "
+     "topic_part, coords_prefix, uniq_prefix, reserved, born_header, max_body, max_record, max_props, queue_id, "
+     "key_hash_queues) -> (out_len, rows) | -reason"},
     {NULL, NULL, 0, NULL},
 };
 

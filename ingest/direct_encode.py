@@ -45,6 +45,7 @@ FALLBACK_REASONS = {1: "damaged batch", 2: "key not plain ASCII", 3: "header nam
                     4: "header value not plain ASCII", 5: "born-host or DELAY header", 6: "record over a limit",
                     7: "output buffer too small"}
 _HEAD_FIXED = 72    # TOTALSIZE .. BODYLENGTH without the two hosts
+_RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names skipped
 
 
 def available() -> bool:
@@ -121,21 +122,20 @@ class DirectEncoder:
         starts, kafka_offsets = np.empty(rows, np.int64), np.empty(rows, np.int64)
         tags_codes, timestamps = np.empty(rows, np.int64), np.empty(rows, np.int64)
         queue_ids = np.empty(rows, np.int32)
-        reserved = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))
-        pos = row = 0
-        for s in sections:
-            done = _kernel.encode_section(
-                s.records, s.count, s.base_offset, s.first_timestamp, s.max_timestamp, s.log_append_time,
-                chunk.fetch_offset, until_offset, out, pos, row, starts, queue_ids, tags_codes, kafka_offsets,
-                timestamps, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix, reserved,
-                self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition, self.key_hash_queues)
-            if isinstance(done, int):
-                reason = FALLBACK_REASONS.get(-done, str(done))
-                if not self.fallbacks:
-                    log.info("%s-%d: a fetch goes the general way (%s)", self.topic, self.partition, reason)
-                self.fallbacks[reason] += 1
-                return None
-            pos, row = done
+        fields = np.array([(s.count, s.base_offset, s.first_timestamp, s.max_timestamp, s.log_append_time,
+                            len(s.records)) for s in sections], np.int64).reshape(-1, 6)
+        done = _kernel.encode_fetch(
+            b"".join(s.records for s in sections), fields, chunk.fetch_offset, until_offset, out, starts, queue_ids,
+            tags_codes, kafka_offsets, timestamps, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix,
+            _RESERVED, self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition,
+            self.key_hash_queues)
+        if isinstance(done, int):
+            reason = FALLBACK_REASONS.get(-done, str(done))
+            if not self.fallbacks:
+                log.info("%s-%d: a fetch goes the general way (%s)", self.topic, self.partition, reason)
+            self.fallbacks[reason] += 1
+            return None
+        pos, row = done
         return self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
                            timestamps[:row])
 

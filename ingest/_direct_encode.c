@@ -7,7 +7,9 @@
  * of ingest.mapping; whatever this file does not cover (non-ASCII keys or headers, separators, a
  * born-host or DELAY header, a record over a limit, a damaged batch) makes the call return a
  * negative code and the caller maps and encodes the fetch the general way instead, so the rules
- * and the error messages stay in one place (the Python).
+ * and the error messages stay in one place (the Python). The property names written here (KEYS,
+ * TAGS, DELAY, UNIQ_KEY) are store/constants.py's; tests/test_direct_encode.py compares every byte
+ * with the Python path, which takes them from there.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -18,7 +18,6 @@ install time there is no kernel and every fetch goes the general way.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,11 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.kafka_fetch import ArrowChunk
-from ingest.mapping import RESERVED_PROPERTIES, MappingConfig, topic_problem
+from ingest.mapping import (PROPERTY_KAFKA_OFFSET, PROPERTY_KAFKA_PARTITION, PROPERTY_KAFKA_TOPIC, RESERVED_PROPERTIES,
+                            MappingConfig, topic_problem, uniq_key)
 from ingest.prepare import ENCODED_SCHEMA
 from store.batch_columns import binary_from, pooled_bytes
 from store.codec import CodecConfig, Message, encode_message
-from store.constants import MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR as SEP1, POS_SYSFLAG, PROPERTY_SEPARATOR as SEP2
+from store.constants import (MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR as SEP1, POS_BORNHOST, POS_SYSFLAG,
+                             PROPERTY_SEPARATOR as SEP2, PROPERTY_UNIQ_KEY)
 from store.errors import StoreError
 from store.hosts import HostAddress
 
@@ -44,7 +45,9 @@ log = logging.getLogger(__name__)
 FALLBACK_REASONS = {1: "damaged batch", 2: "key not plain ASCII", 3: "header name not plain ASCII",
                     4: "header value not plain ASCII", 5: "born-host or DELAY header", 6: "record over a limit",
                     7: "output buffer too small"}
-_HEAD_FIXED = 72    # TOTALSIZE .. BODYLENGTH without the two hosts
+# TOTALSIZE .. BODYLENGTH without the two hosts: STORETIMESTAMP, RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET and
+# BODYLENGTH follow BORNTIMESTAMP's 8 bytes and the born host
+_HEAD_FIXED = POS_BORNHOST + 8 + 4 + 8 + 4
 _RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names skipped
 
 
@@ -92,9 +95,9 @@ class DirectEncoder:
         return cls(
             topic=topic, partition=partition, target_topic=target, head=template[:head_len],
             topic_part=template[head_len:-2],
-            coords_prefix=(f"KAFKA_TOPIC{SEP1}{topic}{SEP2}KAFKA_PARTITION{SEP1}{partition}{SEP2}"
-                           f"KAFKA_OFFSET{SEP1}").encode(),
-            uniq_prefix=f"{zlib.crc32(topic.encode()):08X}{partition & 0xFFFFFFFF:08X}".encode(),
+            coords_prefix=(f"{PROPERTY_KAFKA_TOPIC}{SEP1}{topic}{SEP2}{PROPERTY_KAFKA_PARTITION}{SEP1}{partition}"
+                           f"{SEP2}{PROPERTY_KAFKA_OFFSET}{SEP1}").encode(),
+            uniq_prefix=uniq_key(topic, partition, 0)[:16].encode(),   # the offset's 16 hex digits follow
             born_header=mapping.born_host_header.encode(),
             max_body=min(mapping.max_message_size, codec.max_message_size), max_record=codec.max_record_size,
             key_hash_queues=mapping.queue_count if key_hash else 0,
@@ -104,7 +107,7 @@ class DirectEncoder:
     def _record_overhead(self) -> int:
         # the most a record's encoding adds to its key, value and header bytes in the fetch
         return (len(self.head) + len(self.topic_part) + 2 + len("KEYS") + 2 + len(self.coords_prefix) + 20
-                + len(f"{SEP2}UNIQ_KEY{SEP1}") + len(self.uniq_prefix) + 16 + 1)
+                + len(f"{SEP2}{PROPERTY_UNIQ_KEY}{SEP1}") + len(self.uniq_prefix) + 16 + 1)
 
     def encode(self, chunk: ArrowChunk, until_offset: int) -> pa.RecordBatch | None:
         """The records of ``chunk`` in [its fetch offset, ``until_offset``) as ENCODED_SCHEMA rows

@@ -27,9 +27,6 @@ enum {
     FB_CAPACITY = 7,       /* the output buffers are too small (a caller bug) */
 };
 
-#define POS_QUEUEID 12
-#define POS_BORNTIMESTAMP 40
-
 static uint32_t crc_table[8][256];
 
 static void crc_init(void) {
@@ -120,6 +117,23 @@ static int32_t java_hash(const uint8_t *p, Py_ssize_t n) {
     return (int32_t)h;
 }
 
+/* The next header of a record: its name and value (a null value reads as empty). */
+static int next_header(const uint8_t *in, Py_ssize_t rec_end, Py_ssize_t *pos, const uint8_t **name, Py_ssize_t *name_len,
+                       const uint8_t **val, Py_ssize_t *val_len) {
+    int64_t hk, hv;
+    if (varint(in, rec_end, pos, &hk) || hk < 0 || hk > rec_end - *pos)
+        return -1;
+    *name = in + *pos;
+    *name_len = (Py_ssize_t)hk;
+    *pos += *name_len;
+    if (varint(in, rec_end, pos, &hv) || hv < -1 || hv > rec_end - *pos)
+        return -1;
+    *val = in + *pos;
+    *val_len = hv > 0 ? (Py_ssize_t)hv : 0;
+    *pos += *val_len;
+    return 0;
+}
+
 static const char HEX[] = "0123456789ABCDEF";
 
 typedef struct {
@@ -141,6 +155,7 @@ static void release(Buffers *b) {
 typedef struct {
     Buffers b;
     Py_ssize_t out_pos, row, max_body, max_record, max_props;
+    Py_ssize_t pos_body_crc, pos_queue_id, pos_born_timestamp;   /* store/constants.py's POS_* */
     long long lo, hi;
     int queue_id, key_hash_queues;
     /* the section (one Kafka record batch) being encoded: its bytes in records, its batch fields */
@@ -187,17 +202,14 @@ static int encode_records(Job *j) {
         pos += body_len;
         if (varint(in, rec_end, &pos, &header_count) || header_count < 0) { status = FB_CORRUPT; goto done; }
         const Py_ssize_t headers_at = pos;
+        const uint8_t *name, *val;
+        Py_ssize_t name_len, vlen;
 
         const int64_t offset = (int64_t)base_offset + off_delta;
         if (offset < lo || offset >= hi) {
             /* outside the task's range: only walked over */
-            for (int64_t h = 0; h < header_count; h++) {
-                int64_t hk, hv;
-                if (varint(in, rec_end, &pos, &hk) || hk < 0 || hk > rec_end - pos) { status = FB_CORRUPT; goto done; }
-                pos += (Py_ssize_t)hk;
-                if (varint(in, rec_end, &pos, &hv) || hv < -1 || hv > rec_end - pos) { status = FB_CORRUPT; goto done; }
-                pos += hv > 0 ? (Py_ssize_t)hv : 0;
-            }
+            for (int64_t h = 0; h < header_count; h++)
+                if (next_header(in, rec_end, &pos, &name, &name_len, &val, &vlen)) { status = FB_CORRUPT; goto done; }
             if (pos != rec_end) { status = FB_CORRUPT; goto done; }
             continue;
         }
@@ -231,30 +243,23 @@ static int encode_records(Job *j) {
         Py_ssize_t tags_len = 0;
         pos = headers_at;
         for (int64_t h = 0; h < header_count; h++) {
-            int64_t hk, hv;
-            if (varint(in, rec_end, &pos, &hk) || hk < 0 || hk > rec_end - pos) { status = FB_CORRUPT; goto done; }
-            const uint8_t *name = in + pos;
-            pos += (Py_ssize_t)hk;
-            if (varint(in, rec_end, &pos, &hv) || hv < -1 || hv > rec_end - pos) { status = FB_CORRUPT; goto done; }
-            const uint8_t *val = in + pos;
-            const Py_ssize_t vlen = hv > 0 ? (Py_ssize_t)hv : 0;
-            pos += vlen;
-            if (hk == 0 || odd_bytes(name, (Py_ssize_t)hk, 1)) { status = FB_HEADER_NAME; goto done; }
-            if (same(name, (Py_ssize_t)hk, j->b.born_header.buf, j->b.born_header.len) || same(name, (Py_ssize_t)hk, "DELAY", 5)) {
+            if (next_header(in, rec_end, &pos, &name, &name_len, &val, &vlen)) { status = FB_CORRUPT; goto done; }
+            if (name_len == 0 || odd_bytes(name, name_len, 1)) { status = FB_HEADER_NAME; goto done; }
+            if (same(name, name_len, j->b.born_header.buf, j->b.born_header.len) || same(name, name_len, "DELAY", 5)) {
                 status = FB_SPECIAL_HEADER; goto done;
             }
-            if (listed(name, (Py_ssize_t)hk, j->b.reserved.buf, j->b.reserved.len))
+            if (listed(name, name_len, j->b.reserved.buf, j->b.reserved.len))
                 continue; /* the job's coordinates win over a header of the same name */
             /* 0x01 inside a value would make a DELAY\x01 look-alike for the delay-level scan */
             if (odd_bytes(val, vlen, 1)) { status = FB_HEADER_VALUE; goto done; }
-            NEED(hk + vlen + 2);
-            memcpy(out + o, name, (size_t)hk);
-            o += (Py_ssize_t)hk;
+            NEED(name_len + vlen + 2);
+            memcpy(out + o, name, (size_t)name_len);
+            o += name_len;
             out[o++] = 0x01;
             memcpy(out + o, val, (size_t)vlen);
             o += vlen;
             out[o++] = 0x02;
-            if (same(name, (Py_ssize_t)hk, "TAGS", 4)) {
+            if (same(name, name_len, "TAGS", 4)) {
                 tags = val;
                 tags_len = vlen;
             }
@@ -291,9 +296,9 @@ static int encode_records(Job *j) {
             ? (int32_t)(llabs((long long)key_hash) % key_hash_queues) : queue_id;
         uint8_t *rec = out + start;
         put32(rec, (uint32_t)total);
-        put32(rec + 8, crc32_of(value, body_len) & 0x7FFFFFFFu);
-        put32(rec + POS_QUEUEID, (uint32_t)qid);
-        put64(rec + POS_BORNTIMESTAMP, (uint64_t)ts_ms);
+        put32(rec + j->pos_body_crc, crc32_of(value, body_len) & 0x7FFFFFFFu);
+        put32(rec + j->pos_queue_id, (uint32_t)qid);
+        put64(rec + j->pos_born_timestamp, (uint64_t)ts_ms);
         put32(rec + head_len - 4, (uint32_t)body_len);
 
         starts[row] = start;
@@ -317,11 +322,11 @@ static PyObject *encode_fetch(PyObject *self, PyObject *args) {
     memset(&j, 0, sizeof j);
     Py_buffer sections;
     memset(&sections, 0, sizeof sections);
-    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*y*y*y*y*y*y*nnnii", &j.b.records, &sections, &j.lo, &j.hi,
+    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*y*y*y*y*y*y*nnnii(nnn)", &j.b.records, &sections, &j.lo, &j.hi,
                           &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
                           &j.b.timestamps, &j.b.head, &j.b.topic_part, &j.b.coords_prefix, &j.b.uniq_prefix,
                           &j.b.reserved, &j.b.born_header, &j.max_body, &j.max_record, &j.max_props, &j.queue_id,
-                          &j.key_hash_queues)) {
+                          &j.key_hash_queues, &j.pos_body_crc, &j.pos_queue_id, &j.pos_born_timestamp)) {
         release(&j.b);
         if (sections.obj)
             PyBuffer_Release(&sections);
@@ -358,7 +363,7 @@ static PyMethodDef methods[] = {
     {"encode_fetch", encode_fetch, METH_VARARGS,
      "encode_fetch(records, sections, lo, hi, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, head, "
      "topic_part, coords_prefix, uniq_prefix, reserved, born_header, max_body, max_record, max_props, queue_id, "
-     "key_hash_queues) -> (out_len, rows) | -reason"},
+     "key_hash_queues, (pos_body_crc, pos_queue_id, pos_born_timestamp)) -> (out_len, rows) | -reason"},
     {NULL, NULL, 0, NULL},
 };
 

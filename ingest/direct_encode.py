@@ -30,8 +30,9 @@ from ingest.mapping import (PROPERTY_KAFKA_OFFSET, PROPERTY_KAFKA_PARTITION, PRO
 from ingest.prepare import ENCODED_SCHEMA
 from store.batch_columns import binary_from, pooled_bytes
 from store.codec import CodecConfig, Message, encode_message
-from store.constants import (MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR as SEP1, POS_BORNHOST, POS_SYSFLAG,
-                             PROPERTY_SEPARATOR as SEP2, PROPERTY_UNIQ_KEY)
+from store.constants import (MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR as SEP1, POS_BODYCRC, POS_BORNHOST,
+                             POS_BORNTIMESTAMP, POS_QUEUEID, POS_SYSFLAG, PROPERTY_SEPARATOR as SEP2,
+                             PROPERTY_UNIQ_KEY)
 from store.errors import StoreError
 from store.hosts import HostAddress
 
@@ -131,7 +132,7 @@ class DirectEncoder:
             b"".join(s.records for s in sections), fields, chunk.fetch_offset, until_offset, out, starts, queue_ids,
             tags_codes, kafka_offsets, timestamps, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix,
             _RESERVED, self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition,
-            self.key_hash_queues)
+            self.key_hash_queues, (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
         if isinstance(done, int):
             reason = FALLBACK_REASONS.get(-done, str(done))
             if not self.fallbacks:

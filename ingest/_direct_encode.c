@@ -1,8 +1,9 @@
 /* Kafka record batch (message format v2) -> RocketMQ CommitLog records, in one pass per record.
  *
  * The C half of ingest/direct_encode.py, which documents the contract: the caller hands the
- * decompressed records of one fetch (its Kafka batches back to back), the constant parts of every record of its task (a head
- * template encoded by store.codec, the topic part, the KAFKA_* property prefix) and output buffers
+ * decompressed records of one fetch (its Kafka batches back to back), the constant parts of every
+ * record of its task (a head template encoded by store.codec, the topic part, the KAFKA_* property
+ * prefix, the positions store/constants.py gives the patched fields) and output buffers
  * sized for the worst case. A record is laid out exactly as store.batch_codec lays out the mapping
  * of ingest.mapping; whatever this file does not cover (non-ASCII keys or headers, separators, a
  * born-host or DELAY header, a record over a limit, a damaged batch) makes the call return a
@@ -118,8 +119,8 @@ static int32_t java_hash(const uint8_t *p, Py_ssize_t n) {
 }
 
 /* The next header of a record: its name and value (a null value reads as empty). */
-static int next_header(const uint8_t *in, Py_ssize_t rec_end, Py_ssize_t *pos, const uint8_t **name, Py_ssize_t *name_len,
-                       const uint8_t **val, Py_ssize_t *val_len) {
+static int next_header(const uint8_t *in, Py_ssize_t rec_end, Py_ssize_t *pos, const uint8_t **name,
+                       Py_ssize_t *name_len, const uint8_t **val, Py_ssize_t *val_len) {
     int64_t hk, hv;
     if (varint(in, rec_end, pos, &hk) || hk < 0 || hk > rec_end - *pos)
         return -1;
@@ -187,7 +188,9 @@ static int encode_records(Job *j) {
 
     for (Py_ssize_t r = 0; r < count; r++) {
         int64_t length, ts_delta, off_delta, key_len, val_len, header_count;
-        if (varint(in, in_end, &pos, &length) || length < 1 || length > in_end - pos) { status = FB_CORRUPT; goto done; }
+        if (varint(in, in_end, &pos, &length) || length < 1 || length > in_end - pos) {
+            status = FB_CORRUPT; goto done;
+        }
         const Py_ssize_t rec_end = pos + (Py_ssize_t)length;
         pos++; /* attributes: unused in v2 */
         if (varint(in, rec_end, &pos, &ts_delta) || varint(in, rec_end, &pos, &off_delta)
@@ -196,7 +199,9 @@ static int encode_records(Job *j) {
         }
         const uint8_t *key = in + pos;
         pos += key_len > 0 ? (Py_ssize_t)key_len : 0;
-        if (varint(in, rec_end, &pos, &val_len) || val_len < -1 || val_len > rec_end - pos) { status = FB_CORRUPT; goto done; }
+        if (varint(in, rec_end, &pos, &val_len) || val_len < -1 || val_len > rec_end - pos) {
+            status = FB_CORRUPT; goto done;
+        }
         const uint8_t *value = in + pos;
         const Py_ssize_t body_len = val_len > 0 ? (Py_ssize_t)val_len : 0;
         pos += body_len;

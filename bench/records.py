@@ -66,7 +66,7 @@ def message_table(n: int, body_size: int = 100, seed: int = SEED, start: int = 0
 
 def encode(table: pa.Table) -> Any:
     """The codec's ``encode_batch`` of ``table`` (an EncodedBatch)."""
-    from store.batch_codec import encode_batch
+    from store.format.batch_codec import encode_batch
 
     return encode_batch(table)
 

@@ -2,14 +2,14 @@
 kafka-python consumer reading the same records with the same parallelism?
 
 A topic of 100-byte records (2 partitions, the embedded Tansu broker) is pre-filled. Then:
-- ``replay``: ingest.replay.replay (what `commitlog replay --topics T --no-verify` runs), Spark
+- ``replay``: ingest.replay.command.replay (what `commitlog replay --topics T --no-verify` runs), Spark
   local[2], batches of replay's default --max-offsets-per-trigger (200,000), one durable commit per
   batch (SYNC); msg/s = records / wall time of the call (planning and store creation included, JVM
   start excluded: the session is built once, before timing). The session's first replay pays the
   JVM's warm-up (JIT compilation of Spark's paths), once per job: it is reported on its own
   (``replay_first``) and the measured runs follow it, as a long replay's later batches would;
 - ``plain_consumer``: 2 processes (one per partition, as Spark runs 2 tasks at once), each a
-  KafkaConsumer with the source's fetch tuning (ingest.kafka_read.READ_TUNING), assign + seek to
+  KafkaConsumer with the source's fetch tuning (ingest.kafka.read.READ_TUNING), assign + seek to
   the start, poll until the end; msg/s = records / the slower one's time.
 Target: replay >= 0.8 of the plain consumer.
 """
@@ -36,7 +36,7 @@ def consumer_child(bootstrap: str, topic: str, partition: int, end: int) -> int:
     print "done <records> <seconds>"."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from ingest.kafka_read import READ_TUNING
+    from ingest.kafka.read import READ_TUNING
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                       auto_offset_reset="earliest", **READ_TUNING)
@@ -87,7 +87,7 @@ def run_plain(bootstrap: str, partitions: int, per_partition: int) -> float:
 
 def run_replay(spark: Any, bootstrap: str, root: Path, batch: int | None, expected: int) -> float:
     from ingest.config import JobConfig
-    from ingest.replay import ReplayOptions, replay
+    from ingest.replay.command import ReplayOptions, replay
 
     sizing = {"max_offsets_per_trigger": batch} if batch else {}
     cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=TOPIC, store=str(root / "store"),

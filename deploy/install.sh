@@ -18,7 +18,7 @@ python="${PYTHON:-python3}"
 if (( system )); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    # gcc only while pip builds ingest/_direct_encode.c (setup.py), removed again below
+    # gcc only while pip builds ingest/encode/_direct_encode.c (setup.py), removed again below
     apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini gcc libc6-dev
 fi
 
@@ -41,7 +41,7 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
     if "site-packages" not in (mod.__file__ or ""):
         sys.exit(f"{name} imported from {mod.__file__}, not from the installed package")
 import pyspark
-from ingest import direct_encode
+from ingest.encode import direct_encode
 kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
 print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; "
       f"C kernel {kernel}")

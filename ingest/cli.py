@@ -34,10 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_broker_command(sub)
     from ingest import commands as ingest_commands
-    from store import cli as store_cli
+    from store import tools as store_tools
 
     ingest_commands.add_commands(sub)
-    store_cli.add_commands(sub)
+    store_tools.add_commands(sub)
     return parser
 
 

@@ -20,8 +20,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "SIGTERM or Ctrl-C stops after the current batch and closes the store.")
     add_job_arguments(p, streaming=True)
     p.set_defaults(func=_run)
-    try:
-        from ingest import replay
-    except ImportError:  # the replay command arrives with its own work
-        return
+    from ingest.replay import command as replay
+
     replay.add_command(sub)

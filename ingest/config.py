@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from store.constants import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_MESSAGE_SIZE
+from store.format import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_MESSAGE_SIZE
 
 
 class JobConfigError(ValueError):

@@ -102,7 +102,7 @@ def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topic
 def committed_counts(store: Path) -> tuple[int, int]:
     """(messages, dead letters) the store has committed so far, from its commit point."""
     from sink.state import SinkState
-    from store.commit_point import read_commit_point
+    from store import read_commit_point
 
     try:
         point = read_commit_point(store)

@@ -18,16 +18,15 @@ from functools import partial
 from typing import Any
 
 from ingest.config import JobConfig, kafka_reader_options, spark_interval
-from ingest.kafka_admin import earliest_offsets
-from ingest.mapping import MappingConfig
-from ingest.prepare import collect_packed, finish_packed
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import collect_packed
+from ingest.kafka.admin import earliest_offsets
 from sink import CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
 from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
-from store import StoreConfig
-from store.codec import CodecConfig
-from store.retention import RetentionConfig
+from store import RetentionConfig, StoreConfig
+from store.format import CodecConfig
 
 log = logging.getLogger("commitlog.run")
 
@@ -57,8 +56,8 @@ def spark_session(cfg: JobConfig) -> Any:
     conf = {"spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
             "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
             "spark.ui.enabled": "false",
-            # a task's packed batch (~7 MB per 50,000 records) comes back with its status, not through a
-            # block-manager fetch (20-45 ms per task, measured)
+            # a task's packed batch (megabytes) comes back with its task status, not through a slower
+            # block-manager fetch (BENCHMARKS.md, "Pipeline")
             "spark.task.maxDirectResultSize": str(64 << 20)}
     conf.update(cfg.spark_conf)
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
@@ -67,9 +66,9 @@ def spark_session(cfg: JobConfig) -> Any:
 def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str]) -> tuple[str, dict[str, str]]:
     """(format, options) to read with. Ours (``kafka-python``) reads through the message source, which
     maps and encodes in its read tasks; Spark's own, only when its package is on the classpath, gives
-    Kafka columns that ingest.prepare maps with mapInArrow."""
-    from ingest.kafka_source import source_format, spark_kafka_available
-    from ingest.message_source import SHORT_NAME, source_options
+    Kafka columns that ingest.encode.prepare maps with mapInArrow."""
+    from ingest.encode.message_source import SHORT_NAME, source_options
+    from ingest.kafka.source import source_format, spark_kafka_available
 
     fmt = source_format(cfg.source)
     if fmt == "kafka":
@@ -146,7 +145,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         fmt, reader_options = source_reader(cfg, spark, options)
         df = spark.readStream.format(fmt).options(**reader_options).load()
         sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg)),
-                                finish_packed, checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch,
+                                checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch,
                                 overlap=overlap_writes(cfg))
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
         if cfg.checkpoint:

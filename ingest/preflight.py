@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.errors import StoreError
+from store import StoreError
 
 ENV_ALLOW_EPHEMERAL = "COMMITLOG_ALLOW_EPHEMERAL_STORE"
 

@@ -36,8 +36,8 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
 
 def register_sources(session: "object") -> None:
     """Register our Python data sources on ``session`` (idempotent)."""
-    from ingest.kafka_source import KafkaDataSource
-    from ingest.message_source import KafkaMessageSource
+    from ingest.encode.message_source import KafkaMessageSource
+    from ingest.kafka.source import KafkaDataSource
 
     session.dataSource.register(KafkaDataSource)  # type: ignore[attr-defined]
     session.dataSource.register(KafkaMessageSource)  # type: ignore[attr-defined]

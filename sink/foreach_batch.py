@@ -1,14 +1,13 @@
 """The foreachBatch function: hands each ordered batch to the one driver-side writer.
 
-How a batch is made (mapping, encoding, queue offsets) is the caller's business, in two parts:
-``collect`` (the Spark job: DataFrame -> Arrow table on the driver, no store state needed) and
-``finish`` (against the writer's committed state: drop what the store holds, number the queues).
-This module owns the order of things: skip a batch already committed, collect it, finish, write and
-commit it, log one line.
+How a batch is made (mapping, encoding) is the caller's business: ``collect`` runs the Spark job
+(DataFrame -> the batch on the driver, sink.batch's form, no store state needed). This module owns
+the order of things: skip a batch already committed, collect it, prepare it against the writer's
+committed state (sink.batch.prepare), write and commit it, log one line.
 
-With ``overlap``, a batch is finished, written and committed on a writer thread while Spark records
-it and collects the next one: the driver's share of a batch (55-140 ms at 100,000 records, measured)
-leaves Spark's critical path. At most one batch is in the writer; the next call waits for it and
+With ``overlap``, a batch is prepared, written and committed on a writer thread while Spark records
+it and collects the next one: the driver's share of a batch leaves Spark's critical path
+(BENCHMARKS.md, "Pipeline"). At most one batch is in the writer; the next call waits for it and
 raises its failure, which fails the query. Spark may then have recorded a batch the store has not
 committed: sink.spark_checkpoint.rewind_to_store brings the checkpoint back before the next start.
 """
@@ -19,45 +18,33 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from sink.batch import prepare
 from sink.spark_checkpoint import checkpoint_query_id
 from sink.writer import BatchStats, CommitLogWriter
 
 log = logging.getLogger("commitlog.batch")
 
 # The writer thread's nice value. Off Spark's critical path, the write should take the CPU Spark leaves
-# idle: at normal priority it slowed Spark's own per-batch work (offset and commit logs, planning) by
-# 30-50 ms a batch, about what the overlap saves (measured, 100,000-record batches on 2 cores).
+# idle: at normal priority it competes with Spark's own per-batch work (offset and commit logs,
+# planning), which is on the critical path (BENCHMARKS.md, "Pipeline").
 WRITER_NICE = 10
 
-
-@dataclass(frozen=True)
-class BatchInputs:
-    """The writer's committed state a batch is finished against."""
-
-    kafka_next_offsets: Mapping[str, int]            # "topic/partition" -> first offset not yet stored
-    next_queue_offsets: Mapping[tuple[str, int], int]
-
-
-Collect = Callable[[Any], pa.Table]                  # DataFrame -> the batch on the driver, source order
-Finish = Callable[[pa.Table, BatchInputs], pa.Table]  # (batch, inputs) -> the batch, commit-log order
+Collect = Callable[[Any], pa.Table]   # DataFrame -> the batch on the driver (sink.batch), source order
 
 
 class ForeachBatchSink:
     """Callable for ``writeStream.foreachBatch``; serialises batches against a stop request."""
 
-    def __init__(self, writer: CommitLogWriter, collect: Collect, finish: Finish,
-                 checkpoint_dir: str | None = None, on_batch: Callable[[BatchStats], None] | None = None,
+    def __init__(self, writer: CommitLogWriter, collect: Collect, checkpoint_dir: str | None = None, on_batch: Callable[[BatchStats], None] | None = None,
                  overlap: bool = False) -> None:
         self.writer = writer
         self.collect = collect
-        self.finish = finish
         self.checkpoint_dir = checkpoint_dir
         self.on_batch = on_batch
         self.lock = threading.Lock()       # held for the whole of a call
@@ -90,8 +77,7 @@ class ForeachBatchSink:
 
     def _write(self, batch_id: int, query_id: str | None, table: pa.Table, started: float,
                collected: float) -> None:
-        inputs = BatchInputs(dict(self.writer.state.kafka_offsets), self.writer.next_queue_offsets())
-        stats = self.writer.write_batch(batch_id, query_id, self.finish(table, inputs))
+        stats = self.writer.write_batch(batch_id, query_id, prepare(table, self.writer.state.kafka_offsets))
         total = time.perf_counter() - started
         self.batches += 1
         log.info("batch %d: %d records, %.0f rec/s, %.0f ms (spark %.0f, append %.0f, flush %.0f, "

@@ -5,7 +5,7 @@ N as done (``<checkpoint>/commits/N``) before the store has committed it. A job 
 would, on restart, have Spark go on from batch N + 1 and the store miss batch N. ``rewind_to_store``
 closes the window: it removes Spark's records of every batch the store has not committed, so Spark
 runs the first of them again, over the same Kafka range (``offsets/N`` is kept), and the sink writes
-it. Records the store already holds are dropped by Kafka offset (ingest.prepare.drop_held), so the
+it. Records the store already holds are dropped by Kafka offset (ingest.encode.prepare.drop_held), so the
 re-run can never write one twice.
 
 The layout read here is Spark's streaming checkpoint on a local file system: ``metadata`` (the query

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sink.batch import COORD_COLUMNS, RECORD_COLUMNS
 from sink.deadletter import DeadLetterLog
 from sink.faults import CrashPoints
 from sink.state import SinkState, tp_key
@@ -25,10 +25,6 @@ from store import EncodedBatch, MessageStore, StoreConfig
 
 log = logging.getLogger(__name__)
 
-# Columns of a prepared batch (what ingest hands the sink): the encoded record and what the store
-# needs to dispatch it, the Kafka coordinates, and for dead rows the reason and the raw record.
-RECORD_COLUMNS = ("record", "topic", "queue_id", "sys_flag", "tags_code", "delay_level", "queue_offset")
-COORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
 
 
 @dataclass(frozen=True)
@@ -75,11 +71,9 @@ class CommitLogWriter:
         """Spark re-runs the last batch after a crash: one at or below the committed id is done."""
         return query_id is not None and query_id == self.state.query_id and batch_id <= self.state.batch_id
 
-    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
-        return self.store.next_queue_offsets()
-
     def write_batch(self, batch_id: int, query_id: str | None, table: pa.Table) -> BatchStats:
-        """Append one prepared, ordered batch and commit it. ``table`` rows are in commit-log order."""
+        """Append one prepared, ordered batch (sink.batch.prepare) and commit it; the store numbers
+        each queue. ``table`` rows are in commit-log order."""
         reasons = table.column("dead_reason")
         if reasons.null_count == table.num_rows:
             dead, valid = table.slice(0, 0), table   # the usual batch: no copy of 30 MB of records

@@ -1,46 +1,67 @@
-"""The RocketMQ CommitLog store: public API (the sink and the commands use only this)."""
+"""The RocketMQ store engine, usable with no Spark: the message store (log/, queue/, index/), the
+record format (format/), retention, reading, and the store commands (tools/). Imports nothing from
+ingest or sink; this face is the public API that sink and ingest use (ingest also uses store.format).
+"""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (CommitPointError, CommittedDataCorruptError, ConsumeQueueError,
-                     ConsumeQueueGapError, CorruptRecordError, DiskFullError, FieldLimitError,
-                     FlushError, InvalidMessageError, InvalidTopicError, MessageNotFoundError,
-                     NotARecordStartError, QueueOffsetMismatchError, SegmentAllocationError,
-                     SegmentSizeError, StoreError, StoreLockedError, StoreReadOnlyError)
+from store.errors import (
+    CommitPointError,
+    CommittedDataCorruptError,
+    ConsumeQueueError,
+    ConsumeQueueGapError,
+    CorruptRecordError,
+    DiskFullError,
+    FieldLimitError,
+    FlushError,
+    InvalidMessageError,
+    InvalidTopicError,
+    MessageNotFoundError,
+    NotARecordStartError,
+    QueueOffsetMismatchError,
+    SegmentAllocationError,
+    SegmentSizeError,
+    StoreError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
 
 if TYPE_CHECKING:
-    from .batch_codec import EncodedBatch, encode_batch
-    from .codec import CodecConfig, DecodedMessage, Message
-    from .commit_point import CommitPoint
-    from .config import StoreConfig
-    from .hosts import HostAddress
-    from .message_store import AppendResult, MessageStore
-    from .reader import StoreReader
+    from store.config import StoreConfig
+    from store.format.batch_codec import EncodedBatch, encode_batch
+    from store.format.codec import CodecConfig, DecodedMessage, Message
+    from store.format.hosts import HostAddress
+    from store.log.commit_point import CommitPoint, read_commit_point
+    from store.message_store import AppendResult, MessageStore
+    from store.reader import StoreReader
+    from store.retention import RetentionConfig
 
 # Imported on first use (PEP 562): a command that only reads segments, such as
 # `commitlog verify`, does not pay for pyarrow and the writer's modules at start.
 _LAZY = {
-    "EncodedBatch": ".batch_codec", "encode_batch": ".batch_codec", "CodecConfig": ".codec",
-    "DecodedMessage": ".codec", "Message": ".codec", "CommitPoint": ".commit_point", "StoreConfig": ".config",
-    "HostAddress": ".hosts", "AppendResult": ".message_store", "MessageStore": ".message_store",
-    "StoreReader": ".reader",
+    "EncodedBatch": "store.format.batch_codec", "encode_batch": "store.format.batch_codec",
+    "CodecConfig": "store.format.codec", "DecodedMessage": "store.format.codec", "Message": "store.format.codec",
+    "HostAddress": "store.format.hosts", "CommitPoint": "store.log.commit_point",
+    "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
+    "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
+    "MessageStore": "store.message_store", "StoreReader": "store.reader",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
 
 
 __all__ = [
     "AppendResult", "CodecConfig", "CommitPoint", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "Message", "MessageStore", "StoreConfig", "StoreReader", "encode_batch",
+    "Message", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",

@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .codec import CodecConfig
-from .constants import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CONSUME_QUEUE_UNITS,
-                        FLUSH_COMMITLOG_LEAST_PAGES, FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS,
-                        FLUSH_INTERVAL_COMMITLOG_MS, OS_PAGE_SIZE)
+from store.format.codec import CodecConfig
+from store.format.constants import (
+    DEFAULT_COMMITLOG_FILE_SIZE,
+    DEFAULT_CONSUME_QUEUE_UNITS,
+    FLUSH_COMMITLOG_LEAST_PAGES,
+    FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS,
+    FLUSH_INTERVAL_COMMITLOG_MS,
+    OS_PAGE_SIZE,
+)
 
 if TYPE_CHECKING:  # defined by the retention module; only a type here
-    from .retention import RetentionConfig  # noqa: F401
+    from store.retention import RetentionConfig  # noqa: F401
 
 FLUSH_MODES = ("async", "sync")
 

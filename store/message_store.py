@@ -18,21 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from .batch_codec import EncodedBatch, encode_batch, encode_messages
-from .checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
-from .codec import Message
-from .commit_point import CommitPoint, read_commit_point, write_commit_point
-from .commitlog import CommitLog, queue_eligible
-from .config import StoreConfig
-from .constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
-from .consume_queue import ConsumeQueueStore, check_topic_name
-from .dispatch import DispatchService
-from .errors import FlushError, StoreError, StoreReadOnlyError
-from .flush import FlushService
-from .lock import StoreLock
-from .reader import RecordReads
-from .recovery import recover, recover_queues, remove_unfinished_queue_files
-from .segment import fsync_dir
+from store.config import StoreConfig
+from store.errors import FlushError, StoreError, StoreReadOnlyError
+from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
+from store.format.codec import Message
+from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
+from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
+from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
+from store.log.commitlog import CommitLog, queue_eligible
+from store.log.flush import FlushService
+from store.log.lock import StoreLock
+from store.log.recovery import recover, recover_queues, remove_unfinished_queue_files
+from store.log.segment import fsync_dir
+from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
+from store.queue.dispatch import DispatchService
+from store.reader import RecordReads
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class MessageStore(RecordReads):
     def _start_retention(self) -> None:
         if self.config.retention is None:
             return
-        from .retention import RetentionService
+        from store.retention import RetentionService
 
         self._retention = RetentionService(
             self.root, self.config.retention, committed_offset=lambda: self.committed_offset,
@@ -184,7 +184,7 @@ class MessageStore(RecordReads):
     def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
         """Append a pre-encoded batch. Topics are checked before anything is written; a batch
         carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError).
-        The consume-queue units are written behind (store.dispatch): the batch's columns must
+        The consume-queue units are written behind (store.queue.dispatch): the batch's columns must
         stay as they are until the next flush."""
         self._check_writable()
         for topic in batch.topic_names:
@@ -331,7 +331,32 @@ class MessageStore(RecordReads):
     def read_only(self) -> bool:
         return self._failure is not None or self._flusher.failed
 
+    @property
+    def commit_log(self) -> CommitLog:
+        """The commit log (RocketMQ's getCommitLog()): its segment queue and its record writer."""
+        return self._log
+
+    @property
+    def flush_count(self) -> int:
+        """msync rounds the flush service has run (group commit shares one among waiting commits)."""
+        return self._flusher.flush_count
+
     # --- closing -------------------------------------------------------------------------------
+    def abandon(self) -> None:
+        """Let go of the store as a killed writer does: nothing more flushed, no checkpoint, ``abort``
+        left in place, the lock released; the next open recovers. For a supervisor that must hand the
+        store on after a failure it cannot trust, and for recovery tests."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._retention is not None:
+            self._retention.stop()
+        self._flusher.stop()
+        self._cq.abandon()
+        for seg in self._segments.segments:
+            seg.close()
+        self._lock.release()
+
     def close(self) -> None:
         """Flush, write the checkpoint, remove ``abort``, release the lock. Appended but
         uncommitted data is flushed but not kept by the next open (it is after the commit

@@ -12,14 +12,20 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from .codec import CodecConfig, DecodedMessage, decode_message
-from .commit_point import CommitPoint, read_commit_point
-from .constants import (BLANK_MAGIC_CODE, COMMITLOG_DIR, MESSAGE_MAGIC_CODE,
-                        MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH, POS_PHYSICALOFFSET)
-from .consume_queue import ConsumeQueueStore
-from .errors import NotARecordStartError
-from .segment import parse_segment_name
-from .segment_queue import SegmentQueue
+from store.errors import NotARecordStartError
+from store.format.codec import CodecConfig, DecodedMessage, decode_message
+from store.format.constants import (
+    BLANK_MAGIC_CODE,
+    COMMITLOG_DIR,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_LENGTH,
+    POS_PHYSICALOFFSET,
+)
+from store.log.commit_point import CommitPoint, read_commit_point
+from store.log.segment import parse_segment_name
+from store.log.segment_queue import SegmentQueue
+from store.queue.consume_queue import ConsumeQueueStore
 
 _HEAD = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
@@ -176,7 +182,7 @@ class StoreReader(RecordReads):
             self._committed = self._valid_end()
 
     def _valid_end(self) -> int:
-        from .recovery import validate_from  # recovery imports this module's neighbours
+        from store.log.recovery import validate_from  # recovery imports this module's neighbours
 
         q = self._segments
         if not q.segments:

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from store.constants import COMMITLOG_DIR
-from store.cq_units import file_name, is_file_name, list_unit_files, read_units, valid_count
 from store.errors import DiskFullError, StoreError
+from store.format.constants import COMMITLOG_DIR
+from store.queue.units import file_name, is_file_name, list_unit_files, read_units, valid_count
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def list_segments(root: Path) -> list[SegmentInfo]:
 def read_committed_offset(root: Path) -> int:
     """The offset nothing at or after may be deleted: the store's last commit (commitpoint.json),
     or for a RocketMQ store without one the end of its valid data."""
-    from store.inspect_source import committed_end, open_source
+    from store.log.source import committed_end, open_source
 
     return committed_end(open_source(root))
 

@@ -8,11 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.batch_codec import MESSAGE_TABLE_SCHEMA, EncodedBatch, encode_batch, encode_batch_to_arrow, validate_batch
-from store.codec import CodecConfig, Message, decode_message, encode_message
 from store.errors import FieldLimitError, InvalidMessageError
-from store.hosts import HostAddress
-from store.properties import java_parse_int, string_to_properties, tags_code
+from store.format.batch_codec import (
+    MESSAGE_TABLE_SCHEMA,
+    EncodedBatch,
+    encode_batch,
+    encode_batch_to_arrow,
+    validate_batch,
+)
+from store.format.codec import CodecConfig, Message, decode_message, encode_message
+from store.format.hosts import HostAddress
+from store.format.properties import java_parse_int, string_to_properties, tags_code
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,8 @@ import zlib
 
 import pytest
 
-from store.codec import (
+from store.errors import CorruptRecordError, FieldLimitError, InvalidMessageError
+from store.format.codec import (
     CodecConfig,
     Message,
     apply_prop_crc,
@@ -16,16 +17,15 @@ from store.codec import (
     prop_crc_digits,
     record_store_timestamp_pos,
 )
-from store.constants import (
+from store.format.constants import (
     BORNHOST_V6_FLAG,
     DEFAULT_MAX_MESSAGE_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from store.errors import CorruptRecordError, FieldLimitError, InvalidMessageError
-from store.hosts import HostAddress
-from store.properties import delete_property, java_utf8, properties_to_string, string_to_properties, tags_code
+from store.format.hosts import HostAddress
+from store.format.properties import delete_property, java_utf8, properties_to_string, string_to_properties, tags_code
 
 pytestmark = pytest.mark.unit
 
@@ -214,7 +214,7 @@ def test_decode_refuses_what_is_not_a_record() -> None:
 def test_apply_prop_crcs_writes_what_apply_prop_crc_writes() -> None:
     import numpy as np
 
-    from store.codec import apply_prop_crcs
+    from store.format.codec import apply_prop_crcs
     config = CodecConfig(enabled_append_prop_crc=True)
     records = [encode_message(msg(body=bytes([i]) * i, physical_offset=i * 1000), config) for i in range(12)]
     one_by_one = bytearray(b"".join(records))
@@ -230,7 +230,7 @@ def test_apply_prop_crcs_writes_what_apply_prop_crc_writes() -> None:
 
 
 def test_java_parse_int_rules_for_delay_levels() -> None:
-    from store.properties import java_parse_int
+    from store.format.properties import java_parse_int
     assert [java_parse_int(s) for s in ("3", "+3", "-1", " 3", "1_0", "", None, "2147483648")] == \
         [3, 3, -1, None, None, None, None, None]
 
@@ -239,7 +239,7 @@ def test_java_parse_int_rules_for_delay_levels() -> None:
 def test_crc32_many_equals_zlib_per_slice(shape: str) -> None:
     import numpy as np
 
-    from store.crc import crc32_many
+    from store.format.crc import crc32_many
     rng = np.random.default_rng(7)
     buf = rng.integers(0, 256, 200_000, dtype=np.uint8)
     n = 500

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.codec import CodecConfig, Message, decode_message, encode_message
-from store.hosts import HostAddress
-from store.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
+from store.format.codec import CodecConfig, Message, decode_message, encode_message
+from store.format.hosts import HostAddress
+from store.format.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
 
 pytestmark = pytest.mark.unit
 
@@ -119,7 +119,7 @@ def test_fast_scan_agrees_with_the_record_by_record_check(n: int, victim: int, a
 
 
 def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.scan as scan
+    import store.format.scan as scan
     buf, starts = build_segment(200, blank=True)
     victim = starts[len(starts) * 3 // 4]
     buf[victim + 35] ^= 0x55                  # PHYSICALOFFSET
@@ -187,7 +187,7 @@ def test_ipv6_flags_on_a_record_too_short_for_them_are_a_length_error() -> None:
 @settings(max_examples=80, deadline=None)
 @given(flips=st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=6), n=st.integers(1, 12))
 def test_damaged_segments_never_raise_and_both_scans_agree(flips: list[tuple[int, int]], n: int, tmp_path_factory) -> None:
-    from store.scan import decode_segment_files
+    from store.tools.report import decode_segment_files
     buf, _ = build_segment(n, size=4096)
     for at, value in flips:
         buf[at] = value

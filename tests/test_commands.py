@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ingest.cli import main
-from store.progress import Progress
+from store.tools.progress import Progress
 
 pytestmark = pytest.mark.unit
 
@@ -204,7 +204,7 @@ def test_clean_dry_run_deletes_nothing_and_clean_deletes_expired_segments(golden
 
 
 def test_clean_refuses_while_a_writer_holds_the_store(golden_dir: Path, tmp_path: Path) -> None:
-    from store.lock import StoreLock
+    from store.log.lock import StoreLock
 
     store = tmp_path / "store"
     shutil.copytree(golden_stores(golden_dir)[0], store)
@@ -235,8 +235,8 @@ def test_the_progress_bar_is_drawn_only_on_a_terminal() -> None:
 
 def test_commands_read_a_store_up_to_its_commit_while_the_writer_runs(tmp_path: Path) -> None:
     from store import MessageStore
-    from store.codec import Message
     from store.config import StoreConfig
+    from store.format.codec import Message
 
     root = tmp_path / "store"
     msgs = [Message(topic=f"T{i % 2}", body=bytes([i % 251]) * 100, queue_id=i % 3,

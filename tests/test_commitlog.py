@@ -9,13 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store import (CodecConfig, FieldLimitError, HostAddress, Message, MessageStore,
-                   QueueOffsetMismatchError, StoreConfig)
-from store.codec import encode_message
-from store.constants import BLANK_MAGIC_CODE, TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, \
-    TRANSACTION_ROLLBACK_TYPE
-from store.batch_codec import encode_messages
-from store.scan import check_record
+from store import (
+    CodecConfig,
+    FieldLimitError,
+    HostAddress,
+    Message,
+    MessageStore,
+    QueueOffsetMismatchError,
+    StoreConfig,
+)
+from store.format.batch_codec import encode_messages
+from store.format.codec import encode_message
+from store.format.constants import (
+    BLANK_MAGIC_CODE,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from store.format.scan import check_record
 
 pytestmark = pytest.mark.unit
 
@@ -83,7 +94,7 @@ def varied_messages(n: int, seed: int = 1) -> list[Message]:
 def test_a_batch_crossing_segment_ends_is_written_like_one_message_at_a_time(tmp_path: Path, copy_block: int) -> None:
     msgs = varied_messages(300)
     with open_store(tmp_path / "a") as a, open_store(tmp_path / "b") as b:
-        a._log.writer.block_bytes = copy_block
+        a.commit_log.writer.block_bytes = copy_block
         ra = a.append_encoded(encode_messages(msgs, a.config.codec), store_timestamp=TS)
         rb = [b.append_encoded(encode_messages([m], b.config.codec), store_timestamp=TS) for m in msgs]
         assert ra.physical_offsets.tolist() == [int(r.physical_offsets[0]) for r in rb]
@@ -157,10 +168,10 @@ def test_a_batch_whose_records_are_not_back_to_back_is_refused_whole(store: Mess
 def test_prop_crc_is_rewritten_after_the_store_fields_are_patched(tmp_path: Path) -> None:
     codec = CodecConfig(enabled_append_prop_crc=True)
     with open_store(tmp_path / "s", codec=codec) as s:
-        s._log.writer.block_bytes = 1000     # copied and patched in several blocks, by two threads
+        s.commit_log.writer.block_bytes = 1000     # copied and patched in several blocks, by two threads
         r = s.append([Message(topic="C", body=b"z" * i, properties="TAGS\x01t\x02") for i in range(50)])
         verify = CodecConfig(force_verify_prop_crc=True)
-        seg = s._segments.find(0)
+        seg = s.commit_log.queue.find(0)
         for off in r.physical_offsets.tolist():
             assert check_record(seg.view, off, SEG, 0, verify).kind == "message"
         assert "__CRC32#" in s.read(int(r.physical_offsets[0])).properties

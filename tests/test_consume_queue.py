@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store.consume_queue import ConsumeQueueStore, check_topic_name
-from store.cq_units import read_units
 from store.errors import ConsumeQueueGapError, InvalidTopicError
+from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
+from store.queue.units import read_units
 
 pytestmark = pytest.mark.unit
 
@@ -223,9 +223,9 @@ def test_ordinary_topics_pass(topic: str) -> None:
 
 
 def test_redispatch_from_the_golden_commit_log_rebuilds_the_golden_files(golden_dir: Path, tmp_path: Path) -> None:
-    from store.consume_queue import redispatch
-    from store.dump import walk
-    from store.inspect_source import open_source
+    from store.log.source import open_source
+    from store.queue.redispatch import redispatch
+    from store.tools.dump import walk
 
     for store in golden_stores(golden_dir):
         manifest = json.loads((store / "manifest.json").read_text())
@@ -241,9 +241,9 @@ def test_redispatch_from_the_golden_commit_log_rebuilds_the_golden_files(golden_
 
 
 def test_redispatch_gives_schedule_records_their_deliver_time(golden_dir: Path, tmp_path: Path) -> None:
-    from store.consume_queue import redispatch
-    from store.dump import walk
-    from store.inspect_source import open_source
+    from store.log.source import open_source
+    from store.queue.redispatch import redispatch
+    from store.tools.dump import walk
 
     case = golden_dir / "p22_schedule_topic_delay"
     manifest = json.loads(case.with_suffix(".manifest.json").read_text())
@@ -259,8 +259,8 @@ def test_redispatch_gives_schedule_records_their_deliver_time(golden_dir: Path, 
 @pytest.mark.parametrize("topic", ["../escape", "..", "a/b", "x" * 256])
 def test_the_store_refuses_a_path_escaping_topic_before_writing_anything(tmp_path: Path, topic: str) -> None:
     from store import MessageStore
-    from store.codec import Message
     from store.config import StoreConfig
+    from store.format.codec import Message
 
     root = tmp_path / "store"
     with MessageStore.open(root, StoreConfig(segment_size=64 * 1024, consume_queue_units=10)) as store:

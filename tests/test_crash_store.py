@@ -54,7 +54,7 @@ def writer(root: Path, side: Path, phase_file: Path, seed: int, ready_fd: int) -
     side_fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     while True:
         batch = [expected_message(i) for i in range(appended, appended + rng.randint(1, 30))]
-        rolls = store._segments.last().remaining < sum(len(m.body) + 120 for m in batch)
+        rolls = store.commit_log.queue.last().remaining < sum(len(m.body) + 120 for m in batch)
         phase[0] = 4 if rolls else 1
         store.append(batch)
         appended += len(batch)

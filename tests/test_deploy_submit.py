@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from spark_cluster import SparkCluster, daemon_env, standalone_cluster
 
 pytestmark = pytest.mark.integration
@@ -90,12 +89,12 @@ PROBE = textwrap.dedent('''
     from pyspark.sql import SparkSession
 
     def where(_rows):
-        # find_spec locates a package without running its __init__; store.constants is really
+        # find_spec locates a package without running its __init__; store.format.constants is really
         # imported (it imports nothing of ours).
         import importlib, importlib.util
         found = {pkg: os.path.abspath(importlib.util.find_spec(pkg).origin)
                  for pkg in ("ingest", "sink", "store")}
-        found["constants"] = os.path.abspath(importlib.import_module("store.constants").__file__)
+        found["constants"] = os.path.abspath(importlib.import_module("store.format.constants").__file__)
         yield {"pid": os.getpid(), "python": sys.executable, "cwd": os.getcwd(), **found}
 
     spark = SparkSession.builder.getOrCreate()

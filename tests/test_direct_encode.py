@@ -13,23 +13,23 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import TopicPartition
 
-from ingest import direct_encode
-from ingest.direct_encode import DirectEncoder
-from ingest.kafka_decode import CorruptBatchError
-from ingest.kafka_fetch import ArrowChunk, _fast_partition_records
-from ingest.kafka_offsets import KafkaOffsetRange
-from ingest.kafka_read import chunk_to_batch
-from ingest.kafka_source import _arrow_schema, kafka_schema
-from ingest.mapping import MappingConfig
-from ingest.prepare import map_and_encode
-from store.codec import CodecConfig
+from ingest.encode import direct_encode
+from ingest.encode.direct_encode import DirectEncoder
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import map_and_encode
+from ingest.kafka.decode import CorruptBatchError
+from ingest.kafka.fetch import ArrowChunk, fast_partition_records
+from ingest.kafka.offsets import KafkaOffsetRange
+from ingest.kafka.read import chunk_to_batch
+from ingest.kafka.source import arrow_schema, kafka_schema
+from store.format.codec import CodecConfig
 
 # The kernel is built by ``pip install`` wherever a C compiler is; with none, there is nothing to test.
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
                                                    reason="no C compiler on this machine, so no C kernel")]
 
 TOPIC, PARTITION = "orders", 3
-SCHEMA = _arrow_schema(kafka_schema(True))
+SCHEMA = arrow_schema(kafka_schema(True))
 GZIP, NONE = 1, 0
 Record = tuple  # (key, value, headers)
 
@@ -65,7 +65,7 @@ def fetched(batches: list[tuple[int, list[Record], int]], seed: int = 1, log_app
 
 
 def chunk_of(data: bytes, fetch_offset: int) -> ArrowChunk:
-    cls = _fast_partition_records(Fetcher.PartitionRecords)
+    cls = fast_partition_records(Fetcher.PartitionRecords)
     part = cls(fetch_offset, TopicPartition(TOPIC, PARTITION), MemoryRecords(data), check_crcs=False)
     (chunk,) = part.take(None)
     return chunk
@@ -167,16 +167,15 @@ def test_a_damaged_batch_is_left_to_the_general_path_which_reports_it() -> None:
 
 
 def test_a_task_encodes_plain_fetches_directly_and_the_others_the_general_way() -> None:
-    from ingest.kafka_read import KafkaColumns
-    from ingest.message_source import EncodedBatches
+    from ingest.encode.message_source import EncodedBatches
+    from ingest.kafka.read import KafkaColumns
 
     maker = EncodedBatches(KafkaColumns(SCHEMA), MappingConfig(), CodecConfig())
     rng = KafkaOffsetRange(TOPIC, PARTITION, 0, 40)
     plain = fetched([(0, [(b"k", b"body", [])] * 20, NONE)])
     odd = fetched([(20, [(b"k", b"body", [])] * 19 + [(b"\xff", b"body", [])], NONE)])
     first, second = maker.from_chunk(chunk_of(plain, 0), rng), maker.from_chunk(chunk_of(odd, 20), rng)
-    (encoder,) = maker._direct.values()
-    assert encoder.fallbacks == {"key not plain ASCII": 1}     # the first fetch went the direct way
+    assert maker.fallbacks() == {"key not plain ASCII": 1}     # the first fetch went the direct way
     assert first.column("kafka_offset").to_pylist() == list(range(20))
     assert second.column("kafka_offset").to_pylist() == list(range(20, 40))
     _, general, _ = both_ways(odd, 20, 40)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ingest.mapping import MappingConfig
-from ingest.prepare import finish_batch, map_and_encode
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import map_and_encode
 from sink import CommitLogWriter
-from sink.foreach_batch import BatchInputs, ForeachBatchSink
+from sink.foreach_batch import ForeachBatchSink
 from store import StoreConfig
-from store.codec import CodecConfig
+from store.format.codec import CodecConfig
 from tests.test_mapping import kafka_rows
 
 pytestmark = pytest.mark.unit
@@ -29,8 +29,18 @@ def collected(first_offset: int, n: int = 5) -> pa.Table:
     return pa.Table.from_batches([map_and_encode(rows, MappingConfig(), CodecConfig())])
 
 
-def writer(tmp_path: Path) -> CommitLogWriter:
-    return CommitLogWriter(tmp_path / "store", StoreConfig(segment_size=1 << 20, flush_mode="sync"))
+class HookedWriter(CommitLogWriter):
+    """A writer that runs ``before_write`` (with the batch it was handed) before each write."""
+
+    before_write = staticmethod(lambda table: None)
+
+    def write_batch(self, batch_id, query_id, table):  # type: ignore[no-untyped-def]
+        self.before_write(table)
+        return super().write_batch(batch_id, query_id, table)
+
+
+def writer(tmp_path: Path) -> HookedWriter:
+    return HookedWriter(tmp_path / "store", StoreConfig(segment_size=1 << 20, flush_mode="sync"))
 
 
 def test_with_overlap_a_batch_is_written_after_the_call_returns_and_before_the_next_is_written(
@@ -39,18 +49,18 @@ def test_with_overlap_a_batch_is_written_after_the_call_returns_and_before_the_n
     release = threading.Event()
     order: list[str] = []
 
-    def finish(table: pa.Table, inputs: BatchInputs) -> pa.Table:
-        order.append(f"finish {inputs.kafka_next_offsets.get('orders/0', 0)}")
+    def before_write(table: pa.Table) -> None:
+        order.append(f"write from {w.state.kafka_offsets.get('orders/0', 0)}")
         assert release.wait(10)
-        return finish_batch(table, inputs)
 
-    sink = ForeachBatchSink(w, lambda table: table, finish, overlap=True)
+    w.before_write = before_write
+    sink = ForeachBatchSink(w, lambda table: table, overlap=True)
     sink(collected(0), 0)
     assert w.state.batch_id == -1, "the call waited for its write"
     release.set()
-    sink(collected(5), 1)            # waits for batch 0, so batch 1 is finished against its state
+    sink(collected(5), 1)            # waits for batch 0, so batch 1 is prepared against its state
     sink.close()
-    assert order == ["finish 0", "finish 5"]
+    assert order == ["write from 0", "write from 5"]
     assert (w.state.batch_id, w.state.records, dict(w.state.kafka_offsets)) == (1, 10, {"orders/0": 10})
     w.close()
 
@@ -58,10 +68,11 @@ def test_with_overlap_a_batch_is_written_after_the_call_returns_and_before_the_n
 def test_a_failed_write_fails_the_next_call_and_every_later_one(tmp_path: Path) -> None:
     w = writer(tmp_path)
 
-    def finish(table: pa.Table, inputs: BatchInputs) -> pa.Table:
+    def before_write(table: pa.Table) -> None:
         raise OSError(28, "No space left on device")
 
-    sink = ForeachBatchSink(w, lambda table: table, finish, overlap=True)
+    w.before_write = before_write
+    sink = ForeachBatchSink(w, lambda table: table, overlap=True)
     sink(collected(0), 0)            # returns: the failure is in the writer thread
     with pytest.raises(RuntimeError, match="No space left on device"):
         sink(collected(5), 1)
@@ -77,11 +88,11 @@ def test_request_stop_waits_for_the_batch_in_the_writer_then_refuses_new_ones(tm
     w = writer(tmp_path)
     release = threading.Event()
 
-    def finish(table: pa.Table, inputs: BatchInputs) -> pa.Table:
+    def before_write(table: pa.Table) -> None:
         assert release.wait(10)
-        return finish_batch(table, inputs)
 
-    sink = ForeachBatchSink(w, lambda table: table, finish, overlap=True)
+    w.before_write = before_write
+    sink = ForeachBatchSink(w, lambda table: table, overlap=True)
     sink(collected(0), 0)
     threading.Timer(0.2, release.set).start()
     assert sink.request_stop()
@@ -94,7 +105,7 @@ def test_request_stop_waits_for_the_batch_in_the_writer_then_refuses_new_ones(tm
 
 def test_without_overlap_the_call_returns_with_its_batch_committed(tmp_path: Path) -> None:
     w = writer(tmp_path)
-    sink = ForeachBatchSink(w, lambda table: table, finish_batch)
+    sink = ForeachBatchSink(w, lambda table: table)
     sink(collected(0), 0)
     assert (w.state.batch_id, w.state.records) == (0, 5)
     sink(collected(0, 8), 1)         # a re-read of held records: only the 3 new ones are written

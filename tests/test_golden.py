@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from store.codec import CodecConfig, Message, decode_message, encode_message
 from store.errors import FieldLimitError, InvalidMessageError
-from store.hosts import HostAddress
-from store.properties import delete_property
-from store.record_json import message_to_json
+from store.format.codec import CodecConfig, Message, decode_message, encode_message
+from store.format.hosts import HostAddress
+from store.format.properties import delete_property
+from store.format.record_json import message_to_json
 
 pytestmark = pytest.mark.unit
 
@@ -48,10 +48,12 @@ def _discover() -> dict[str, list[str]]:
                 reports.add(p.name[: -len(".decoded.jsonl")])
             if p.is_dir() and (p.name.startswith("store_") or p.name.startswith("corrupt_")):
                 names.add(p.name)
-    store = sorted(n for n in names if n.startswith("store_"))
+    # store_*_index folders hold IndexFile vectors over another store (tests/test_index_golden.py)
+    index = sorted(n for n in names if n.startswith("store_") and n.endswith("_index"))
+    store = sorted(n for n in names if n.startswith("store_") and n not in index)
     corrupt = sorted(n for n in names if n.startswith("corrupt_"))
-    encode = sorted(n for n in names if n not in store and n not in corrupt)
-    return {"encode": encode, "store": store, "corrupt": corrupt, "decoded": sorted(reports)}
+    encode = sorted(n for n in names if n not in store and n not in corrupt and n not in index)
+    return {"encode": encode, "store": store, "corrupt": corrupt, "index": index, "decoded": sorted(reports)}
 
 
 CASES = _discover()
@@ -166,7 +168,7 @@ def _segments(store: Path) -> list[Path]:
 
 def _scan_store(store: Path, config: CodecConfig | None = None) -> tuple[list, list]:
     """Every record of the commit log through scan_segment, segment by segment."""
-    from store.scan import scan_segment
+    from store.format.scan import scan_segment
     checks, datas = [], {}
     for seg in _segments(store):
         data = seg.read_bytes()
@@ -249,7 +251,8 @@ def _report_inputs(golden_dir: Path, case: str) -> list[Path]:
 
 @pytest.mark.parametrize("case", _params("corrupt"))
 def test_reading_each_corrupt_copy_reports_exactly_its_errors(golden_dir: Path, case: str) -> None:
-    from store.scan import decode_segment_files, scan_segment
+    from store.format.scan import scan_segment
+    from store.tools.report import decode_segment_files
     expected = [(e["offset"], e["kind"]) for e in _expected_report(golden_dir, case) if e["type"] == "error"]
     assert expected, "a corrupt sample reports errors"
     reported = [(e["offset"], e["kind"]) for e in decode_segment_files(_report_inputs(golden_dir, case))
@@ -268,7 +271,7 @@ def test_reading_each_corrupt_copy_reports_exactly_its_errors(golden_dir: Path, 
 
 @pytest.mark.parametrize("case", _params("decoded"))
 def test_decode_segment_files_equals_each_decoded_jsonl(golden_dir: Path, case: str) -> None:
-    from store.scan import decode_segment_files
+    from store.tools.report import decode_segment_files
     expected = _expected_report(golden_dir, case)
     ours = list(decode_segment_files(_report_inputs(golden_dir, case), _case_config(golden_dir, case)))
     # same objects, same key order, same lines

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ingest.config import JobConfig
+from ingest.encode.mapping import uniq_key
 from ingest.job import run_stream
-from ingest.mapping import uniq_key
 from sink import read_dead_letters
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
 

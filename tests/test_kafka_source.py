@@ -12,10 +12,10 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from ingest.kafka_admin import OffsetReader, latest_offsets, offsets_for_timestamp
-from ingest.kafka_offsets import KafkaOffsetRange, offsets_from_json
-from ingest.kafka_source import KafkaDataSource, kafka_schema, source_format, spark_kafka_available
-from ingest.options import DataLossError, kafka_client_params
+from ingest.kafka.admin import OffsetReader, latest_offsets, offsets_for_timestamp
+from ingest.kafka.offsets import KafkaOffsetRange, offsets_from_json
+from ingest.kafka.options import DataLossError, kafka_client_params
+from ingest.kafka.source import KafkaDataSource, kafka_schema, source_format, spark_kafka_available
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import TopicPartition
 
-from ingest.kafka_decode import CorruptBatchError, decode_sections
-from ingest.kafka_fetch import ArrowChunk, FetchBudget, _fast_partition_records
+from ingest.kafka.decode import CorruptBatchError, decode_sections
+from ingest.kafka.fetch import ArrowChunk, FetchBudget, fast_partition_records
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +41,7 @@ def build_batches(specs: list[tuple[int, int, int]], seed: int = 7) -> tuple[byt
 
 
 def decode_fast(data: bytes, fetch_offset: int) -> list[tuple]:
-    cls = _fast_partition_records(Fetcher.PartitionRecords)
+    cls = fast_partition_records(Fetcher.PartitionRecords)
     part = cls(fetch_offset, TP, MemoryRecords(data), check_crcs=False)
     items = part.take(None)
     assert all(isinstance(i, ArrowChunk) for i in items) and len(items) <= 1
@@ -72,7 +72,7 @@ def test_a_fetch_starting_inside_a_batch_skips_the_records_before_it() -> None:
 
 def test_batches_past_a_range_end_are_dropped_before_decoding() -> None:
     data, expected = build_batches([(0, 40, NONE), (40, 40, GZIP), (80, 40, NONE)])
-    cls = _fast_partition_records(Fetcher.PartitionRecords)
+    cls = fast_partition_records(Fetcher.PartitionRecords)
     (chunk,) = cls(0, TP, MemoryRecords(data), check_crcs=False).take(None)
     chunk.drop_from(50)   # the batch at 80 lies wholly past the end; the one at 40 straddles it
     assert [s.base_offset for s in chunk.sections] == [0, 40]
@@ -83,7 +83,7 @@ def test_batches_past_a_range_end_are_dropped_before_decoding() -> None:
 
 def test_fetches_ask_for_what_is_left_of_the_range_at_the_record_size_seen() -> None:
     data, _ = build_batches([(0, 40, NONE), (40, 40, GZIP)])
-    (chunk,) = _fast_partition_records(Fetcher.PartitionRecords)(0, TP, MemoryRecords(data), check_crcs=False).take(None)
+    (chunk,) = fast_partition_records(Fetcher.PartitionRecords)(0, TP, MemoryRecords(data), check_crcs=False).take(None)
     budget = FetchBudget(until_offset=100_000, ceiling=16 << 20, probe=1 << 20, floor=64 << 10)
     assert budget.limit(0) == 1 << 20                  # nothing seen yet: a probe
     budget.observe(chunk)
@@ -98,7 +98,7 @@ def test_log_append_time_batches_give_every_record_the_batch_time() -> None:
     raw = bytearray(data)
     raw[21:23] = (int.from_bytes(raw[21:23], "big") | 0x08).to_bytes(2, "big")  # attributes: LogAppendTime
     max_ts = int.from_bytes(raw[35:43], "big")
-    cls = _fast_partition_records(Fetcher.PartitionRecords)
+    cls = fast_partition_records(Fetcher.PartitionRecords)
     (chunk,) = cls(0, TP, MemoryRecords(bytes(raw)), check_crcs=False).take(None)
     assert chunk.columns["timestamp"].to_pylist() == [max_ts] * 5
     assert chunk.columns["timestampType"].to_pylist() == [1] * 5

@@ -6,10 +6,17 @@ import json
 
 import pytest
 
-from ingest.kafka_offsets import (KafkaOffsetRange, check_data_loss, offsets_from_json, offsets_to_json,
-                                  plan_ranges, rate_limit, resolve_markers)
-from ingest.kafka_source import kafka_schema, source_format
-from ingest.options import DataLossError, KafkaOptionError, kafka_client_params, parse_options
+from ingest.kafka.offsets import (
+    KafkaOffsetRange,
+    check_data_loss,
+    offsets_from_json,
+    offsets_to_json,
+    plan_ranges,
+    rate_limit,
+    resolve_markers,
+)
+from ingest.kafka.options import DataLossError, KafkaOptionError, kafka_client_params, parse_options
+from ingest.kafka.source import kafka_schema, source_format
 
 pytestmark = pytest.mark.unit
 

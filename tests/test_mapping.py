@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from ingest.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, map_kafka_batch, uniq_key
-from store.hosts import HostAddress
-from store.properties import string_to_properties, tags_code
+from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, map_kafka_batch, uniq_key
+from store.format.hosts import HostAddress
+from store.format.properties import string_to_properties, tags_code
 
 pytestmark = pytest.mark.unit
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from ingest.mapping import MappingConfig
-from ingest.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
-from ingest.prepare import ENCODED_SCHEMA, encode_and_pack, map_and_encode
-from store.codec import CodecConfig
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import encode_and_pack, map_and_encode
+from sink.batch import ENCODED_SCHEMA
+from sink.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
+from store.format.codec import CodecConfig
 from tests.test_mapping import kafka_rows
 
 pytestmark = pytest.mark.unit

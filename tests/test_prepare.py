@@ -1,18 +1,19 @@
-"""One micro-batch before the writer, without Spark: map + encode in a task, queue offsets in the driver."""
+"""One micro-batch before the writer, without Spark: map + encode in a task, then the sink's prepare."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from ingest.mapping import MappingConfig
-from ingest.prepare import ENCODED_SCHEMA, drop_held, finish_batch, map_and_encode, map_and_encode_batches
-from ingest.queue_offsets import assign_queue_offsets
-from store import EncodedBatch
-from store.codec import CodecConfig, decode_message
-from store.constants import TRANSACTION_PREPARED_TYPE
-from sink.foreach_batch import BatchInputs
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import encode_and_pack, map_and_encode, map_and_encode_batches
+from sink import CommitLogWriter
+from sink.batch import ENCODED_SCHEMA, drop_held, prepare
+from store import StoreConfig
+from store.format.codec import CodecConfig, decode_message
 from tests.test_mapping import kafka_rows
 
 pytestmark = pytest.mark.unit
@@ -30,7 +31,6 @@ def test_live_records_are_encoded_in_source_order_and_dead_ones_keep_the_kafka_r
 
     live = out.filter(pc.is_null(out.column("dead_reason")))
     assert live.column("kafka_offset").to_pylist() == [0, 3]
-    assert live.column("queue_offset").null_count == 2          # numbered in the driver
     assert [decode_message(r).body for r in live.column("record").to_pylist()] == [b"a", b"d"]
     assert live.column("raw_value").null_count == 2               # live rows carry no raw copy
 
@@ -46,34 +46,20 @@ def test_empty_batches_are_dropped_by_the_task_form() -> None:
     assert list(map_and_encode_batches(iter([kafka_rows()[:0]]), MappingConfig(), CodecConfig())) == []
 
 
-def rows(*specs: tuple[str, int, bool, int]) -> pa.Table:
-    """(topic, queue_id, dead, sys_flag) per row, in arrival order."""
-    return pa.table({"topic": [t for t, _, _, _ in specs], "queue_id": pa.array([q for _, q, _, _ in specs], pa.int32()),
-                     "dead_reason": [("bad" if d else None) for _, _, d, _ in specs],
-                     "sys_flag": pa.array([f for *_, f in specs], pa.int32()),
-                     "queue_offset": pa.nulls(len(specs), pa.int64())})
-
-
-def test_each_queue_continues_from_the_store_in_arrival_order() -> None:
-    table = rows(("a", 0, False, 0), ("b", 1, False, 0), ("a", 0, False, 0), ("a", 1, False, 0),
-                 ("a", 0, True, 0), ("b", 1, False, 0), ("a", 0, False, 0))
-    out = assign_queue_offsets(table, {("a", 0): 7, ("b", 1): 100})
-    assert out.column("queue_offset").to_pylist() == [7, 100, 8, 0, None, 101, 9]
-
-
-def test_prepared_records_take_no_slot_and_carry_zero() -> None:
-    table = rows(("a", 0, False, 0), ("a", 0, False, TRANSACTION_PREPARED_TYPE), ("a", 0, False, 0))
-    assert assign_queue_offsets(table, {("a", 0): 5}).column("queue_offset").to_pylist() == [5, 0, 6]
-
-
-def test_assigned_offsets_are_what_the_store_expects() -> None:
-    """The driver's numbering and the store's own check agree (the store refuses any other)."""
-    batch = kafka_rows(*[{"offset": i, "partition": i % 3, "value": b"v%d" % i} for i in range(30)])
+def test_the_store_numbers_each_queue_from_its_end_in_arrival_order(tmp_path: Path) -> None:
+    """Queue offsets are assigned in one place, the store's append: a batch arrives with none, its
+    dead letters take no slot and each queue continues where the store's ends."""
+    batch = kafka_rows(*[{"offset": i, "partition": i % 3, "value": b"v%d" % i} for i in range(30)],
+                       {"offset": 30, "partition": 1, "value": b"x", "topic": "bad topic"})
     encoded = pa.Table.from_batches([map_and_encode(batch, MappingConfig(), CodecConfig())])
-    numbered = assign_queue_offsets(encoded, {("orders", 1): 40})
-    got = EncodedBatch.from_arrow(numbered.select(["record", "topic", "queue_id", "sys_flag", "tags_code",
-                                                   "delay_level", "queue_offset"])).queue_offsets
-    assert list(got[1::3]) == list(range(40, 50)) and list(got[0::3]) == list(range(10))
+    assert "queue_offset" not in encoded.column_names
+    with CommitLogWriter(tmp_path / "store", StoreConfig(segment_size=1 << 20, flush_mode="sync")) as w:
+        w.write_batch(0, None, prepare(encoded.slice(0, 12), {}))
+        w.write_batch(1, None, prepare(encoded, dict(w.state.kafka_offsets)))
+        assert w.store.next_queue_offsets() == {("orders", 0): 10, ("orders", 1): 10, ("orders", 2): 10}
+        numbered = [(m.queue_id, m.queue_offset, bytes(m.body)) for _, m in w.store.iter_messages()]
+    for q in range(3):
+        assert [(o, body) for qid, o, body in numbered if qid == q] == [(i, b"v%d" % (3 * i + q)) for i in range(10)]
 
 
 def test_what_the_store_already_holds_is_dropped_per_partition_dead_letters_too() -> None:
@@ -88,9 +74,8 @@ def test_what_the_store_already_holds_is_dropped_per_partition_dead_letters_too(
     assert drop_held(encoded, {}) is encoded and drop_held(encoded, {"orders/0": 0}).num_rows == encoded.num_rows
 
 
-def test_finishing_a_batch_numbers_only_the_records_it_keeps() -> None:
+def test_a_packed_batch_is_unpacked_and_trimmed_by_the_sink() -> None:
     batch = kafka_rows(*[{"offset": i, "partition": 1, "value": b"v%d" % i} for i in range(6)])
-    encoded = pa.Table.from_batches([map_and_encode(batch, MappingConfig(), CodecConfig())])
-    out = finish_batch(encoded, BatchInputs({"orders/1": 4}, {("orders", 1): 40}))
-    assert out.column("kafka_offset").to_pylist() == [4, 5]
-    assert out.column("queue_offset").to_pylist() == [40, 41]
+    packed = pa.Table.from_batches(list(encode_and_pack(iter([batch]), MappingConfig(), CodecConfig())))
+    out = prepare(packed, {"orders/1": 4})
+    assert out.schema == ENCODED_SCHEMA and out.column("kafka_offset").to_pylist() == [4, 5]

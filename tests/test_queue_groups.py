@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.queue_groups import FEW_QUEUES, group_queues
+from store.queue.groups import FEW_QUEUES, group_queues
 
 pytestmark = pytest.mark.unit
 

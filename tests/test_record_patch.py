@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from store import CodecConfig, HostAddress, Message
-from store.batch_codec import encode_messages
-from store.record_patch import BatchLayout, Placement, RecordWriter
+from store.format.batch_codec import encode_messages
+from store.log.record_patch import BatchLayout, Placement, RecordWriter
 
 pytestmark = pytest.mark.unit
 

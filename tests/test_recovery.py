@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store import (CommittedDataCorruptError, Message, MessageStore, SegmentSizeError, StoreConfig,
-                   StoreReader)
+from store import CommittedDataCorruptError, Message, MessageStore, SegmentSizeError, StoreConfig, StoreReader
 
 pytestmark = pytest.mark.unit
 
@@ -30,11 +29,7 @@ def open_store(root: Path, **kw) -> MessageStore:
 def crash(s: MessageStore) -> None:
     """Leave the store as a SIGKILLed writer does: written bytes stay in the page cache, the
     abort file stays, the flock goes away with the file descriptors."""
-    s._flusher.stop()
-    s._cq._close_fds()
-    for seg in s._segments.segments:
-        seg.close()
-    s._lock.release()
+    s.abandon()
 
 
 def bodies(s: MessageStore) -> list[bytes]:

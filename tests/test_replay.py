@@ -12,11 +12,18 @@ from pathlib import Path
 import pytest
 
 from ingest.config import JobConfig
-from ingest.replay import ReplayOptions, replay
-from ingest.replay_files import export_records, read_kafka_files
-from ingest.replay_plan import Bound
-from tests.test_replay_support import (kafka_coordinates, new_topic, produce, produce_timed, store_messages,
-                                       value_of, without_store_timestamp)
+from ingest.replay.command import ReplayOptions, replay
+from ingest.replay.files import export_records, read_kafka_files
+from ingest.replay.plan import Bound
+from tests.test_replay_support import (
+    kafka_coordinates,
+    new_topic,
+    produce,
+    produce_timed,
+    store_messages,
+    value_of,
+    without_store_timestamp,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store.commit_point import read_commit_point
+from store.log.commit_point import read_commit_point
 from tests.test_replay_support import kafka_coordinates, new_topic, produce, store_messages
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]

@@ -8,11 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from ingest.replay import job_config_from_args, options_from_args
-from ingest.replay_plan import (Bound, PartitionPlan, ReplayError, ReplayPlan, RetentionError,
-                                apply_store_offsets, check_retention, chunks, load_plan, parse_offsets_json,
-                                plan_identity, plan_path, save_plan)
-from ingest.replay_progress import ReplayProgress
+from ingest.replay.command import job_config_from_args, options_from_args
+from ingest.replay.plan import (
+    Bound,
+    PartitionPlan,
+    ReplayError,
+    ReplayPlan,
+    RetentionError,
+    apply_store_offsets,
+    check_retention,
+    chunks,
+    load_plan,
+    parse_offsets_json,
+    plan_identity,
+    plan_path,
+    save_plan,
+)
+from ingest.replay.progress import ReplayProgress
 
 pytestmark = pytest.mark.unit
 

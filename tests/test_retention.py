@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store.consume_queue import ConsumeQueueStore
 from store.errors import DiskFullError
+from store.queue.consume_queue import ConsumeQueueStore
 from store.retention import DiskUsage, RetentionConfig, RetentionService, plan_clean
 
 pytestmark = pytest.mark.unit
@@ -110,7 +110,9 @@ def test_over_85_percent_segments_go_whatever_their_age_until_under(tmp_path: Pa
 def test_over_90_percent_writes_are_refused_until_space_is_back(tmp_path: Path) -> None:
     make_store(tmp_path, [7, 6, 5, 4, 3, 2, 1], NOON)
     disk = Disk(tmp_path, 84)                       # 91 % used
-    svc = service(tmp_path, NOON, disk, committed=3 * SEG)
+    committed = [3 * SEG]
+    svc = RetentionService(tmp_path, RetentionConfig(), committed_offset=lambda: committed[0],
+                           clock=lambda: NOON, disk_usage=disk)
     with pytest.raises(DiskFullError, match=r"91\.0% used.*disk_full_ratio 90%"):
         svc.check_writable()
     plan = svc.run_once()
@@ -119,7 +121,7 @@ def test_over_90_percent_writes_are_refused_until_space_is_back(tmp_path: Path) 
     assert remaining(tmp_path) == [3, 4, 5, 6]
     with pytest.raises(DiskFullError):
         svc.check_writable()
-    svc._committed_offset = lambda: 7 * SEG
+    committed[0] = 7 * SEG                          # the writer commits the rest
     svc.run_once()
     assert remaining(tmp_path) == [6]               # down to 85 %
     svc.check_writable()
@@ -129,15 +131,17 @@ def test_over_90_percent_writes_are_refused_until_space_is_back(tmp_path: Path) 
 def test_the_disk_full_flag_clears_only_under_85_percent(tmp_path: Path) -> None:
     make_store(tmp_path, [1], NOON)
     disk = Disk(tmp_path, 90)                       # 91 %
-    svc = service(tmp_path, NOON, disk, committed=0)
+    now = [NOON]
+    svc = RetentionService(tmp_path, RetentionConfig(), committed_offset=lambda: 0, clock=lambda: now[0],
+                           disk_usage=disk, recheck_s=1.0)
     with pytest.raises(DiskFullError):
         svc.check_writable()
     disk.other = 87                                 # 88 %: between the two limits, still refused
-    svc._measured_at = None
+    now[0] += 1                                     # the next check measures again
     with pytest.raises(DiskFullError):
         svc.check_writable()
     disk.other = 83                                 # 84 %
-    svc._measured_at = None
+    now[0] += 1
     svc.check_writable()
 
 
@@ -227,8 +231,8 @@ def test_a_writer_checking_the_disk_inside_its_lock_never_deadlocks_with_a_clean
 def test_a_running_store_deletes_its_old_segments_and_stays_verifiable(tmp_path: Path) -> None:
     from ingest.cli import main
     from store import MessageStore
-    from store.codec import Message
     from store.config import StoreConfig
+    from store.format.codec import Message
 
     h = time.localtime().tm_hour
     hour = f"{h:02d};{(h + 1) % 24:02d}"                   # still the delete hour if the hour turns

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from store import Message, MessageStore, SegmentSizeError, StoreConfig
-from store.segment import Segment, parse_segment_name, segment_name
-from store.segment_queue import SegmentQueue, zero_range
+from store.log.segment import Segment, parse_segment_name, segment_name
+from store.log.segment_queue import SegmentQueue, zero_range
 
 pytestmark = pytest.mark.unit
 
@@ -139,7 +139,7 @@ def test_pre_faulting_stops_between_steps_when_the_writer_closes(tmp_path: Path)
 
 
 def test_a_window_ahead_of_the_writer_is_faulted_in_and_written_bytes_are_left_alone(tmp_path: Path) -> None:
-    from store.warm_ahead import WarmAhead
+    from store.log.warm_ahead import WarmAhead
 
     q = SegmentQueue(tmp_path, 8 << 20, preallocate=False)
     seg = q.create_first(0)
@@ -150,9 +150,9 @@ def test_a_window_ahead_of_the_writer_is_faulted_in_and_written_bytes_are_left_a
 
         def settled(expected: int) -> bool:
             deadline = time.monotonic() + 10
-            while warm._done != expected and time.monotonic() < deadline:
+            while warm.warmed_to != expected and time.monotonic() < deadline:
                 time.sleep(0.01)
-            return warm._done == expected
+            return warm.warmed_to == expected
 
         warm.nudge()
         assert settled(5000 + (1 << 20))                   # one window past the write position, no more
@@ -163,4 +163,4 @@ def test_a_window_ahead_of_the_writer_is_faulted_in_and_written_bytes_are_left_a
     finally:
         warm.close()
         q.close()
-    assert warm._thread is None                            # joined: it cannot touch an unmapped segment
+    assert not warm.running                                # joined: it cannot touch an unmapped segment

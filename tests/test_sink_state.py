@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ingest.mapping import HEADER_TYPE
+from ingest.encode.mapping import HEADER_TYPE
 from sink.deadletter import DeadLetterLog, read_dead_letters
 from sink.state import SinkState, parse_tp_key, tp_key
 from sink.writer import kafka_next_offsets

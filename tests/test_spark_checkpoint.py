@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sink.spark_checkpoint import (CheckpointRewindError, Rewind, checkpoint_query_id, local_checkpoint_path,
-                                   rewind_to_store)
+from sink.spark_checkpoint import (
+    CheckpointRewindError,
+    Rewind,
+    checkpoint_query_id,
+    local_checkpoint_path,
+    rewind_to_store,
+)
 from sink.state import SinkState
 
 pytestmark = pytest.mark.unit

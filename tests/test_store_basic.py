@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from store import (InvalidTopicError, Message, MessageStore, NotARecordStartError, StoreConfig,
-                   StoreLockedError, StoreReader)
+from store import (
+    InvalidTopicError,
+    Message,
+    MessageStore,
+    NotARecordStartError,
+    StoreConfig,
+    StoreLockedError,
+    StoreReader,
+)
 
 pytestmark = pytest.mark.unit
 

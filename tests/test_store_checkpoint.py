@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from store import CommitPoint, CommitPointError
-from store.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
-from store.commit_point import read_commit_point, write_commit_point
+from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
+from store.log.commit_point import read_commit_point, write_commit_point
 
 pytestmark = pytest.mark.unit
 

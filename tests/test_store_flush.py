@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from store import FlushError, Message, MessageStore, StoreConfig, StoreReadOnlyError
-from store.segment import Segment
+from store.log.segment import Segment
 
 pytestmark = pytest.mark.unit
 
@@ -65,7 +65,7 @@ def test_sync_flush_returns_durable_and_shares_flushes_between_waiting_appends(
         assert errors == []
         assert s.flushed_offset == s.max_offset
         assert sum(1 for _ in s.iter_messages()) == threads * appends * 3
-        assert s._flusher.flush_count < threads * appends / 2     # group commit shared them
+        assert s.flush_count < threads * appends / 2     # group commit shared them
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
@@ -144,7 +144,7 @@ def test_readers_settling_the_queues_from_other_threads_meanwhile_see_whole_batc
 
 def test_a_failed_dispatch_makes_the_store_read_only_and_a_reopen_rebuilds_the_units(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from store.consume_queue import ConsumeQueueStore
+    from store.queue.consume_queue import ConsumeQueueStore
 
     root = tmp_path / "s"
     s = MessageStore.open(root, StoreConfig(segment_size=SEG))

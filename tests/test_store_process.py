@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig, StoreLockedError
+from store import MessageStore, StoreConfig, StoreLockedError
 
 pytestmark = pytest.mark.unit
 

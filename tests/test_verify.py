@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from ingest.cli import main
-from store.cq_units import read_units
-from store.inspect_source import open_source
-from store.inspect_synth import write_synthetic_store
-from store.verify import verify_source
+from store.log.source import open_source
+from store.queue.units import read_units
+from store.tools.verify import verify_source
+from tests.synth_store import write_synthetic_store
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +40,7 @@ def store(pristine: Path, tmp_path: Path) -> Path:
 
 def messages(root: Path) -> list[dict]:
     """(offset, size, topic, queueId, queueOffset) of every record, from the clean store."""
-    from store.dump import walk
+    from store.tools.dump import walk
 
     return [dict(offset=f.offset, size=f.size, topic=f.decoded.topic, queue_id=f.decoded.queue_id,
                  queue_offset=f.decoded.queue_offset, segment=f.segment.path, pos=f.pos)
@@ -147,7 +147,7 @@ def test_a_queue_offset_gap_is_reported_at_the_first_record_after_it(store: Path
 
 
 def test_a_commit_point_past_the_data_or_inside_a_record_is_reported(store: Path) -> None:
-    from store.commit_point import CommitPoint, write_commit_point
+    from store.log.commit_point import CommitPoint, write_commit_point
 
     ms = messages(store)
     end = ms[-1]["offset"] + ms[-1]["size"]
@@ -213,9 +213,9 @@ PROPERTY_CASES = [
 
 @pytest.mark.parametrize("topic", ["TopicA", "SCHEDULE_TOPIC_XXXX"])
 def test_vectorized_tags_codes_equal_the_reference_rule(topic: str) -> None:
-    from store.codec import Message, decode_message, encode_message
-    from store.inspect_fields import record_fields, tags_codes
-    from store.record_json import consume_queue_tags_code
+    from store.format.codec import Message, decode_message, encode_message
+    from store.format.record_json import consume_queue_tags_code
+    from store.tools.fields import record_fields, tags_codes
 
     recs = [encode_message(Message(topic=topic, body=bytes(range(i)), properties=p, store_timestamp=1000 + i))
             for i, p in enumerate(PROPERTY_CASES)]
@@ -233,8 +233,8 @@ def test_a_queue_starting_past_zero_in_a_fresh_store_is_no_gap(tmp_path: Path) -
     """Queue offsets may come from outside (the sink writes Kafka offsets): a queue whose first
     record has queue offset 1000 is fine when its consume queue starts there too."""
     from store import MessageStore
-    from store.codec import Message
     from store.config import StoreConfig
+    from store.format.codec import Message
 
     root = tmp_path / "store"
     with MessageStore.open(root, StoreConfig(segment_size=SEG, consume_queue_units=64)) as store:
@@ -255,8 +255,8 @@ def test_units_before_a_queue_s_first_record_are_reported(store: Path) -> None:
 @pytest.mark.parametrize("names", [["A", "B", "AB", "B\x00"[:1], "x" * 16, "x" * 15 + "y"],
                                    [f"t{i}" for i in range(40)], ["long-topic-name-over-16-bytes", "short"]])
 def test_topics_are_grouped_exactly(names: list[str]) -> None:
-    from store.codec import Message, encode_message
-    from store.inspect_fields import record_fields
+    from store.format.codec import Message, encode_message
+    from store.tools.fields import record_fields
 
     topics = [names[i % len(names)] for i in range(3 * len(names))]
     recs = [encode_message(Message(topic=t, body=b"b")) for t in topics]
@@ -280,7 +280,7 @@ def test_segments_checked_in_pieces_give_the_serial_verdict(store: Path, monkeyp
     elif damage == "totalSize":            # the chain breaks: the rest of the segment is not data
         patch(m["segment"], m["pos"], struct.pack(">i", 5))
     serial = verify_source(open_source(store), jobs=1)
-    monkeypatch.setattr("store.verify.PIECE_BYTES", 16 * 1024)   # four pieces per 64 KiB segment
+    monkeypatch.setattr("store.tools.verify.PIECE_BYTES", 16 * 1024)   # four pieces per 64 KiB segment
     in_pieces = verify_source(open_source(store), jobs=2)
     assert _verdict(in_pieces) == _verdict(serial)
     assert (damage == "none") == serial.ok
@@ -288,7 +288,7 @@ def test_segments_checked_in_pieces_give_the_serial_verdict(store: Path, monkeyp
 
 def test_a_wrong_guess_of_where_a_piece_starts_costs_time_not_the_verdict(store: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.verify_segment as vs
+    import store.tools.verify_segment as vs
 
     real = vs.find_record_start
     guesses = []
@@ -300,13 +300,13 @@ def test_a_wrong_guess_of_where_a_piece_starts_costs_time_not_the_verdict(store:
 
     serial = verify_source(open_source(store), jobs=1)
     monkeypatch.setattr(vs, "find_record_start", off_by_four)
-    monkeypatch.setattr("store.verify.PIECE_BYTES", 16 * 1024)
+    monkeypatch.setattr("store.tools.verify.PIECE_BYTES", 16 * 1024)
     assert _verdict(verify_source(open_source(store), jobs=2)) == _verdict(serial)
     assert guesses and serial.ok
 
 
 def test_a_piece_start_is_found_where_a_chain_of_records_starts(pristine: Path) -> None:
-    from store.verify_segment import find_record_start
+    from store.tools.verify_segment import find_record_start
 
     ms = [m for m in messages(pristine) if m["offset"] < SEG]
     data = ms[0]["segment"].read_bytes()

@@ -1,0 +1,178 @@
+"""Kafka record batches straight to encoded CommitLog records, one C pass per record.
+
+The general path of a read task decodes each fetch into Arrow columns (ingest.kafka.decode), maps
+them (ingest.encode.mapping) and encodes them (store.format.batch_codec): three passes and a dozen Arrow arrays
+per field, ~70 ms of CPU per 50,000 records, the largest part of what the job costs beyond reading
+(BENCHMARKS.md, pipeline). ``DirectEncoder`` does the same for the records every real stream is
+made of, in C (ingest/encode/_direct_encode.c, built by setup.py): it walks the fetched bytes once and
+writes each record's head, body, topic and properties where they belong, with the body CRC.
+
+It covers the mapping's default rules only, and refuses a whole fetch for anything else: the
+envelope mode, property CRCs, a key or header that is not plain ASCII or holds a property
+separator, the born-host or DELAY header, a record over a limit (a dead letter), a damaged batch.
+A refused fetch goes the general way, which knows every rule and every error message; the two
+give the same rows for what both cover (tests/test_direct_encode.py). Without a C compiler at
+install time there is no kernel and every fetch goes the general way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.encode.mapping import (
+    PROPERTY_KAFKA_OFFSET,
+    PROPERTY_KAFKA_PARTITION,
+    PROPERTY_KAFKA_TOPIC,
+    RESERVED_PROPERTIES,
+    MappingConfig,
+    topic_problem,
+    uniq_key,
+)
+from ingest.kafka.fetch import ArrowChunk
+from sink.batch import ENCODED_SCHEMA
+from store import StoreError
+from store.format import (
+    MAX_PROPERTIES_LENGTH,
+    POS_BODYCRC,
+    POS_BORNHOST,
+    POS_BORNTIMESTAMP,
+    POS_QUEUEID,
+    POS_SYSFLAG,
+    PROPERTY_UNIQ_KEY,
+    CodecConfig,
+    HostAddress,
+    Message,
+    binary_from,
+    encode_message,
+    pooled_bytes,
+)
+from store.format import NAME_VALUE_SEPARATOR as SEP1
+from store.format import PROPERTY_SEPARATOR as SEP2
+
+try:
+    from ingest.encode import _direct_encode as _kernel
+except ImportError:  # built without a C compiler: the general path only
+    _kernel = None
+
+log = logging.getLogger(__name__)
+
+FALLBACK_REASONS = {1: "damaged batch", 2: "key not plain ASCII", 3: "header name not plain ASCII",
+                    4: "header value not plain ASCII", 5: "born-host or DELAY header", 6: "record over a limit",
+                    7: "output buffer too small"}
+# TOTALSIZE .. BODYLENGTH without the two hosts: STORETIMESTAMP, RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET and
+# BODYLENGTH follow BORNTIMESTAMP's 8 bytes and the born host
+_HEAD_FIXED = POS_BORNHOST + 8 + 4 + 8 + 4
+_RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names skipped
+
+
+def available() -> bool:
+    """Was the C kernel built (a C compiler at install time)?"""
+    return _kernel is not None
+
+
+@dataclass
+class DirectEncoder:
+    """The constant parts of every record of one Kafka partition under one mapping and codec."""
+
+    topic: str
+    partition: int
+    target_topic: str
+    head: bytes                 # TOTALSIZE .. BODYLENGTH as store.format.codec encodes it, per-record fields zero
+    topic_part: bytes           # TOPICLENGTH + TOPIC
+    coords_prefix: bytes        # KAFKA_TOPIC, KAFKA_PARTITION and the name of KAFKA_OFFSET
+    uniq_prefix: bytes          # the first 16 hex digits of UNIQ_KEY: crc32(topic) | partition
+    born_header: bytes
+    max_body: int
+    max_record: int
+    key_hash_queues: int        # 0: queueId = the Kafka partition
+    sys_flag: int
+    fallbacks: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def for_partition(cls, topic: str, partition: int, mapping: MappingConfig,
+                      codec: CodecConfig) -> DirectEncoder | None:
+        """The encoder of ``topic``-``partition``, or None when its records need the general path
+        whatever they hold (no kernel, envelope mode, property CRCs, a target topic RocketMQ refuses)."""
+        if _kernel is None or mapping.envelope or codec.enabled_append_prop_crc:
+            return None
+        target = mapping.topic_map.get(topic, topic)
+        if topic_problem(target):
+            return None
+        born, store = HostAddress.parse(mapping.born_host), HostAddress.parse(mapping.store_host)
+        try:
+            template = encode_message(Message(topic=target, body=b"", queue_id=partition, born_host=born,
+                                              store_host=store), codec)
+        except StoreError:
+            return None
+        head_len = _HEAD_FIXED + len(born.to_bytes()) + len(store.to_bytes())
+        key_hash = mapping.queue_mode == "key-hash"
+        return cls(
+            topic=topic, partition=partition, target_topic=target, head=template[:head_len],
+            topic_part=template[head_len:-2],
+            coords_prefix=(f"{PROPERTY_KAFKA_TOPIC}{SEP1}{topic}{SEP2}{PROPERTY_KAFKA_PARTITION}{SEP1}{partition}"
+                           f"{SEP2}{PROPERTY_KAFKA_OFFSET}{SEP1}").encode(),
+            uniq_prefix=uniq_key(topic, partition, 0)[:16].encode(),   # the offset's 16 hex digits follow
+            born_header=mapping.born_host_header.encode(),
+            max_body=min(mapping.max_message_size, codec.max_message_size), max_record=codec.max_record_size,
+            key_hash_queues=mapping.queue_count if key_hash else 0,
+            sys_flag=int.from_bytes(template[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True))
+
+    @property
+    def _record_overhead(self) -> int:
+        # the most a record's encoding adds to its key, value and header bytes in the fetch
+        return (len(self.head) + len(self.topic_part) + 2 + len("KEYS") + 2 + len(self.coords_prefix) + 20
+                + len(f"{SEP2}{PROPERTY_UNIQ_KEY}{SEP1}") + len(self.uniq_prefix) + 16 + 1)
+
+    def encode(self, chunk: ArrowChunk, until_offset: int) -> pa.RecordBatch | None:
+        """The records of ``chunk`` in [its fetch offset, ``until_offset``) as ENCODED_SCHEMA rows
+        (what ingest.encode.prepare.map_and_encode makes of them), or None: map and encode them the
+        general way."""
+        if _kernel is None or "columns" in chunk.__dict__:
+            return None
+        chunk.drop_from(until_offset)
+        sections = chunk.sections
+        rows = sum(s.count for s in sections)
+        capacity = sum(len(s.records) for s in sections) + rows * self._record_overhead
+        if capacity >= 2**31:
+            return None     # one Arrow binary array; a fetch this size is the general path's to split
+        out = pooled_bytes(capacity)
+        starts, kafka_offsets = np.empty(rows, np.int64), np.empty(rows, np.int64)
+        tags_codes, timestamps = np.empty(rows, np.int64), np.empty(rows, np.int64)
+        queue_ids = np.empty(rows, np.int32)
+        fields = np.array([(s.count, s.base_offset, s.first_timestamp, s.max_timestamp, s.log_append_time,
+                            len(s.records)) for s in sections], np.int64).reshape(-1, 6)
+        done = _kernel.encode_fetch(
+            b"".join(s.records for s in sections), fields, chunk.fetch_offset, until_offset, out, starts, queue_ids,
+            tags_codes, kafka_offsets, timestamps, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix,
+            _RESERVED, self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition,
+            self.key_hash_queues, (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
+        if isinstance(done, int):
+            reason = FALLBACK_REASONS.get(-done, str(done))
+            if not self.fallbacks:
+                log.info("%s-%d: a fetch goes the general way (%s)", self.topic, self.partition, reason)
+            self.fallbacks[reason] += 1
+            return None
+        pos, row = done
+        return self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
+                           timestamps[:row])
+
+    def _batch(self, data: np.ndarray, starts: np.ndarray, queue_ids: np.ndarray, tags_codes: np.ndarray,
+               kafka_offsets: np.ndarray, timestamps: np.ndarray) -> pa.RecordBatch:
+        n = len(starts)
+        cols = {
+            "record": binary_from(data, np.append(starts, data.size)),
+            "topic": pa.repeat(pa.scalar(self.target_topic, pa.string()), n),
+            "queue_id": pa.array(queue_ids), "sys_flag": pa.array(np.full(n, self.sys_flag, np.int32)),
+            "tags_code": pa.array(tags_codes), "delay_level": pa.array(np.zeros(n, np.int32)),
+            "kafka_topic": pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            "kafka_partition": pa.array(np.full(n, self.partition, np.int32)),
+            "kafka_offset": pa.array(kafka_offsets), "raw_timestamp": pa.array(timestamps),
+        }
+        return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type)
+                                           for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)
+

@@ -1,0 +1,134 @@
+"""The job's Spark source: Kafka records read, mapped and encoded as RocketMQ records in the read tasks.
+
+    spark.readStream.format("kafka-rocketmq").options(**kafka_options)
+         .option("commitlog.prepare", prepare_option(mapping, codec)).load()
+
+The options and offsets are the ``kafka-python`` source's (ingest.kafka.source); each row is a batch
+of ingest.encode.prepare.ENCODED_SCHEMA records packed into one binary value (sink.packed). Mapping and
+encoding inside the read task means a record enters the JVM once, as a commit-log record: going in
+as Kafka columns and back out to Python for a ``mapInArrow`` cost as much again as the whole read
+(BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions. Where the mapping's
+default rules cover a fetch, the task goes from the fetched bytes to CommitLog records in one C pass
+(ingest.encode.direct_encode); otherwise through Kafka columns and ingest.encode.prepare.map_and_encode. A task reads one
+Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
+so a collected batch is in source order; ingest.encode.prepare relies on that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from ingest.encode.direct_encode import DirectEncoder
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import map_and_encode
+from ingest.kafka.fetch import ArrowChunk
+from ingest.kafka.offsets import KafkaOffsetRange
+from ingest.kafka.options import KafkaOptionError, parse_options
+from ingest.kafka.read import BatchMaker, KafkaColumns
+from ingest.kafka.source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
+from sink.packed import pack_batches, packed_spark_schema
+from store.format import CodecConfig
+
+SHORT_NAME = "kafka-rocketmq"
+PREPARE_OPTION = "commitlog.prepare"
+
+
+def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
+    """The ``commitlog.prepare`` option value: the mapping and codec settings as JSON."""
+    return json.dumps({"mapping": dataclasses.asdict(mapping), "codec": dataclasses.asdict(codec)})
+
+
+def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig, CodecConfig]:
+    """(the Kafka source's options, mapping, codec) from this source's options."""
+    kafka = {k: v for k, v in options.items() if str(k).lower() not in (PREPARE_OPTION, "includeheaders")}
+    kafka["includeHeaders"] = "true"   # the mapping reads the headers
+    raw = next((v for k, v in options.items() if str(k).lower() == PREPARE_OPTION), None)
+    try:
+        spec = json.loads(raw) if raw is not None else {}
+        return kafka, MappingConfig(**spec.get("mapping", {})), CodecConfig(**spec.get("codec", {}))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise KafkaOptionError(f"option '{PREPARE_OPTION}' is not the JSON prepare_option() writes: {exc}") from exc
+
+
+class EncodedBatches:
+    """A task's fetches as ENCODED_SCHEMA batches: straight from the fetched bytes where the C
+    path covers them (ingest.encode.direct_encode), through Kafka columns and map_and_encode otherwise."""
+
+    def __init__(self, columns: KafkaColumns, mapping: MappingConfig, codec: CodecConfig) -> None:
+        self.columns, self.mapping, self.codec = columns, mapping, codec
+        self._direct: dict[tuple[str, int], DirectEncoder | None] = {}
+
+    def from_chunk(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        key = (rng.topic, rng.partition)
+        if key not in self._direct:
+            self._direct[key] = DirectEncoder.for_partition(rng.topic, rng.partition, self.mapping, self.codec)
+        direct = self._direct[key]
+        encoded = direct.encode(chunk, rng.until_offset) if direct is not None else None
+        if encoded is not None:
+            return encoded
+        return map_and_encode(self.columns.from_chunk(chunk, rng), self.mapping, self.codec)
+
+    def fallbacks(self) -> dict[str, int]:
+        """How many fetches went the general way, by reason, over every partition this task read."""
+        total: dict[str, int] = {}
+        for encoder in self._direct.values():
+            for reason, count in (encoder.fallbacks if encoder is not None else {}).items():
+                total[reason] = total.get(reason, 0) + count
+        return total
+
+    def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return map_and_encode(self.columns.from_records(records, rng), self.mapping, self.codec)
+
+
+class _Encoding:
+    """Mixed in before a Kafka reader: the same offsets and tasks, each task's batches encoded.
+    Pickled to the executors with the reader, mapping and codec included."""
+
+    streaming: bool
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        kafka, self.mapping, self.codec = _settings(options)
+        super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
+
+    def batch_maker(self) -> BatchMaker:
+        return EncodedBatches(super().batch_maker(), self.mapping, self.codec)  # type: ignore[misc, arg-type]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return pack_batches(super().read(partition))  # type: ignore[misc]
+
+
+class MessageBatchReader(_Encoding, KafkaBatchReader):
+    streaming = False
+
+
+class MessageStreamReader(_Encoding, KafkaStreamReader):
+    streaming = True
+
+
+class KafkaMessageSource(KafkaDataSource):
+    """Registered as ``kafka-rocketmq``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> StructType:
+        return packed_spark_schema()
+
+    def reader(self, schema: StructType) -> MessageBatchReader:
+        return MessageBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> MessageStreamReader:
+        return MessageStreamReader(self.options)
+
+
+def source_options(kafka_options: Mapping[str, str], mapping: MappingConfig, codec: CodecConfig) -> dict[str, Any]:
+    """``kafka_options`` plus the prepare option: what ``format("kafka-rocketmq")`` takes."""
+    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec)}

@@ -1,0 +1,115 @@
+"""Collecting one micro-batch: Kafka records become encoded RocketMQ records in the executors and
+come to the driver in source order, ready for the sink (sink.batch).
+
+Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
+- The job's own source (ingest.encode.message_source, format ``kafka-rocketmq``) maps and encodes inside its
+  read tasks, so a record crosses into the JVM once, already a commit-log record. Its partitions are
+  Kafka offset ranges in (topic, partition, offset) order and each range is read in offset order, so
+  the collected rows are in source order with no shuffle.
+- Any DataFrame of Kafka columns (Spark's own Kafka source, exported files) is sorted by (topic,
+  partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept).
+``toArrow()`` collects the packed partitions in order (collect_packed) and the sink takes them from
+there: it unpacks them and drops what the store already holds; the store numbers each queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.encode.mapping import MappingConfig, map_kafka_batch
+from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA
+from sink.packed import CHUNK, pack_batches, packed_spark_schema
+from store.format import CodecConfig, encode_valid_rows
+
+MESSAGE_COLUMNS = ["topic", "queue_id", "flag", "body", "properties", "tags", "sys_flag", "born_timestamp",
+                   "born_host", "store_host", "reconsume_times", "prepared_transaction_offset"]
+# Carried by every row, live or dead: the Kafka coordinates and the record's timestamp.
+CARRIED_COLUMNS = [*COORD_COLUMNS, "raw_timestamp"]
+RAW_SOURCES = {"raw_key": "key", "raw_value": "value", "raw_headers": "headers"}
+
+
+def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig) -> pa.RecordBatch:
+    """Kafka rows -> ENCODED_SCHEMA rows: the live ones encoded (in their order), then the dead
+    letters with their reason and the raw Kafka record."""
+    n = batch.num_rows
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=ENCODED_SCHEMA)
+    mapped = map_kafka_batch(batch, mapping)
+    reasons = mapped.column("dead_reason")
+    dead = np.asarray(pc.is_valid(reasons), dtype=bool)
+    live_idx = np.flatnonzero(~dead)
+    encoded = None
+    if live_idx.size:
+        live = mapped if live_idx.size == n else mapped.take(pa.array(live_idx))
+        ok, why, encoded = encode_valid_rows(live.select(MESSAGE_COLUMNS), codec)
+        if not ok.all():
+            # Limits the mapping could not see (the whole record's size) still end as dead letters.
+            bad = live_idx[~ok]
+            patched = reasons.to_pylist()
+            for i, reason in zip(bad.tolist(), [r for r, good in zip(why, ok) if not good]):
+                patched[i] = reason
+            reasons = pa.array(patched, pa.string())
+            dead[bad] = True
+            live_idx = live_idx[ok]
+            live = live.filter(pa.array(ok))
+    parts = []
+    if live_idx.size:
+        m = live_idx.size
+        cols = {name: encoded.column(name) for name in ("record", "topic", "queue_id", "sys_flag", "tags_code",
+                                                        "delay_level")}
+        cols.update({name: live.column(name) for name in CARRIED_COLUMNS})
+        cols["dead_reason"] = pa.nulls(m, pa.string())
+        cols.update({name: pa.nulls(m, ENCODED_SCHEMA.field(name).type) for name in RAW_SOURCES})
+        parts.append(_table(cols))
+    dead_idx = np.flatnonzero(dead)
+    if dead_idx.size:
+        take = pa.array(dead_idx)
+        d = dead_idx.size
+        rows = mapped.take(take)
+        cols = {"record": pa.nulls(d, pa.binary()), "topic": rows.column("topic"),
+                "queue_id": rows.column("queue_id"), "sys_flag": rows.column("sys_flag"),
+                "tags_code": pa.nulls(d, pa.int64()), "delay_level": pa.nulls(d, pa.int32()),
+                "dead_reason": reasons.take(take)}
+        cols.update({name: rows.column(name) for name in CARRIED_COLUMNS})
+        # the record as it came from Kafka, whichever step refused it
+        cols.update({name: batch.column(src).take(take) for name, src in RAW_SOURCES.items()})
+        parts.append(_table(cols))
+    return pa.concat_tables(parts).combine_chunks().to_batches()[0]
+
+
+def _table(cols: Mapping[str, Any]) -> pa.Table:
+    return pa.table({f.name: cols[f.name].cast(f.type) for f in ENCODED_SCHEMA}, schema=ENCODED_SCHEMA)
+
+
+def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
+                           codec: CodecConfig) -> Iterator[pa.RecordBatch]:
+    """The per-task form (mapInArrow, or a read task of the message source)."""
+    for batch in batches:
+        out = map_and_encode(batch, mapping, codec)
+        if out.num_rows:
+            yield out
+
+
+def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
+                    codec: CodecConfig) -> Iterator[pa.RecordBatch]:
+    """map_and_encode_batches, each result packed into one row (sink.packed): what a ``mapInArrow``
+    over Kafka columns hands Spark (the message source's read tasks pack what they encode alike)."""
+    return pack_batches(map_and_encode_batches(batches, mapping, codec))
+
+
+def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
+    """The Spark part of a micro-batch, independent of the store's state (so the next batch can be
+    read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
+    batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
+    encoded by the executors. Returns the packed batches on the driver (sink.packed), in order."""
+    if CHUNK not in df.columns:
+        df = df.orderBy("topic", "partition", "offset").mapInArrow(
+            partial(encode_and_pack, mapping=mapping, codec=codec), packed_spark_schema())
+    return df.toArrow()
+

@@ -1,0 +1,248 @@
+"""Driver-side Kafka lookups: which partitions to read, their earliest and TRUE latest offsets, and
+offsets by timestamp. Never joins a consumer group, never commits.
+
+Broker quirks handled here (pinned in tests/test_kafka_source.py):
+- Tansu answers ListOffsets "latest" with the base offset of the partition's last record batch + 1,
+  not the log end, when producers batch records. A fetch response's high watermark is right on
+  both Tansu and Kafka, so ``latest`` fetches once from (reported end - 1) and takes
+  max(reported end, high watermark): one small fetch per non-empty partition.
+- Tansu answers ListOffsets by timestamp with offset 0 (timestamp -1 or the first batch's append
+  time) whatever the timestamp asked. ``for_timestamp`` checks every answer against the records
+  at and just before it and scans the partition when they contradict it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from ingest.kafka.offsets import Offsets, TopicPartitionKey
+from ingest.kafka.options import KafkaSourceError, kafka_client_params
+
+log = logging.getLogger(__name__)
+
+_PROBE_WAIT_MS = 10
+
+
+def _consumer(client_params: Mapping[str, Any], **overrides: Any) -> KafkaConsumer:
+    params = dict(client_params)
+    params.update(group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
+                  key_deserializer=None, value_deserializer=None)
+    params.update(overrides)
+    try:
+        return KafkaConsumer(**params)
+    except KafkaError as exc:
+        raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
+
+
+class OffsetReader:
+    """One metadata consumer and one probe consumer, created on first use; ``close()`` frees them."""
+
+    def __init__(self, client_params: Mapping[str, Any], timeout_ms: int = 60_000) -> None:
+        self._params = dict(client_params)
+        self._timeout_ms = timeout_ms
+        self._meta: KafkaConsumer | None = None
+        self._probe: KafkaConsumer | None = None
+
+    @property
+    def meta(self) -> KafkaConsumer:
+        if self._meta is None:
+            self._meta = _consumer(self._params)
+        return self._meta
+
+    def close(self) -> None:
+        for c in (self._meta, self._probe):
+            if c is not None:
+                c.close(autocommit=False)
+        self._meta = self._probe = None
+
+    def __enter__(self) -> "OffsetReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def partitions(self, subscribe: Sequence[str] | None = None, pattern: str | None = None,
+                   assign: Iterable[TopicPartitionKey] | None = None) -> list[TopicPartitionKey]:
+        """The partitions to read now, from fresh metadata (new topics and partitions show up)."""
+        if assign is not None:
+            return sorted(assign)
+        topics = self.meta.topics()  # always a metadata request: sees topics and partitions added since
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = sorted(t for t in topics if regex.fullmatch(t) and not t.startswith("__"))
+        else:
+            names = sorted(set(subscribe or ()) & topics)
+        out: list[TopicPartitionKey] = []
+        for t in names:
+            out += [(t, p) for p in sorted(self.meta.partitions_for_topic(t) or ())]
+        return out
+
+    def earliest(self, tps: Sequence[TopicPartitionKey]) -> Offsets:
+        if not tps:
+            return {}
+        got = self.meta.beginning_offsets([TopicPartition(*tp) for tp in tps], timeout_ms=self._timeout_ms)
+        return {(tp.topic, tp.partition): int(o) for tp, o in got.items()}
+
+    def reported_latest(self, tps: Sequence[TopicPartitionKey]) -> Offsets:
+        """What ListOffsets "latest" says (not the true end on Tansu)."""
+        if not tps:
+            return {}
+        got = self.meta.end_offsets([TopicPartition(*tp) for tp in tps], timeout_ms=self._timeout_ms)
+        return {(tp.topic, tp.partition): int(o) for tp, o in got.items()}
+
+    def latest(self, tps: Sequence[TopicPartitionKey], earliest: Mapping[TopicPartitionKey, int] | None = None
+               ) -> Offsets:
+        """The true end (next offset to be written) of each partition."""
+        reported = self.reported_latest(tps)
+        earliest = dict(earliest) if earliest is not None else self.earliest(tps)
+        # reported == earliest means empty on both brokers (Tansu's answer is a batch base + 1 > earliest)
+        to_probe = [tp for tp in tps if reported[tp] > earliest.get(tp, 0)]
+        hw = self._high_watermarks({tp: reported[tp] - 1 for tp in to_probe})
+        return {tp: max(reported[tp], hw.get(tp, reported[tp])) for tp in tps}
+
+    def _high_watermarks(self, fetch_from: Mapping[TopicPartitionKey, int]) -> Offsets:
+        if not fetch_from:
+            return {}
+        if self._probe is None:
+            # latest: an out-of-range probe (retention raced us) resets and still returns a high watermark
+            self._probe = _consumer(self._params, auto_offset_reset="latest", fetch_max_wait_ms=_PROBE_WAIT_MS,
+                                    max_partition_fetch_bytes=1, max_poll_records=1,
+                                    enable_incremental_fetch_sessions=False)
+        probe = self._probe
+        probe.unsubscribe()  # fresh partition state: no high watermark left from an earlier probe
+        parts = {tp: TopicPartition(*tp) for tp in fetch_from}
+        probe.assign(list(parts.values()))
+        for tp, off in fetch_from.items():
+            probe.seek(parts[tp], max(0, off))
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        out: Offsets = {}
+        while len(out) < len(parts):
+            probe.poll(timeout_ms=50, max_records=1, update_offsets=False)
+            for tp, part in parts.items():
+                hw = probe.highwater(part)
+                if hw is not None:
+                    out[tp] = int(hw)
+            if time.monotonic() > deadline:
+                missing = sorted(set(parts) - set(out))
+                raise KafkaSourceError(f"no fetch response for {missing} in {self._timeout_ms} ms; "
+                                       "is the partition leader available?")
+        probe.unsubscribe()
+        return out
+
+    def for_timestamp(self, tps: Sequence[TopicPartitionKey], timestamps: Mapping[TopicPartitionKey, int]
+                      ) -> dict[TopicPartitionKey, int | None]:
+        """The earliest offset whose record timestamp is >= the given one, None when there is none.
+
+        The broker's answer is checked against the records around it (one small fetch): Tansu
+        answers offset 0 whatever the timestamp, and a wrong start offset would silently replay
+        or skip data. An answer that fails the check is replaced by a scan of the partition."""
+        if not tps:
+            return {}
+        asked = {TopicPartition(*tp): int(timestamps[tp]) for tp in tps}
+        got = self.meta.offsets_for_times(dict(asked), timeout_ms=self._timeout_ms)
+        earliest = self.earliest(list(tps))
+        out: dict[TopicPartitionKey, int | None] = {}
+        for part, ts in asked.items():
+            answer = got.get(part)
+            tp = (part.topic, part.partition)
+            if answer is None:
+                out[tp] = None
+                continue
+            off = int(answer.offset)
+            around = list(self._records(tp, max(earliest[tp], off - 1), max_count=2, stop_at=off + 1))
+            before = [t for o, t in around if o == off - 1]
+            at = [t for o, t in around if o == off]
+            if at and at[0] >= ts and not (before and before[0] >= ts):
+                out[tp] = off
+            else:
+                log.warning("broker answered offset %d for timestamp %d on %s-%d, which the records "
+                            "contradict; scanning the partition", off, ts, *tp)
+                out[tp] = self._scan_for_timestamp(tp, ts, earliest[tp])
+        return out
+
+    def _records(self, tp: TopicPartitionKey, start: int, max_count: int | None = None,
+                 stop_at: int | None = None) -> Iterator[tuple[int, int]]:
+        """(offset, timestamp) of records from ``start`` up to the true end (or ``stop_at``)."""
+        end = self.latest([tp])[tp]
+        if stop_at is not None:
+            end = min(end, stop_at)
+        if start >= end:
+            return iter(())
+        return _iter_records(self._params, tp, start, end, max_count, self._timeout_ms)
+
+    def _scan_for_timestamp(self, tp: TopicPartitionKey, ts: int, start: int) -> int | None:
+        for off, rec_ts in self._records(tp, start):
+            if rec_ts >= ts:
+                return off
+        return None
+
+
+def _iter_records(params: Mapping[str, Any], tp: TopicPartitionKey, start: int, end: int,
+                  max_count: int | None, timeout_ms: int) -> Iterator[tuple[int, int]]:
+    c = _consumer(params, auto_offset_reset="earliest", max_poll_records=100_000,
+                  fetch_max_wait_ms=_PROBE_WAIT_MS)
+    try:
+        part = TopicPartition(*tp)
+        c.assign([part])
+        c.seek(part, start)
+        deadline = time.monotonic() + timeout_ms / 1000
+        count = 0
+        while c.position(part) < end:
+            if time.monotonic() > deadline:
+                raise KafkaSourceError(f"reading {tp[0]}-{tp[1]} offsets {start}..{end} took over {timeout_ms} ms")
+            for rec in c.poll(timeout_ms=200).get(part, ()):
+                if rec.offset >= end:
+                    return
+                yield rec.offset, rec.timestamp
+                count += 1
+                if max_count is not None and count >= max_count:
+                    return
+    finally:
+        c.close(autocommit=False)
+
+
+def _topics_arg(topics: str | Sequence[str] | None, pattern: str | None) -> dict[str, Any]:
+    if (topics is None) == (pattern is None):
+        raise KafkaSourceError("give exactly one of topics or pattern")
+    if isinstance(topics, str):
+        topics = [t.strip() for t in topics.split(",") if t.strip()]
+    return {"subscribe": topics, "pattern": pattern}
+
+
+def _params(bootstrap: str, kafka_params: Mapping[str, str] | None) -> dict[str, Any]:
+    opts = {f"kafka.{k}" if not k.startswith("kafka.") else k: v for k, v in (kafka_params or {}).items()}
+    opts["kafka.bootstrap.servers"] = bootstrap
+    return kafka_client_params(opts)
+
+
+def latest_offsets(bootstrap: str, topics: str | Sequence[str] | None = None, pattern: str | None = None,
+                   kafka_params: Mapping[str, str] | None = None) -> Offsets:
+    """True end offsets {(topic, partition): next offset} of the topics (or the topics matching
+    ``pattern``). ``kafka_params`` are Java-style client settings, with or without the "kafka." prefix."""
+    with OffsetReader(_params(bootstrap, kafka_params)) as reader:
+        return reader.latest(reader.partitions(**_topics_arg(topics, pattern)))
+
+
+def earliest_offsets(bootstrap: str, topics: str | Sequence[str] | None = None, pattern: str | None = None,
+                     kafka_params: Mapping[str, str] | None = None) -> Offsets:
+    with OffsetReader(_params(bootstrap, kafka_params)) as reader:
+        return reader.earliest(reader.partitions(**_topics_arg(topics, pattern)))
+
+
+def offsets_for_timestamp(bootstrap: str, timestamp_ms: int, topics: str | Sequence[str] | None = None,
+                          pattern: str | None = None, kafka_params: Mapping[str, str] | None = None
+                          ) -> Offsets:
+    """For each partition, the first offset whose record timestamp is >= ``timestamp_ms``; a
+    partition with no such record maps to its true end offset (reading from there reads nothing old)."""
+    with OffsetReader(_params(bootstrap, kafka_params)) as reader:
+        tps = reader.partitions(**_topics_arg(topics, pattern))
+        found = reader.for_timestamp(tps, {tp: timestamp_ms for tp in tps})
+        ends = reader.latest([tp for tp, off in found.items() if off is None])
+        return {tp: (off if off is not None else ends[tp]) for tp, off in found.items()}

@@ -1,0 +1,117 @@
+"""Planning offset ranges: pure functions over {(topic, partition): offset} maps, no Kafka calls.
+
+A batch's ranges are fixed when it is planned; these functions are deterministic so that planning the
+same (start, end) twice gives the same tasks and a re-run reads the same records.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from ingest.kafka.options import DataLossError, KafkaOptionError
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
+
+
+@dataclass(frozen=True)
+class KafkaOffsetRange(InputPartition):
+    """One Spark task: offsets [from_offset, until_offset) of one topic-partition."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.until_offset - self.from_offset
+
+
+def offsets_to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    """Spark's Kafka offset JSON form, {"topic": {"0": 12}}, sorted so equal maps serialize equally."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def offsets_from_json(data: Mapping[str, Mapping[str, int]]) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, parts in data.items() for p, o in parts.items()}
+
+
+def rate_limit(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int],
+               limit: int) -> Offsets:
+    """Cap ``end`` so that about ``limit`` offsets are read, split in proportion to each partition's
+    backlog, as Spark's KafkaMicroBatchStream.rateLimit does (a partition whose share is under one
+    offset still gets one, so no partition starves)."""
+    sizes = {tp: max(0, end[tp] - start.get(tp, end[tp])) for tp in end}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(end)
+    capped: Offsets = {}
+    for tp, until in end.items():
+        begin = start.get(tp, until)
+        prorate = limit * (sizes[tp] / total)
+        step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        capped[tp] = min(until, begin + step)
+    return capped
+
+
+def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int],
+                max_records_per_task: int, min_partitions: int | None = None) -> list[KafkaOffsetRange]:
+    """One task per topic-partition range; ranges over ``max_records_per_task`` (or too few tasks
+    for ``minPartitions``) are cut into equal consecutive pieces. A partition missing from ``start``
+    has nothing to read in this batch (it was discovered by this batch's planning)."""
+    ranges = [KafkaOffsetRange(t, p, start[(t, p)], until)
+              for (t, p), until in sorted(end.items()) if (t, p) in start and until > start[(t, p)]]
+    total = sum(r.size for r in ranges)
+    piece = max_records_per_task
+    if min_partitions and len(ranges) < min_partitions and total > 0:
+        piece = min(piece, max(1, math.ceil(total / min_partitions)))
+    out: list[KafkaOffsetRange] = []
+    for r in ranges:
+        parts = max(1, math.ceil(r.size / piece))
+        bounds = [r.from_offset + (r.size * i) // parts for i in range(parts + 1)]
+        out += [KafkaOffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return out
+
+
+def check_data_loss(planned: Mapping[TopicPartitionKey, int], earliest: Mapping[TopicPartitionKey, int],
+                    fail_on_data_loss: bool) -> Offsets:
+    """Planned start offsets, each raised to its partition's earliest offset when retention has deleted
+    the records below it; with failOnDataLoss (the default) that is an error instead."""
+    lost = {tp: (off, earliest[tp]) for tp, off in planned.items() if tp in earliest and off < earliest[tp]}
+    if lost and fail_on_data_loss:
+        detail = ", ".join(f"{t}-{p}: planned start {o}, earliest available {e}"
+                           for (t, p), (o, e) in sorted(lost.items()))
+        raise DataLossError(f"records were deleted before they were read ({detail}); they are lost. "
+                            "Set failOnDataLoss=false to skip to the earliest available offset instead.")
+    for (t, p), (o, e) in sorted(lost.items()):
+        log.warning("data loss: %s-%d offsets %d..%d were deleted before being read; skipping to %d",
+                    t, p, o, e - 1, e)
+    return {tp: max(off, earliest.get(tp, off)) for tp, off in planned.items()}
+
+
+def resolve_markers(spec: Mapping[TopicPartitionKey, int], partitions: Sequence[TopicPartitionKey],
+                    earliest: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int],
+                    option: str) -> Offsets:
+    """Per-partition JSON offsets with Spark's -2 (earliest) / -1 (latest) markers, made concrete.
+    Like Spark, every partition being read must be named."""
+    missing = sorted(set(partitions) - set(spec))
+    if missing:
+        names = ", ".join(f"{t}-{p}" for t, p in missing)
+        raise KafkaOptionError(
+            f"option '{option}' must name every partition read; missing: {names}")
+    out: Offsets = {}
+    for tp in partitions:
+        off = spec[tp]
+        out[tp] = earliest[tp] if off == -2 else latest[tp] if off == -1 else off
+    return out

@@ -1,0 +1,227 @@
+"""Reading one planned offset range in a Spark task, as Arrow record batches.
+
+Each task owns one consumer: assign() + seek(), large polls, and it stops exactly at the range end
+(by position, so gaps from compaction or transaction markers cannot make it wait for offsets that
+will never come). Each fetch response is decoded at once into Arrow columns (kafka_fetch /
+kafka_decode) and leaves as one pyarrow RecordBatch: no per-record Python objects, no tuples.
+Measured on 200k records of ~130 bytes: about 2-3x the rows/s of a plain kafka-python poll loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.kafka import fetch as kafka_fetch
+from ingest.kafka.decode import HEADER_TYPE
+from ingest.kafka.fetch import ArrowChunk
+from ingest.kafka.offsets import KafkaOffsetRange
+from ingest.kafka.options import DataLossError, KafkaFetchTimeoutError, KafkaSourceError
+
+log = logging.getLogger(__name__)
+
+# Big fetches: the decoder's cost is mostly per fetch, not per record, and fewer round trips leave
+# less time waiting on the broker (fetching and decoding do not overlap in one task's consumer).
+READ_TUNING: dict[str, Any] = {
+    "max_poll_records": 50_000,
+    "max_partition_fetch_bytes": 16 * 1024 * 1024,
+    "fetch_max_bytes": 64 * 1024 * 1024,
+    "fetch_max_wait_ms": 100,
+    "receive_buffer_bytes": 4 * 1024 * 1024,
+}
+
+SHORT_LOG_GRACE_S = 3.0  # a high watermark below the plan for this long is not a leader-change blip
+
+
+class BatchMaker(Protocol):
+    """What a task makes of the records it fetched: one RecordBatch per piece, in offset order."""
+
+    def from_chunk(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        """The records of a fetch (the fast path) below ``rng.until_offset``."""
+
+    def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
+        """kafka-python's ConsumerRecords (what the fast path leaves to it), all inside ``rng``."""
+
+
+@dataclass(frozen=True)
+class KafkaColumns:
+    """The records as Spark's Kafka columns (``schema``: the ones a source was asked for)."""
+
+    schema: pa.Schema
+
+    def from_chunk(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return chunk_to_batch(chunk, rng, self.schema)
+
+    def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return records_to_batch(records, rng.topic, rng.partition, self.schema)
+
+
+def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: BatchMaker,
+               fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` as ``make`` makes them (KafkaColumns: the source's columns)."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError, OffsetOutOfRangeError
+
+    if rng.until_offset <= rng.from_offset:
+        return
+    params = dict(client_params)
+    for key, value in READ_TUNING.items():
+        params.setdefault(key, value)
+    params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+                  allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
+    try:
+        consumer = KafkaConsumer(**params)
+    except KafkaError as exc:
+        raise KafkaSourceError(f"task for {rng.topic}-{rng.partition}: cannot connect to "
+                               f"{params.get('bootstrap_servers')}: {exc}") from exc
+    part = TopicPartition(rng.topic, rng.partition)
+    try:
+        budget = kafka_fetch.FetchBudget(rng.until_offset, int(params["max_partition_fetch_bytes"]))
+        kafka_fetch.install(consumer, budget)
+        consumer.assign([part])
+        consumer.seek(part, rng.from_offset)
+        position = rng.from_offset
+        idle_since = time.monotonic()
+        while position < rng.until_offset:
+            try:
+                polled = consumer.poll(timeout_ms=500)
+            except OffsetOutOfRangeError:
+                position = _skip_lost(consumer, part, rng, position, fail_on_data_loss)
+                continue
+            items = polled.get(part, ())
+            if items:
+                for batch in _to_batches(items, rng, make, budget):
+                    if batch.num_rows:
+                        yield batch
+                # idle time starts after Spark took the batches: a slow consumer of this generator
+                # is not a broker that stopped answering
+                idle_since = time.monotonic()
+            position = max(position, consumer.position(part))
+            if position >= rng.until_offset:
+                break  # a fetch may move the position past the range end (Tansu does)
+            idle_s = time.monotonic() - idle_since
+            high_watermark = consumer.highwater(part)
+            if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= position:
+                # The log ends before the planned range does (topic re-created, an in-memory broker
+                # restarted). Kafka answers OffsetOutOfRange then, Tansu just returns nothing.
+                position = _skip_lost(consumer, part, rng, position, fail_on_data_loss)
+                idle_since = time.monotonic()
+                continue
+            if idle_s * 1000 > poll_timeout_ms:
+                raise KafkaFetchTimeoutError(
+                    f"task for {rng.topic}-{rng.partition} read up to offset {position} of the planned "
+                    f"[{rng.from_offset}, {rng.until_offset}) and got no records for {poll_timeout_ms} ms "
+                    "(kafkaConsumer.pollTimeoutMs); is the broker reachable and the partition led?")
+    finally:
+        consumer.close(autocommit=False)
+
+
+def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, fail: bool) -> int:
+    """After OffsetOutOfRange: the records at ``position`` are gone. Fail, or move past them."""
+    earliest = int(consumer.beginning_offsets([part])[part])
+    if earliest > position:
+        what = f"offsets {position}..{earliest - 1} were deleted (earliest now {earliest})"
+        new_position = min(earliest, rng.until_offset)
+    else:  # the log is now shorter than planned: topic re-created or truncated
+        what = f"offset {position} is past the partition's end now"
+        new_position = rng.until_offset
+    if fail:
+        raise DataLossError(f"{rng.topic}-{rng.partition}: {what}, inside the planned range "
+                            f"[{rng.from_offset}, {rng.until_offset}) this task had to read. "
+                            "Set failOnDataLoss=false to skip them.")
+    log.warning("data loss: %s-%d: %s; skipping to %d", rng.topic, rng.partition, what, new_position)
+    if new_position < rng.until_offset:
+        consumer.seek(part, new_position)
+    return new_position
+
+
+def _to_batches(items: list[Any], rng: KafkaOffsetRange, make: BatchMaker,
+                budget: kafka_fetch.FetchBudget) -> Iterator[pa.RecordBatch]:
+    """poll() items, ArrowChunks from the fast path or ConsumerRecords, cut at the range end."""
+    records: list[Any] = []
+    for item in items:
+        if isinstance(item, ArrowChunk):
+            budget.observe(item)
+            if records:
+                yield make.from_records(records, rng)
+                records = []
+            yield make.from_chunk(item, rng)
+        elif item.offset < rng.until_offset:
+            records.append(item)
+    if records:
+        yield make.from_records(records, rng)
+
+
+def chunk_to_batch(chunk: ArrowChunk, rng: KafkaOffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+    chunk.drop_from(rng.until_offset)
+    cols = chunk.columns
+    offsets = cols["offset"].to_numpy()
+    n = int(np.searchsorted(offsets, rng.until_offset))
+    ts_type = schema.field("timestamp").type
+    make = {
+        "topic": lambda: pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+        # Kafka timestamps are milliseconds; Spark's Arrow timestamps are microseconds
+        "timestamp": lambda: pc.multiply(cols["timestamp"].slice(0, n), 1000).cast(ts_type),
+    }
+    arrays = []
+    for field in schema:
+        if field.name in make:
+            arr = make[field.name]()
+        elif field.name in cols:
+            arr = cols[field.name].slice(0, n)
+        else:
+            raise KafkaSourceError(f"the Kafka source has no column {field.name!r}")
+        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def records_to_batch(records: list[Any], topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+    """One RecordBatch of ``schema`` from ConsumerRecords, built column by column."""
+    n = len(records)
+    ts_type = schema.field("timestamp").type
+    cols: dict[str, Any] = {
+        "key": lambda: pa.array([r.key for r in records], pa.binary()),
+        "value": lambda: pa.array([r.value for r in records], pa.binary()),
+        "topic": lambda: pa.array([topic] * n, pa.string()),
+        "partition": lambda: pa.array([partition] * n, pa.int32()),
+        "offset": lambda: pa.array([r.offset for r in records], pa.int64()),
+        # Kafka timestamps are milliseconds; Spark's Arrow timestamps are microseconds
+        "timestamp": lambda: pa.array([r.timestamp * 1000 for r in records], ts_type),
+        "timestampType": lambda: pa.array([r.timestamp_type for r in records], pa.int32()),
+        "headers": lambda: _headers_array(records),
+    }
+    arrays = []
+    for field in schema:
+        if field.name not in cols:
+            raise KafkaSourceError(f"the Kafka source has no column {field.name!r}; its columns are "
+                                   f"{', '.join(cols)}")
+        arr = cols[field.name]()
+        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _headers_array(records: list[Any]) -> pa.Array:
+    """list<struct<key, value>> from flat offsets/keys/values: no per-row Python dicts."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    total = 0
+    for r in records:
+        hs = r.headers
+        if hs:
+            for k, v in hs:
+                keys.append(k)
+                values.append(v)
+            total += len(hs)
+        offsets.append(total)
+    items = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+                                       fields=list(HEADER_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, type=HEADER_TYPE)

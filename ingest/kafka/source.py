@@ -1,0 +1,306 @@
+"""The ``kafka-python`` Spark data source: Spark's Kafka source options and columns, on kafka-python.
+
+    spark.readStream.format("kafka-python").option("kafka.bootstrap.servers", "h:9092")
+         .option("subscribe", "orders").load()
+
+Batch and streaming. Offset ranges are fixed when a batch is planned (the planned end offsets go into
+Spark's offset log), so a re-run of a batch reads exactly the same records; each topic-partition range
+is one task with its own consumer; rows leave the tasks as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ingest.kafka.admin import OffsetReader, earliest_offsets, latest_offsets, offsets_for_timestamp  # noqa: F401 (re-exported)
+from ingest.kafka.offsets import (
+    KafkaOffsetRange,
+    Offsets,
+    TopicPartitionKey,
+    check_data_loss,
+    offsets_from_json,
+    offsets_to_json,
+    plan_ranges,
+    rate_limit,
+    resolve_markers,
+)
+from ingest.kafka.options import (
+    DataLossError,
+    KafkaOptionError,
+    KafkaSourceError,
+    KafkaSourceOptions,
+    OffsetSpec,
+    parse_options,
+)
+from ingest.kafka.read import BatchMaker, KafkaColumns, read_range
+
+log = logging.getLogger(__name__)
+
+SHORT_NAME = "kafka-python"
+SPARK_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def kafka_schema(include_headers: bool = True) -> StructType:
+    """Spark's Kafka source columns (``headers`` only with includeHeaders)."""
+    fields = [
+        StructField("key", BinaryType()), StructField("value", BinaryType()),
+        StructField("topic", StringType()), StructField("partition", IntegerType()),
+        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE))
+    return StructType(fields)
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    # Spark checks RecordBatches against exactly this conversion of the read schema
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class KafkaDataSource(DataSource):
+    """Registered as ``kafka-python``; see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeHeaders", "true")).strip().lower() != "false"
+        return kafka_schema(include)
+
+    def reader(self, schema: StructType) -> "KafkaBatchReader":
+        return KafkaBatchReader(parse_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> "KafkaStreamReader":
+        return KafkaStreamReader(parse_options(self.options, streaming=True), schema)
+
+
+def _resolve(spec: OffsetSpec, tps: Sequence[TopicPartitionKey], earliest: Offsets, latest: Offsets,
+             reader: OffsetReader, which: str, strategy: str = "error") -> Offsets:
+    """Concrete offsets for ``tps`` from a starting/ending option."""
+    if spec.kind == "earliest":
+        return {tp: earliest[tp] for tp in tps}
+    if spec.kind == "latest":
+        return {tp: latest[tp] for tp in tps}
+    if spec.kind == "offsets":
+        return resolve_markers(spec.offsets, tps, earliest, latest, f"{which}Offsets")
+    if spec.kind == "timestamp":
+        asked = {tp: int(spec.timestamp or 0) for tp in tps}
+        option = f"{which}Timestamp"
+    else:
+        missing = sorted(set(tps) - set(spec.timestamps))
+        if missing:
+            raise KafkaOptionError(f"option '{which}OffsetsByTimestamp' must name every partition read; "
+                                   f"missing: {', '.join(f'{t}-{p}' for t, p in missing)}")
+        asked = {tp: spec.timestamps[tp] for tp in tps}
+        option = f"{which}OffsetsByTimestamp"
+    found = reader.for_timestamp(list(tps), asked)
+    out: Offsets = {}
+    for tp in tps:
+        off = found[tp]
+        if off is None and which == "starting" and strategy == "error":
+            raise KafkaSourceError(
+                f"{option}: {tp[0]}-{tp[1]} has no record with a timestamp >= {asked[tp]}; set "
+                "startingOffsetsByTimestampStrategy=latest to start at the latest offset instead")
+        out[tp] = latest[tp] if off is None else min(off, latest[tp])
+    return out
+
+
+def _topic_args(opts: KafkaSourceOptions) -> dict[str, Any]:
+    return {"subscribe": opts.subscribe, "pattern": opts.subscribe_pattern, "assign": opts.assign}
+
+
+class _RangeReading:
+    """A task of either reader: read its planned offset range."""
+
+    options: KafkaSourceOptions
+    schema: StructType
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaOffsetRange)
+        return read_range(partition, self.options.client_params, self.batch_maker(),
+                          self.options.fail_on_data_loss, self.options.poll_timeout_ms)
+
+    def batch_maker(self) -> BatchMaker:
+        """What the task makes of the records: the source's columns."""
+        return KafkaColumns(arrow_schema(self.schema))
+
+
+class KafkaBatchReader(_RangeReading, DataSourceReader):
+    """spark.read: the offsets between startingOffsets and endingOffsets, fixed at planning."""
+
+    def __init__(self, options: KafkaSourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def plan(self) -> tuple[Offsets, Offsets]:
+        """The (start, end) offsets of the read."""
+        o = self.options
+        with OffsetReader(o.client_params) as reader:
+            tps = reader.partitions(**_topic_args(o))
+            if not tps:
+                raise KafkaSourceError(f"no partition to read: no topic matches {_describe(o)} "
+                                       f"on {o.bootstrap_servers}")
+            earliest = reader.earliest(tps)
+            latest = reader.latest(tps, earliest)
+            start = _resolve(o.starting, tps, earliest, latest, reader, "starting", o.timestamp_strategy)
+            end = _resolve(o.ending, tps, earliest, latest, reader, "ending")
+        start = check_data_loss(start, earliest, o.fail_on_data_loss)
+        backwards = {tp: (start[tp], end[tp]) for tp in tps if start[tp] > end[tp]}
+        if backwards:
+            raise KafkaOptionError(f"starting offset is after the ending offset for {backwards}; "
+                                   "check startingOffsets/endingOffsets")
+        return start, end
+
+    def partitions(self) -> Sequence[InputPartition]:
+        start, end = self.plan()
+        return plan_ranges(start, end, self.options.max_records_per_task, self.options.min_partitions)
+
+
+class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """spark.readStream: each micro-batch's end offsets are chosen in latestOffset (capped by
+    maxOffsetsPerTrigger) and recorded by Spark before any task runs."""
+
+    def __init__(self, options: KafkaSourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._reader: OffsetReader | None = None   # driver only, created on first use
+        self._target: Offsets | None = None        # Trigger.AvailableNow: do not read past these
+        self._latest: Offsets | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None
+        return state
+
+    @property
+    def offset_reader(self) -> OffsetReader:
+        if self._reader is None:
+            self._reader = OffsetReader(self.options.client_params)
+        return self._reader
+
+    def initialOffset(self) -> dict:
+        o, r = self.options, self.offset_reader
+        tps = r.partitions(**_topic_args(o))
+        earliest = r.earliest(tps)
+        latest = r.latest(tps, earliest)
+        start = _resolve(o.starting, tps, earliest, latest, r, "starting", o.timestamp_strategy)
+        return offsets_to_json(check_data_loss(start, earliest, o.fail_on_data_loss))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        r = self.offset_reader
+        self._target = r.latest(r.partitions(**_topic_args(self.options)))
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        o, r = self.options, self.offset_reader
+        begin = offsets_from_json(start)
+        tps = r.partitions(**_topic_args(o))
+        if self._target is not None:
+            tps = [tp for tp in tps if tp in self._target]
+        earliest = r.earliest(tps)
+        latest = r.latest(tps, earliest)
+        if self._target is not None:
+            latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
+        self._latest = latest
+        _check_gone(begin, tps, o.fail_on_data_loss)
+        known = {tp: off for tp, off in begin.items() if tp in latest}
+        check_data_loss(known, earliest, o.fail_on_data_loss)  # raises early; tasks skip otherwise
+        end: Offsets = {}
+        for tp in tps:
+            if tp not in begin:
+                # discovered now: recorded at its earliest offset, read from the next batch on, so
+                # this batch's ranges depend only on offsets already in Spark's offset log
+                end[tp] = earliest[tp]
+            elif latest[tp] < begin[tp]:
+                _lost(f"{tp[0]}-{tp[1]}: latest offset {latest[tp]} is below the offset {begin[tp]} "
+                      "already read (topic deleted and re-created?)", o.fail_on_data_loss)
+                end[tp] = begin[tp]
+            else:
+                end[tp] = latest[tp]
+        if isinstance(limit, ReadMaxRows):
+            end = {**end, **rate_limit(known, {tp: end[tp] for tp in known}, limit.max_rows)}
+        return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets_to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return plan_ranges(offsets_from_json(start), offsets_from_json(end),
+                           self.options.max_records_per_task, self.options.min_partitions)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the source keeps no state in Kafka (no consumer group)."""
+
+    def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def _lost(message: str, fail: bool) -> None:
+    if fail:
+        raise DataLossError(f"{message}. Set failOnDataLoss=false to continue without those records.")
+    log.warning("data loss: %s", message)
+
+
+def _check_gone(begin: Offsets, tps: Sequence[TopicPartitionKey], fail: bool) -> None:
+    gone = sorted(set(begin) - set(tps))
+    if gone:
+        _lost(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} no longer exist (topic deleted?)", fail)
+
+
+def _describe(o: KafkaSourceOptions) -> str:
+    if o.subscribe:
+        return f"subscribe={','.join(o.subscribe)}"
+    if o.subscribe_pattern:
+        return f"subscribePattern={o.subscribe_pattern}"
+    return f"assign={o.assign}"
+
+
+def source_format(kind: str) -> str:
+    """The Spark format name for ``--source``: "spark-kafka" -> "kafka", "kafka-python" -> "kafka-python".
+
+    With "kafka", pass includeHeaders=true: Spark's own source leaves headers out by default, ours
+    includes them."""
+    formats = {"spark-kafka": "kafka", "kafka": "kafka", "kafka-python": SHORT_NAME}
+    try:
+        return formats[kind]
+    except KeyError:
+        raise KafkaOptionError(f"unknown source {kind!r}: use 'kafka-python' or 'spark-kafka'") from None
+
+
+def spark_kafka_available(spark: Any) -> bool:
+    """True when Spark's own Kafka source (spark-sql-kafka) is on the JVM classpath."""
+    try:
+        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+        loader = jvm.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(SPARK_KAFKA_PROVIDER, False, loader)
+        return True
+    except Exception as exc:  # noqa: BLE001 - py4j wraps ClassNotFoundException; any failure means "no"
+        log.debug("Spark's Kafka source is not available: %s", exc)
+        return False

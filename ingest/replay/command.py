@@ -1,0 +1,363 @@
+"""``commitlog replay``: a bounded run of the ingest job over what a Kafka topic (or an export of it)
+already holds, into a CommitLog store, once, completely, and provably.
+
+The write path is ``commitlog run``'s: the same source, ``collect_packed`` and the sink (mapping,
+encoding, queue offsets, and dropping whatever the store already holds) and the same ``ForeachBatchSink`` /
+``CommitLogWriter`` with its atomic commit per batch. What replay adds is the bound: every partition's
+[start, end) is fixed before the first write (kept in ``<store>/replay/`` until done), cut into
+batches of ``--max-offsets-per-trigger`` offsets, each a Spark batch query with explicit
+startingOffsets/endingOffsets handed to the sink. Each batch's Spark job (read, map, encode, collect:
+``collect_packed``, which depends on nothing the writer holds) runs while the one before is written
+and committed, so the driver's write hides behind the read. A kill loses at most the batches in
+progress; the next run starts where the store's recorded Kafka offsets end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args, kafka_reader_options
+from ingest.replay.plan import (
+    FILE_FORMATS,
+    Bound,
+    ReplayError,
+    ReplayPlan,
+    TopicPartitionKey,
+    apply_store_offsets,
+    chunks,
+    load_plan,
+    parse_offsets_json,
+    plan_identity,
+    plan_path,
+    resolve_kafka_plan,
+    save_plan,
+    sub_ranges,
+)
+from ingest.replay.progress import ReplayProgress
+
+log = logging.getLogger("commitlog.replay")
+
+EXIT_OK, EXIT_VERIFY_FAILED, EXIT_ERROR, EXIT_STOPPED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What to replay; everything about how to write it is the shared JobConfig."""
+
+    topics: tuple[str, ...] | None = None
+    topic_pattern: str | None = None
+    from_files: str | None = None
+    file_format: str = "jsonl"
+    begin: Bound = Bound("earliest")
+    finish: Bound = Bound("latest")
+    strict: bool = False
+    verify: bool = True
+    progress: str = "auto"
+
+    def plan_spec(self) -> dict[str, Any]:
+        """What identifies "the same arguments" for the plan file."""
+        return {"topics": sorted(self.topics or ()), "pattern": self.topic_pattern,
+                "from": self.begin.describe(), "to": self.finish.describe()}
+
+
+@dataclass
+class ReplaySummary:
+    store: str
+    plan: ReplayPlan
+    records: int = 0                 # messages written by this run
+    dead_letters: int = 0            # dead letters written by this run
+    batches: int = 0
+    elapsed_s: float = 0.0           # the whole run, Spark start-up and planning included
+    write_s: float = 0.0             # from the first batch on
+    commit_offset: int = 0
+    complete: bool = False
+    verified: bool | None = None     # None: verify not run
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return (self.records + self.dead_letters) / self.write_s if self.write_s > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        p = self.plan
+        held = sum(x.held for x in p.partitions)
+        total = sum(x.total for x in p.partitions)
+        out = [f"replay into {self.store}: {'complete' if self.complete else 'STOPPED before the end'}",
+               f"  range: {total} offsets over {len(p.partitions)} partitions of {len(p.topics())} topic(s); "
+               f"{held} already in the store (skipped)",
+               f"  written: {self.records} messages, {self.dead_letters} dead letters, {self.batches} batches, "
+               f"{self.write_s:.1f} s ({self.rate:,.0f} rec/s; {self.elapsed_s:.1f} s with start-up); commit-log "
+               f"offset {self.commit_offset}"]
+        for topic in p.topics():
+            parts = [x for x in p.partitions if x.topic == topic]
+            ranges = ", ".join(f"{x.partition}:[{x.start},{x.end})" for x in parts)
+            out.append(f"  {topic}: {sum(x.total for x in parts)} offsets, partitions {ranges}")
+        if self.verified is not None:
+            out.append(f"  verify: {'OK' if self.verified else 'FAILED (see above)'}")
+        if not self.complete:
+            out.append("  run the same command again to continue where the last commit ended")
+        return out
+
+
+# ------------------------------------------------------------------------------------ the job
+
+def _kafka_client_params(cfg: JobConfig) -> dict[str, Any]:
+    from ingest.kafka.options import kafka_client_params
+
+    return kafka_client_params(kafka_reader_options(cfg, "earliest"))
+
+
+def kafka_batch_loader(cfg: JobConfig, spark: Any) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
+    """Ranges -> a batch DataFrame read by the job's own source (encoded records, or Kafka columns
+    with Spark's source), as ingest.encode.prepare takes it."""
+    from ingest.job import source_reader
+    from ingest.kafka.offsets import offsets_to_json
+
+    base = kafka_reader_options(cfg, "earliest")
+    for name in ("subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "startingOffsets"):
+        base.pop(name, None)
+    fmt, base = source_reader(cfg, spark, base)
+
+    def load(ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> Any:
+        assign: dict[str, list[int]] = {}
+        for t, p in sorted(ranges):
+            assign.setdefault(t, []).append(p)
+        opts = dict(base, assign=json.dumps(assign),
+                    startingOffsets=json.dumps(offsets_to_json({tp: a for tp, (a, _) in ranges.items()})),
+                    endingOffsets=json.dumps(offsets_to_json({tp: b for tp, (_, b) in ranges.items()})))
+        return spark.read.format(fmt).options(**opts).load()
+
+    return load
+
+
+def _kafka_plan(cfg: JobConfig, opts: ReplayOptions) -> tuple[ReplayPlan, list[str], Any]:
+    spec = opts.plan_spec()
+    path = plan_path(cfg.store, plan_identity(spec))
+    plan = load_plan(path)
+    if plan is not None:
+        return plan, [f"continuing the replay planned earlier with the same arguments ({path}); its range "
+                      "stays fixed until it completes"], path
+    plan, notes = resolve_kafka_plan(_kafka_client_params(cfg), opts.topics, opts.topic_pattern,
+                                     opts.begin, opts.finish, opts.strict)
+    save_plan(path, plan, spec)
+    return plan, notes, path
+
+
+def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
+           stop: threading.Event | None = None) -> ReplaySummary:
+    """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
+    built from ``cfg`` and stopped at the end."""
+    from ingest.encode.prepare import collect_packed
+    from ingest.job import codec_config, mapping_config, spark_session, store_config
+    from sink import CommitLogWriter
+    from sink.foreach_batch import ForeachBatchSink
+
+    if not cfg.skip_preflight:
+        from ingest.preflight import check_store_path
+
+        check_store_path(cfg.store)
+    started = time.monotonic()
+    stop = stop or threading.Event()
+    own_spark = spark is None
+    files_df = None
+    plan_file = None
+    writer = None
+    batch_log = logging.getLogger("commitlog.batch")
+    batch_log_level = batch_log.level
+    try:
+        spark = spark or spark_session(cfg)
+        if opts.from_files:
+            from ingest.replay.files import range_filter, read_kafka_files, resolve_file_plan
+
+            files_df = read_kafka_files(spark, opts.from_files, opts.file_format).persist()
+            plan = resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics, opts.topic_pattern)
+            notes: list[str] = []
+            load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
+        else:
+            plan, notes, plan_file = _kafka_plan(cfg, opts)
+            load = kafka_batch_loader(cfg, spark)
+        writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
+        notes += apply_store_offsets(plan, writer.state.kafka_offsets)
+        for note in notes:
+            log.warning("%s", note)
+        summary = ReplaySummary(str(cfg.store), plan, notes=notes)
+        first_records, first_dead = writer.state.records, writer.state.dead_letters
+        progress = ReplayProgress(plan, opts.progress)
+        if progress.mode == "bar":
+            # the bar replaces the sink's per-batch log lines, which would break its redraw
+            batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
+        if plan.todo == 0:
+            log.warning("nothing to replay: the store already holds the whole range")
+        sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None,
+                                on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
+        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg))
+        with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
+            summary.complete = _write_batches(
+                (reader.submit(collect, load(sub_ranges(start, until)))
+                 for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger)),
+                lambda batch: sink(batch, writer.state.batch_id + 1), stop)
+        if not summary.complete:
+            log.warning("stopping: the last committed batch ends at %s", dict(writer.state.kafka_offsets))
+        summary.batches = sink.batches
+        summary.records = writer.state.records - first_records
+        summary.dead_letters = writer.state.dead_letters - first_dead
+        summary.commit_offset = writer.store.committed_offset
+        if summary.complete and plan_file is not None:
+            # done: the same command run later plans afresh (and skips what is now held)
+            plan_file.unlink(missing_ok=True)
+        summary.elapsed_s = time.monotonic() - started
+        summary.write_s = progress.elapsed()
+    finally:
+        batch_log.setLevel(batch_log_level)
+        if writer is not None:
+            writer.close()
+        if files_df is not None:
+            files_df.unpersist()
+        if own_spark and spark is not None:
+            spark.stop()
+    if opts.verify:
+        summary.verified = verify_store(cfg.store)
+    return summary
+
+
+def _write_batches(batches: Iterator[Future], write: Callable[[Future], None], stop: threading.Event) -> bool:
+    """Write each collected batch in order, the next one's read submitted before this one's write.
+    True when all were written; False on a stop request (batches read ahead are dropped unwritten)."""
+    pending: deque[Future] = deque()
+    try:
+        for batch in batches:
+            pending.append(batch)
+            if len(pending) > 1:
+                if stop.is_set():
+                    return False
+                write(pending.popleft())
+        while pending:
+            if stop.is_set():
+                return False
+            write(pending.popleft())
+        return True
+    finally:
+        for batch in pending:
+            batch.cancel()
+
+
+def verify_store(store: str | os.PathLike[str]) -> bool:
+    """``commitlog verify`` on the store, as its own process (no JVM, read-only)."""
+    cmd = [sys.executable, "-m", "ingest.cli", "verify", str(store)]
+    log.info("verifying: %s", " ".join(cmd))
+    done = subprocess.run(cmd, check=False)
+    return done.returncode == 0
+
+
+# ------------------------------------------------------------------------------------ command line
+
+_OWN = ("topics", "topic_pattern", "from_files", "format", "replay_from", "from_timestamp", "from_offsets",
+        "replay_to", "to_timestamp", "to_offsets", "strict", "no_verify", "progress")
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``commitlog replay``."""
+    p = sub.add_parser(
+        "replay", help="replay what Kafka topics (or files exported from them) hold into a CommitLog store",
+        description="A bounded, resumable run of the ingest job: the range is fixed at start; killed and "
+                    "started again with the same arguments it continues where its last commit ended and "
+                    "writes nothing twice. Records with timestamp >= --from-timestamp and < --to-timestamp "
+                    "(Kafka's and Spark's rule: a timestamp bound is the first offset at or after it).")
+    src = p.add_argument_group("what to replay")
+    which = src.add_mutually_exclusive_group()
+    which.add_argument("--topics", help="Kafka topics, comma separated (with --from-files: only these)")
+    which.add_argument("--topic-pattern", help="a regex of Kafka topics (whole name)")
+    src.add_argument("--from-files", metavar="DIR",
+                     help="exported records (the Kafka source's columns) instead of Kafka")
+    src.add_argument("--format", choices=FILE_FORMATS, default="jsonl",
+                     help="with --from-files: jsonl (key/value base64) or parquet")
+    begin = src.add_mutually_exclusive_group()
+    begin.add_argument("--from", dest="replay_from", choices=["earliest"], default="earliest",
+                       help="start at the first retained record (default)")
+    begin.add_argument("--from-timestamp", type=int, metavar="MS",
+                       help="start at each partition's first record with timestamp >= MS (epoch ms)")
+    begin.add_argument("--from-offsets", metavar="JSON", help='{"topic": {"0": 23, "1": -2}} (-2 earliest)')
+    finish = src.add_mutually_exclusive_group()
+    finish.add_argument("--to", dest="replay_to", choices=["latest"], default="latest",
+                        help="end at each partition's end when the replay starts (default)")
+    finish.add_argument("--to-timestamp", type=int, metavar="MS",
+                        help="end before each partition's first record with timestamp >= MS")
+    finish.add_argument("--to-offsets", metavar="JSON", help='exclusive end offsets, -1 = latest')
+    src.add_argument("--strict", action="store_true",
+                     help="fail when --from-timestamp reaches past what retention kept")
+    src.add_argument("--no-verify", action="store_true", help="skip the `commitlog verify` at the end")
+    src.add_argument("--progress", choices=["auto", "bar", "log", "none"], default="auto",
+                     help="progress bar on a terminal, log lines otherwise (auto)")
+    add_job_arguments(p, streaming=False)
+    p.set_defaults(func=replay_command)
+
+
+def options_from_args(args: argparse.Namespace) -> ReplayOptions:
+    if not (args.topics or args.topic_pattern or args.from_files):
+        raise ReplayError("say what to replay: --topics T1,T2, --topic-pattern REGEX or --from-files DIR")
+    if args.from_timestamp is not None:
+        begin = Bound("timestamp", timestamp=args.from_timestamp)
+    elif args.from_offsets:
+        begin = Bound("offsets", offsets=parse_offsets_json(args.from_offsets, "--from-offsets"))
+    else:
+        begin = Bound("earliest")
+    if args.to_timestamp is not None:
+        finish = Bound("timestamp", timestamp=args.to_timestamp)
+    elif args.to_offsets:
+        finish = Bound("offsets", offsets=parse_offsets_json(args.to_offsets, "--to-offsets"))
+    else:
+        finish = Bound("latest")
+    topics = tuple(t.strip() for t in args.topics.split(",") if t.strip()) if args.topics else None
+    return ReplayOptions(topics=topics, topic_pattern=args.topic_pattern, from_files=args.from_files,
+                         file_format=args.format, begin=begin, finish=finish, strict=args.strict,
+                         verify=not args.no_verify, progress=args.progress)
+
+
+def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobConfig:
+    """The shared settings; the topic selection becomes the job's subscribe/subscribePattern."""
+    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _OWN})
+    if opts.topic_pattern:
+        ns.subscribe_pattern = opts.topic_pattern
+    else:
+        ns.subscribe = ",".join(opts.topics or ("*",))
+    if opts.from_files and not getattr(ns, "bootstrap_servers", None):
+        ns.bootstrap_servers = "(unused: --from-files)"   # the file replay never connects to Kafka
+    return config_from_args(ns)
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    from ingest.job import StopSignal
+    from ingest.kafka.options import KafkaSourceError
+    from store import StoreError
+
+    if not getattr(args, "verbose", False):
+        # kafka-python logs every connection at INFO: noise around the progress lines
+        logging.getLogger("kafka").setLevel(logging.WARNING)
+    signals = StopSignal()
+    try:
+        opts = options_from_args(args)
+        cfg = job_config_from_args(args, opts)
+        signals.install()
+        summary = replay(cfg, opts, stop=signals.event)
+    except (ReplayError, JobConfigError, KafkaSourceError, StoreError) as exc:
+        print(f"commitlog replay: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        signals.restore()
+    print("\n".join(summary.lines()))
+    if summary.verified is False:
+        return EXIT_VERIFY_FAILED
+    return EXIT_OK if summary.complete else EXIT_STOPPED

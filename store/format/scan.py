@@ -1,0 +1,393 @@
+"""Record checks over segment bytes: RocketMQ's checkMessageAndReturnSize (FORMAT §11) plus our
+own rule that PHYSICALOFFSET equals the record's real position; the fast scan used by recovery
+and ``commitlog verify``; and the golden ``*.decoded.jsonl`` report of segment files."""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from store.format.codec import CodecConfig, parse_prop_crc, record_length
+from store.format.constants import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    CRC32_RESERVED_LEN,
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_LENGTH,
+    PROPERTY_CRC32,
+    STOREHOSTADDRESS_V6_FLAG,
+)
+from store.format.crc import crc32, crc32_many
+from store.format.properties import java_string, string_to_properties
+
+_HEADER = struct.Struct(">iI")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_MASK = 0x7FFFFFFF
+_WALK_CHUNK_BYTES = 1 << 20    # bytes walked, then checked vectorized while still in cache
+
+
+@dataclass(slots=True)
+class RecordCheck:
+    """Verdict on the bytes at one position. kind: "message" | "blank" (end-of-segment filler,
+    size = its TOTALSIZE) | "end" (zeroed space: the normal end of the newest segment) | "error"
+    | "pause" (a scan with ``until`` stopped at this record start, not checked yet)."""
+
+    kind: str
+    offset: int
+    size: int
+    error_kind: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind != "error"
+
+
+def _as_bytes_view(buf: Any) -> memoryview:
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+def _error(offset: int, kind: str, detail: str, size: int = 0) -> RecordCheck:
+    return RecordCheck("error", offset, size, kind, detail)
+
+
+def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecConfig | None = None) -> RecordCheck:
+    """Check the record at ``pos`` of one segment's bytes (``end`` = limit of valid bytes,
+    ``base_offset`` = the segment's start offset), in checkMessageAndReturnSize's order."""
+    config = config or CodecConfig()
+    mv = _as_bytes_view(buf)
+    offset = base_offset + pos
+    remaining = end - pos
+    if remaining <= 0:
+        return RecordCheck("end", offset, 0)
+    if remaining < 8:
+        if not any(mv[pos:end]):
+            return RecordCheck("end", offset, 0)
+        return _error(offset, "truncated", f"{remaining} bytes left, too few for a record header")
+    total, magic = _HEADER.unpack_from(mv, pos)
+    if total == 0 and magic == 0:
+        return RecordCheck("end", offset, 0)
+    if magic == BLANK_MAGIC_CODE:
+        if total < END_FILE_MIN_BLANK_LENGTH or total > remaining:
+            return _error(offset, "size", f"BLANK TOTALSIZE {total} outside 8..{remaining} (bytes left)")
+        return RecordCheck("blank", offset, total)
+    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+        return _error(offset, "magic", f"MAGICCODE 0x{magic:08X} is neither a message nor a BLANK magic code")
+    if total < MIN_RECORD_LENGTH:
+        return _error(offset, "size", f"TOTALSIZE {total} is below the smallest record ({MIN_RECORD_LENGTH})")
+    if total > remaining:
+        return _error(offset, "truncated", f"TOTALSIZE {total} but only {remaining} bytes left")
+    rec_end = pos + total
+    sys_flag = _I32.unpack_from(mv, pos + 36)[0]
+    p = pos + 84 + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    if p + 4 > rec_end:
+        return _error(offset, "length", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
+    body_len = _I32.unpack_from(mv, p)[0]
+    body_start = p + 4
+    v2 = magic == MESSAGE_MAGIC_CODE_V2
+    if body_len < 0 or body_start + body_len + (2 if v2 else 1) > rec_end:
+        return _error(offset, "length", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}", total)
+    if config.check_crc_on_recover and not config.force_verify_prop_crc and body_len > 0:
+        stored = _I32.unpack_from(mv, pos + 8)[0]
+        computed = crc32(mv[body_start:body_start + body_len]) & _MASK
+        if stored != computed:
+            return _error(offset, "crc", f"BODYCRC {stored} != crc32(body) {computed}", total)
+    p = body_start + body_len
+    if v2:
+        topic_len = _I16.unpack_from(mv, p)[0]
+        p += 2
+    else:
+        topic_len = mv[p] - 256 if mv[p] > 127 else mv[p]      # Java reads a signed byte
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > rec_end:
+        return _error(offset, "length", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}", total)
+    p += topic_len
+    props_len = _I16.unpack_from(mv, p)[0]
+    p += 2
+    if props_len > 0 and p + props_len > rec_end:
+        return _error(offset, "length", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}", total)
+    if config.check_crc_on_recover and config.force_verify_prop_crc:
+        props = string_to_properties(java_string(mv[p:p + props_len])) if props_len > 0 else {}
+        expected = parse_prop_crc(props.get(PROPERTY_CRC32))
+        if expected <= 0:
+            return _error(offset, "propCrc", f"no {PROPERTY_CRC32} property to verify (forceVerifyPropCRC)", total)
+        computed = crc32(mv[pos:rec_end - CRC32_RESERVED_LEN]) & _MASK
+        if computed != expected:
+            return _error(offset, "propCrc", f"{PROPERTY_CRC32} {expected} != crc32(record) {computed}", total)
+    expected_len = record_length(2 if v2 else 1, sys_flag, body_len, topic_len, max(props_len, 0))
+    if expected_len != total:
+        return _error(offset, "length", f"TOTALSIZE {total} != {expected_len} computed from the field lengths", total)
+    physical = _I64.unpack_from(mv, pos + 28)[0]
+    if physical != offset:
+        return _error(offset, "physicalOffset", f"PHYSICALOFFSET {physical} != position {offset}", total)
+    return RecordCheck("message", offset, total)
+
+
+@dataclass
+class ScanColumns:
+    """Fields the scan reads anyway, per valid message (positions relative to the buffer), so
+    verify need not read them again."""
+
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    topic_pos: np.ndarray
+    topic_len: np.ndarray
+    props_len: np.ndarray
+
+    def head(self, n: int) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[:n] for k in _COLUMN_NAMES))
+
+    @staticmethod
+    def joined(parts: list[ScanColumns]) -> ScanColumns:
+        if not parts:
+            return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES))
+        return ScanColumns(*(np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
+
+
+_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len")
+
+
+@dataclass
+class SegmentScan:
+    """Result of scanning one segment: the valid messages (global offsets and TOTALSIZEs, in
+    order) and the check that ended the scan (blank, end or the first error)."""
+
+    offsets: np.ndarray
+    sizes: np.ndarray
+    stop: RecordCheck
+    columns: ScanColumns | None = None      # with columns=True: fields of every valid message
+
+    @property
+    def end_offset(self) -> int:
+        """Global offset just past the last valid message (where recovery truncates)."""
+        return int(self.offsets[-1] + self.sizes[-1]) if len(self.offsets) else self.stop.offset
+
+
+_DT = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
+# TOTALSIZE .. SYSFLAG: the fixed-position head of every record.
+# TOTALSIZE .. BODYLENGTH of a record with IPv4 hosts (88 bytes; every record has at least 91).
+_HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+                        ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"),
+                        ("born_timestamp", ">i8"), ("born_host", "V8"), ("store_timestamp", ">i8"),
+                        ("store_host", "V8"), ("reconsume_times", ">i4"), ("prepared_offset", ">i8"),
+                        ("body_length", ">i4")])
+_TAIL_WINDOW = 32               # bytes read from TOPICLENGTH on: covers PROPERTIESLENGTH of short topics
+
+
+def _gather(arr: np.ndarray, at: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The ``dtype`` value at each byte position ``at``: a 1-byte-strided array of
+    ``dtype.itemsize``-byte void items, so fancy indexing copies each item in one go instead of
+    gathering it byte by byte."""
+    width = dtype.itemsize
+    items = np.ndarray(shape=(max(len(arr) - width + 1, 0),), dtype=f"V{width}", buffer=arr, strides=(1,))
+    return items[at].view(dtype)
+
+
+def _be(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed integers of ``width`` bytes at byte positions ``at``."""
+    return _gather(arr, at, _DT[width]).astype(np.int64)
+
+
+def _heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return _gather(arr, starts, _HEAD_DTYPE)
+
+
+def _walk(mv: memoryview, pos: int, end: int, stop_at: int) -> tuple[array, int, bool]:
+    """Follow TOTALSIZE from ``pos`` while it is plausible and the record fits; every other check
+    runs vectorized afterwards over the positions found. Returns (positions, next position,
+    whether the walk only paused at ``stop_at`` and should go on)."""
+    positions = array("q")
+    append = positions.append
+    unpack = _I32.unpack_from
+    last = min(end - MIN_RECORD_LENGTH, stop_at)
+    while pos <= last:
+        total, = unpack(mv, pos)
+        if total < MIN_RECORD_LENGTH or pos + total > end:
+            return positions, pos, False
+        append(pos)
+        pos += total
+    return positions, pos, pos <= end - MIN_RECORD_LENGTH
+
+
+_MAGIC_HEAD = np.frombuffer(MESSAGE_MAGIC_CODE.to_bytes(4, "big")[:3], dtype=np.uint8)
+_MAGIC_LAST = (MESSAGE_MAGIC_CODE & 0xFF, MESSAGE_MAGIC_CODE_V2 & 0xFF)
+_MAX_DETOURS = 16               # false magic candidates tolerated per chunk before walking in Python
+
+
+def _walk_vectorized(arr: np.ndarray, mv: memoryview, pos: int, end: int, stop_at: int) -> tuple[Any, int, bool]:
+    """_walk without a Python step per record: every place where a message magic code occurs
+    is a candidate record start, and the chain from ``pos`` is followed along TOTALSIZE between
+    candidates with array operations. Magic bytes inside a body (a false candidate) cost one
+    detour; too many of them fall back to the plain walk."""
+    last = min(end - MIN_RECORD_LENGTH, stop_at)
+    if pos > last:
+        return array("q"), pos, False
+    region = arr[pos + 4:last + 8]
+    cand = np.flatnonzero(region == _MAGIC_HEAD[0])
+    cand = cand[cand + 3 < len(region)]
+    cand = cand[(region[cand + 1] == _MAGIC_HEAD[1]) & (region[cand + 2] == _MAGIC_HEAD[2])
+                & ((region[cand + 3] == _MAGIC_LAST[0]) | (region[cand + 3] == _MAGIC_LAST[1]))]
+    starts = cand.astype(np.int64) + pos
+    if not len(starts) or starts[0] != pos:
+        return _walk(mv, pos, end, stop_at)
+    totals = _be(arr, starts, 4)
+    nxt = starts + totals
+    plausible = (totals >= MIN_RECORD_LENGTH) & (nxt <= end)
+    linked = np.zeros(len(starts), dtype=bool)
+    linked[:-1] = starts[1:] == nxt[:-1]
+    linked &= plausible
+    parts: list[np.ndarray] = []
+    i = 0
+    for _ in range(_MAX_DETOURS):
+        breaks = np.flatnonzero(~linked[i:])
+        j = i + int(breaks[0]) if len(breaks) else len(starts) - 1
+        if not plausible[j]:
+            parts.append(starts[i:j])
+            return _joined(parts), int(starts[j]), False
+        parts.append(starts[i:j + 1])
+        p = int(nxt[j])
+        if p > last:
+            return _joined(parts), p, p <= end - MIN_RECORD_LENGTH
+        k = int(np.searchsorted(starts, p))
+        if k == len(starts) or starts[k] != p:
+            return _joined(parts), p, False       # not a message start: the record check says why
+        i = k
+    rest, p, more = _walk(mv, int(starts[i]), end, stop_at)
+    return _joined(parts + [np.frombuffer(rest, dtype=np.int64)]), p, more
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0, np.int64))
+
+
+def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
+               config: CodecConfig, columns: bool = False) -> tuple[int, ScanColumns | None]:
+    """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
+    or len(starts), and (with ``columns``) the fields read on the way. Two gathers per record in the usual case:
+    the head up to BODYLENGTH, and a window from TOPICLENGTH that holds PROPERTIESLENGTH for
+    short topics."""
+    n = len(starts)
+    heads = _heads(arr, starts)
+    magic = heads["magic"]
+    is_v2 = magic == MESSAGE_MAGIC_CODE_V2
+    ok = is_v2 | (magic == MESSAGE_MAGIC_CODE)
+    sys_flag = heads["sys_flag"].astype(np.int64)
+    hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0) * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
+    body_pos = starts + 84 + hosts
+    body_len = heads["body_length"].astype(np.int64)
+    rec_end = starts + sizes
+    ok &= body_pos + 4 <= rec_end
+    moved = np.flatnonzero((hosts != 0) & ok)
+    if len(moved):
+        body_len[moved] = _be(arr, body_pos[moved], 4)
+    v2 = is_v2.astype(np.int64)
+    ok &= (body_len >= 0) & (body_pos + 5 + body_len + v2 <= rec_end)
+    tl_pos = np.where(ok, body_pos + 4 + body_len, starts)
+    window_ok = tl_pos + _TAIL_WINDOW <= len(arr)
+    tails = _gather(arr, np.where(window_ok, tl_pos, 0), np.dtype(f"V{_TAIL_WINDOW}")).view(np.uint8).reshape(n, -1)
+    rows = np.arange(n)
+    topic_len = np.where(is_v2, (tails[:, 0].astype(np.int64) << 8) | tails[:, 1], tails[:, 0].astype(np.int8))
+    near_end = np.flatnonzero(~window_ok)          # the window would run past the buffer
+    if len(near_end):
+        topic_len[near_end] = np.where(is_v2[near_end], _be(arr, tl_pos[near_end], 2),
+                                       _be(arr, tl_pos[near_end], 1))
+    ok &= (topic_len >= 0) & (tl_pos + 3 + v2 + topic_len <= rec_end)
+    pl_off = np.where(ok, 1 + v2 + topic_len, 0)
+    at = np.minimum(pl_off, _TAIL_WINDOW - 2)
+    props_len = (tails[rows, at].astype(np.int64) << 8) | tails[rows, at + 1]
+    far = np.flatnonzero(~window_ok | (pl_off + 2 > _TAIL_WINDOW))
+    if len(far):
+        props_len[far] = _be(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
+    props_len = (props_len ^ 0x8000) - 0x8000          # int16
+    ok &= (91 + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
+    ok &= heads["physical_offset"] == starts + base_offset
+    bad = np.flatnonzero(~ok)
+    first = int(bad[0]) if len(bad) else n
+    cols = ScanColumns(heads["queue_id"].astype(np.int64), heads["queue_offset"].astype(np.int64), sys_flag,
+                       tl_pos + 1 + v2, topic_len, props_len) if columns else None
+    if not config.check_crc_on_recover:
+        return first, cols
+    if config.force_verify_prop_crc:
+        return _first_prop_crc_failure(mv, starts[:first], sizes[:first], first), cols
+    return _first_crc_mismatch(heads["body_crc"][:first], arr, (body_pos + 4)[:first], body_len[:first], first), cols
+
+
+def _first_crc_mismatch(stored: np.ndarray, arr: np.ndarray, body_start: np.ndarray, body_len: np.ndarray,
+                        default: int) -> int:
+    computed = crc32_many(arr, body_start, body_len)
+    bad = np.flatnonzero((computed != stored) & (body_len > 0))
+    return int(bad[0]) if len(bad) else default
+
+
+def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarray, default: int) -> int:
+    config = CodecConfig(force_verify_prop_crc=True)
+    for i, (s, n) in enumerate(zip(starts.tolist(), sizes.tolist())):
+        if check_record(mv, s, s + n, 0, config).error_kind == "propCrc":
+            return i
+    return default
+
+
+def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
+                      start: int = 0, until: int | None = None, columns: bool = False) -> SegmentScan:
+    """Check every record of one segment from ``start`` up to ``end``; stops at the first BLANK,
+    zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE and
+    the body CRC are the only per-record Python work; every other check is vectorized.
+
+    With ``until``, the scan also pauses at the first record start at or past it (a stop of
+    kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces).
+    With ``columns``, the fields read on the way come back too (SegmentScan.columns)."""
+    config = config or CodecConfig()
+    mv = _as_bytes_view(buf)
+    end = len(mv) if end is None else end
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    all_starts: list[np.ndarray] = []
+    all_sizes: list[np.ndarray] = []
+    all_columns: list[ScanColumns] = []
+    pos = start
+    while True:
+        stop_at = pos + _WALK_CHUNK_BYTES if until is None else min(pos + _WALK_CHUNK_BYTES, until - 1)
+        positions, next_pos, more = _walk_vectorized(arr, mv, pos, end, stop_at)
+        if len(positions):
+            starts = np.frombuffer(positions, dtype=np.int64) if isinstance(positions, array) else positions
+            sizes = np.diff(starts, append=next_pos)
+            first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config, columns)
+            all_starts.append(starts[:first])
+            all_sizes.append(sizes[:first])
+            if cols is not None:
+                all_columns.append(cols.head(first))
+            if first < len(starts):
+                stop = check_record(mv, int(starts[first]), end, base_offset, config)
+                break
+        if not more:
+            stop = check_record(mv, next_pos, end, base_offset, config)
+            break
+        if until is not None and next_pos >= until:
+            stop = RecordCheck("pause", base_offset + next_pos, 0)
+            break
+        pos = next_pos
+    offsets = np.concatenate(all_starts) + base_offset if all_starts else np.zeros(0, np.int64)
+    sizes_out = np.concatenate(all_sizes).astype(np.int32) if all_sizes else np.zeros(0, np.int32)
+    if stop.kind == "message":     # cannot happen: the walk stops only where a check fails
+        raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
+    return SegmentScan(offsets, sizes_out, stop, ScanColumns.joined(all_columns) if columns else None)
+
+
+def scan_segment(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
+                 start: int = 0) -> Iterator[RecordCheck]:
+    """Every valid message of the segment as a RecordCheck, then the check that ended it."""
+    result = scan_segment_fast(buf, base_offset, end, config, start)
+    for off, size in zip(result.offsets.tolist(), result.sizes.tolist()):
+        yield RecordCheck("message", off, size)
+    yield result.stop
+

@@ -1,0 +1,156 @@
+"""What the read-only commands look at: a store, a commit-log directory or one segment file.
+
+Reading never takes the writer's lock and never goes past the store's last commit
+(commitpoint.json), so it is safe while a writer runs; a store without a commit point (a
+RocketMQ store) is read up to its last valid record.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from store.errors import StoreError
+from store.format.constants import CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR
+from store.queue.units import is_file_name
+
+
+class SourceError(StoreError):
+    """The path given to a command is not a store, a commit-log directory or a segment file."""
+
+
+@dataclass
+class SegmentFile:
+    path: Path
+    base_offset: int
+    size: int
+    check_physical_offset: bool = True   # False for a loose record file whose start is unknown
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+
+@dataclass
+class Source:
+    kind: str                           # "store" | "commitlog" | "segment"
+    path: Path
+    segments: list[SegmentFile]
+    root: Path | None = None            # the store root, when kind == "store"
+    committed_offset: int | None = None  # the commit point; None: read every valid record
+    commit_point: object | None = None  # store.log.commit_point.CommitPoint
+    checkpoint: object | None = None    # store.log.checkpoint.StoreCheckpoint
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def limit(self) -> int | None:
+        return self.committed_offset
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def segment_at(self, offset: int) -> SegmentFile | None:
+        for s in self.segments:
+            if s.base_offset <= offset < s.end_offset:
+                return s
+        return None
+
+    def segment_end(self, seg: SegmentFile) -> int:
+        """Where reading this segment stops: its size, or the commit point inside it."""
+        end = seg.size
+        if self.committed_offset is not None:
+            end = max(0, min(end, self.committed_offset - seg.base_offset))
+        return end
+
+    def consume_queues(self) -> "object | None":
+        if self.root is None or not (self.root / CONSUMEQUEUE_DIR).is_dir():
+            return None
+        from store.queue.consume_queue import ConsumeQueueStore
+
+        cq = ConsumeQueueStore(self.root, read_only=True)
+        cq.commitlog_min_offset = self.segments[0].base_offset if self.segments else 0
+        cq.load()
+        return cq
+
+
+def _list_segments(cdir: Path) -> list[SegmentFile]:
+    out = []
+    for name in sorted(n for n in os.listdir(cdir) if is_file_name(n)):
+        try:
+            out.append(SegmentFile(cdir / name, int(name), (cdir / name).stat().st_size))
+        except FileNotFoundError:
+            continue    # retention deleted it while we listed
+    return out
+
+
+def open_source(path: str | Path, base: int | None = None) -> Source:
+    """Work out what ``path`` is. ``base`` overrides the start offset of a single segment file
+    (default: its 20-digit name, else 0)."""
+    p = Path(path)
+    if not p.exists():
+        raise SourceError(f"{p} does not exist")
+    if p.is_file():
+        known = base is not None or is_file_name(p.name)
+        b = base if base is not None else (int(p.name) if is_file_name(p.name) else 0)
+        return Source("segment", p, [SegmentFile(p, b, p.stat().st_size, check_physical_offset=known)])
+    if (p / COMMITLOG_DIR).is_dir():
+        from store.log.checkpoint import read_checkpoint
+        from store.log.commit_point import read_commit_point
+
+        cp = read_commit_point(p)
+        return Source("store", p, _list_segments(p / COMMITLOG_DIR), root=p,
+                      committed_offset=cp.offset if cp is not None else None, commit_point=cp,
+                      checkpoint=read_checkpoint(p / CHECKPOINT_FILE))
+    segs = _list_segments(p)
+    if segs or not any(p.iterdir()):
+        return Source("commitlog", p, segs)
+    raise SourceError(f"{p} is neither a store (no {COMMITLOG_DIR}/ inside), a commit-log directory "
+                      f"(no 20-digit segment files) nor a segment file")
+
+
+@contextmanager
+def mapped(seg: SegmentFile) -> Iterator[memoryview]:
+    """The segment's bytes, memory-mapped read-only (zero-copy)."""
+    with open(seg.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield memoryview(b"")
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        mv = memoryview(mm)
+        try:
+            yield mv
+        finally:
+            mv.release()
+    finally:
+        try:
+            mm.close()
+        except BufferError:
+            pass   # a view still held by a caller; the map goes with it
+
+
+def committed_end(src: Source) -> int:
+    """The offset nothing at or after is committed: the commit point, or for a store without
+    one (a RocketMQ store) the end of the valid data, found by scanning the newest segment."""
+    if src.committed_offset is not None:
+        return src.committed_offset
+    if not src.segments:
+        return 0
+    from store.format.scan import scan_segment_fast
+
+    last = src.segments[-1]
+    with mapped(last) as mv:
+        scan = scan_segment_fast(mv, last.base_offset)
+    if scan.stop.kind == "blank":
+        return last.end_offset
+    return scan.end_offset

@@ -1,0 +1,402 @@
+"""The consume queues of a store: consumequeue/<topic>/<queueId>/<20-digit byte offset> files of
+20-byte units (FORMAT.md §12), byte for byte as RocketMQ's ConsumeQueue writes them.
+
+Files are created at full size (zero-filled, like RocketMQ's mapped files), so the end of a
+queue is the first zero unit of its last file. Writes go through pwrite into the page cache,
+so a reader in another process sees units as soon as they are dispatched; flush() makes them
+durable and is called together with the commit log's flush.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from store.errors import ConsumeQueueError, ConsumeQueueGapError
+from store.format.constants import CONSUMEQUEUE_DIR, CQ_STORE_UNIT_SIZE, DEFAULT_CONSUME_QUEUE_UNITS, SCHEDULE_TOPIC
+from store.queue.groups import QueueGroups, group_queues
+from store.queue.read import ConsumeQueueReads, _Queue
+from store.queue.units import (
+    UNIT_DTYPE,
+    blank_mask,
+    blank_units,
+    check_topic_name,
+    file_name,
+    list_unit_files,
+    make_units,
+    prefix_counts,
+    read_units,
+    schedule_tags_codes,
+    valid_count,
+)
+
+
+def _check_consecutive(topic: str, queue_id: int, qoffs: np.ndarray) -> None:
+    steps = np.diff(qoffs)
+    if len(steps) and not np.all(steps == 1):
+        bad = int(np.flatnonzero(steps != 1)[0])
+        raise ConsumeQueueGapError(
+            f"queue {topic}/{queue_id}: queue offsets not consecutive in the batch "
+            f"({int(qoffs[bad])} then {int(qoffs[bad + 1])}); nothing was written")
+
+
+class ConsumeQueueStore(ConsumeQueueReads):
+    """All consume queues of one store."""
+
+    def __init__(self, root: Path, units_per_file: int = DEFAULT_CONSUME_QUEUE_UNITS,
+                 read_only: bool = False) -> None:
+        if units_per_file <= 0:
+            raise ValueError(f"units_per_file must be positive, got {units_per_file}")
+        self.root = Path(root)
+        self.dir = self.root / CONSUMEQUEUE_DIR
+        self.units_per_file = units_per_file
+        self.read_only = read_only
+        self._queues: dict[tuple[str, int], _Queue] = {}
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._dirs_to_sync: set[Path] = set()
+        # completed files written since the last flush, still open: flush() fsyncs and closes
+        # them, so filling a file costs the append no fsync of its own
+        self._filled_fds: list[int] = []
+        # A reader sets this to the commit log's first offset, so queue minimums skip units whose
+        # records retention deleted (the writer corrects its own in delete_below).
+        self.commitlog_min_offset = 0
+        self._scratch = np.empty(0, dtype=UNIT_DTYPE)
+
+    @property
+    def file_size(self) -> int:
+        return self.units_per_file * CQ_STORE_UNIT_SIZE
+
+    # --- loading ------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read every queue's files: the next queue offset from the last file's first zero unit."""
+        with self._lock:
+            self._close_fds()
+            self._queues = {}
+            for topic, qid, qdir in self._queue_dirs():
+                q = _Queue(topic, qid, qdir)
+                try:
+                    self._scan(q)
+                except FileNotFoundError:
+                    self._scan(q)   # retention removed a file between listing and reading
+                if q.files:
+                    self._queues[(topic, qid)] = q
+            self._loaded = True
+
+    def _queue_dirs(self) -> Iterator[tuple[str, int, Path]]:
+        if not self.dir.is_dir():
+            return
+        for tdir in sorted(self.dir.iterdir()):
+            if not tdir.is_dir():
+                continue
+            for qdir in sorted(tdir.iterdir()):
+                if qdir.is_dir() and qdir.name.lstrip("-").isdigit():
+                    yield tdir.name, int(qdir.name), qdir
+
+    def _scan(self, q: _Queue) -> None:
+        q.files = list_unit_files(q.path)
+        if not q.files:
+            q.min_offset = q.max_offset = 0
+            return
+        first_path, last_path = q.path / file_name(q.files[0]), q.path / file_name(q.files[-1])
+        base = q.files[0] // CQ_STORE_UNIT_SIZE
+        if self.read_only:
+            # a reader looks at few units of a writer's files, and takes their size as it is
+            self._adopt_file_size(first_path)
+            q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + prefix_counts(last_path)[0]
+            written, skipped = prefix_counts(first_path, self.commitlog_min_offset)
+            q.min_offset = base + skipped if skipped < written or len(q.files) == 1 else \
+                q.files[1] // CQ_STORE_UNIT_SIZE
+            return
+        for start in q.files:
+            path = q.path / file_name(start)
+            size = path.stat().st_size
+            if size != self.file_size or start % self.file_size:
+                raise ConsumeQueueError(
+                    f"consume-queue file {path} is {size} bytes, expected {self.file_size} "
+                    f"({self.units_per_file} units of {CQ_STORE_UNIT_SIZE}) at a multiple of that; set "
+                    f"consume_queue_units to match, or delete the queue directory to rebuild it")
+        # the end: RocketMQ's rule, the first unit that is not (offset >= 0, size > 0) in the last
+        # file, read whole; the head: the blank filler, a prefix written in one go, found by search
+        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + valid_count(read_units(last_path))
+        written, blanks = prefix_counts(first_path)
+        if len(q.files) == 1:
+            written = q.max_offset - base
+        q.min_offset = base + min(blanks, written) if blanks < written or len(q.files) == 1 else \
+            q.files[1] // CQ_STORE_UNIT_SIZE
+
+    def _adopt_file_size(self, path: Path) -> None:
+        """A reader takes the unit count of the files it finds (a store may use any size)."""
+        size = path.stat().st_size
+        if size and size % CQ_STORE_UNIT_SIZE == 0 and size != self.file_size:
+            self.units_per_file = size // CQ_STORE_UNIT_SIZE
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self.load()
+
+    # --- writing ------------------------------------------------------------------------------
+    def dispatch(self, topic_names: list[str], topic_index: np.ndarray, queue_ids: np.ndarray,
+                 queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray,
+                 tags_codes: np.ndarray, *, delay_levels: np.ndarray | None = None,
+                 store_timestamp: int | np.ndarray | None = None, groups: QueueGroups | None = None,
+                 queue_bases: np.ndarray | None = None) -> None:
+        """Write one unit per record (the caller passes only NOT/COMMIT records). Units a queue
+        already has are skipped, so redispatching is harmless; a hole raises ConsumeQueueGapError.
+        For SCHEDULE_TOPIC_XXXX records with a delay level > 0 the tagsCode is the deliver time,
+        which needs ``delay_levels`` and ``store_timestamp`` (one value or one per record).
+        ``groups``: these records by queue, when the caller has it (the commit log's append);
+        ``queue_bases`` with it: each group's first queue offset, when the caller numbered the
+        groups consecutively from there (then ``queue_offsets`` is neither gathered nor checked)."""
+        if self.read_only:
+            raise ConsumeQueueError("this consume-queue store is read-only")
+        for t in topic_names:
+            check_topic_name(t)
+        n = len(queue_offsets)
+        if n == 0:
+            return
+        topic_index = np.asarray(topic_index)
+        queue_ids = np.asarray(queue_ids)
+        queue_offsets = np.asarray(queue_offsets, dtype=np.int64)
+        tags = np.asarray(tags_codes, dtype=np.int64)
+        if SCHEDULE_TOPIC in topic_names and delay_levels is not None:
+            levels = np.asarray(delay_levels, dtype=np.int64)
+            sched = (topic_index == topic_names.index(SCHEDULE_TOPIC)) & (levels > 0)
+            if sched.any():
+                if store_timestamp is None:
+                    raise ValueError("store_timestamp is needed for SCHEDULE_TOPIC_XXXX records with a delay level")
+                ts = np.broadcast_to(np.asarray(store_timestamp, dtype=np.int64), (n,))
+                tags = tags.copy()
+                tags[sched] = schedule_tags_codes(levels[sched], ts[sched])
+        if groups is None:
+            groups, queue_bases = group_queues(topic_index, queue_ids), None
+        numbered = queue_bases is not None
+        sizes = np.asarray(sizes)
+        if groups.order is not None:
+            # Units in queue order, so that each queue's units are one contiguous run to write.
+            o = groups.order
+            physical_offsets, tags = np.asarray(physical_offsets)[o], tags[o]
+            sizes = sizes[0] if n > 1 and sizes.min() == sizes.max() else sizes[o]
+            if not numbered:
+                queue_offsets = queue_offsets[o]
+        queues = [(topic_names[int(topic_index[f])], int(queue_ids[f]), slice(int(start), int(start + count)))
+                  for f, start, count in zip(groups.first, groups.starts, groups.counts)]
+
+        firsts = queue_bases.tolist() if numbered else [int(queue_offsets[r.start]) for _, _, r in queues]
+        with self._lock:
+            self._ensure_loaded()
+            for first, (topic, qid, rows) in zip(firsts, queues):   # every queue is checked before any is written
+                if not numbered:
+                    _check_consecutive(topic, qid, queue_offsets[rows])
+                self._check_continues(topic, qid, first)
+            units = make_units(physical_offsets, sizes, tags, out=self._units_scratch(n))
+            for first, (topic, qid, rows) in zip(firsts, queues):
+                self._append(topic, qid, first, units[rows])
+
+    def _units_scratch(self, n: int) -> np.ndarray:
+        """Units are built in one array reused across batches (under the lock: pwrite copies
+        them out before the next batch): a fresh 2 MB array per batch is page-faulted anew."""
+        if len(self._scratch) < n:
+            self._scratch = np.empty(n, dtype=UNIT_DTYPE)
+        return self._scratch[:n]
+
+    def _check_continues(self, topic: str, queue_id: int, first: int) -> None:
+        q = self._queues.get((topic, queue_id))
+        if q is not None and q.files and first > q.max_offset:
+            raise ConsumeQueueGapError(
+                f"queue {topic}/{queue_id}: next queue offset is {q.max_offset} but the unit for "
+                f"{first} arrived; the commit log is missing records of this queue; nothing "
+                f"was written")
+
+    def _append(self, topic: str, queue_id: int, first: int, units: np.ndarray) -> None:
+        q = self._queues.get((topic, queue_id))
+        if q is None:
+            q = _Queue(topic, queue_id, self.dir / topic / str(queue_id))
+            q.path.mkdir(parents=True, exist_ok=True)
+            self._dirs_to_sync.update((q.path, q.path.parent, self.dir))
+            self._queues[(topic, queue_id)] = q
+            q.min_offset = q.max_offset = first
+        if not q.files:
+            q.min_offset = q.max_offset = first
+            file_first = first - first % self.units_per_file
+            self._open_file(q, file_first * CQ_STORE_UNIT_SIZE)
+            if first > file_first:
+                self._write(q, file_first, blank_units(first - file_first))
+        skip = q.max_offset - first     # >= 0: checked by _check_continues
+        if skip < len(units):
+            self._write(q, q.max_offset, units[skip:])
+
+    def _write(self, q: _Queue, qoff: int, units: np.ndarray) -> None:
+        pos = 0
+        while pos < len(units):
+            file_start = (qoff - qoff % self.units_per_file) * CQ_STORE_UNIT_SIZE
+            if q.fd_start != file_start:
+                self._open_file(q, file_start)
+            room = self.units_per_file - qoff % self.units_per_file
+            chunk = units[pos:pos + room]
+            os.pwrite(q.fd, chunk.view(np.uint8), (qoff % self.units_per_file) * CQ_STORE_UNIT_SIZE)
+            q.dirty = True
+            pos += len(chunk)
+            qoff += len(chunk)
+            q.max_offset = max(q.max_offset, qoff)
+
+    def _open_file(self, q: _Queue, file_start: int) -> None:
+        if q.fd is not None:
+            if q.dirty:
+                self._filled_fds.append(q.fd)   # made durable by the next flush
+                q.dirty = False
+            else:
+                os.close(q.fd)
+        path = q.path / file_name(file_start)
+        new = not path.exists()
+        q.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        q.fd_start = file_start
+        if new:
+            os.ftruncate(q.fd, self.file_size)   # full size, zero-filled, as a mapped file
+            q.files.append(file_start)
+            q.files.sort()
+            self._dirs_to_sync.add(q.path)
+
+    def flush(self) -> None:
+        """fsync every queue file written since the last flush (and new directory entries)."""
+        with self._lock:
+            while self._filled_fds:
+                fd = self._filled_fds[0]
+                os.fsync(fd)
+                os.close(fd)
+                self._filled_fds.pop(0)
+            for q in self._queues.values():
+                if q.fd is not None and q.dirty:
+                    os.fsync(q.fd)
+                    q.dirty = False
+            for d in sorted(self._dirs_to_sync, key=lambda p: len(p.parts), reverse=True):
+                _fsync_dir(d)
+            self._dirs_to_sync.clear()
+
+    def truncate_dirty(self, phys_end: int) -> None:
+        """Drop every unit pointing at or past ``phys_end`` (ConsumeQueue.truncateDirtyLogicFiles):
+        whole files from the end, then the tail of the last kept file is zeroed."""
+        if self.read_only:
+            raise ConsumeQueueError("this consume-queue store is read-only")
+        with self._lock:
+            self._ensure_loaded()
+            for key in list(self._queues):
+                self._truncate_queue(self._queues[key], phys_end)
+
+    def _truncate_queue(self, q: _Queue, phys_end: int) -> None:
+        while q.files:
+            start = q.files[-1]
+            path = q.path / file_name(start)
+            units = read_units(path)
+            n = valid_count(units)
+            dirty = units["phys"][:n] >= phys_end
+            if n and dirty[0] or n == 0:
+                # A file whose first unit is dirty goes entirely (the blanks have offset 0).
+                if q.fd_start == start and q.fd is not None:
+                    os.close(q.fd)
+                    q.fd, q.fd_start, q.dirty = None, -1, False
+                path.unlink()
+                q.files.pop()
+                self._dirs_to_sync.add(q.path)
+                continue
+            keep = int(np.argmax(dirty)) if dirty.any() else n
+            if keep < n:
+                with open(path, "r+b") as f:
+                    f.seek(keep * CQ_STORE_UNIT_SIZE)
+                    f.write(bytes((n - keep) * CQ_STORE_UNIT_SIZE))
+                    f.flush()
+                    os.fsync(f.fileno())
+            q.max_offset = start // CQ_STORE_UNIT_SIZE + keep
+            q.min_offset = min(q.min_offset, q.max_offset)
+            return
+        self._forget(q)
+
+    def _forget(self, q: _Queue) -> None:
+        """A queue left with no file: drop it and its empty directories."""
+        if q.fd is not None:
+            os.close(q.fd)
+        del self._queues[(q.topic, q.queue_id)]
+        for d in (q.path, q.path.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        self._dirs_to_sync.discard(q.path)
+
+    def delete_below(self, commitlog_min_offset: int) -> list[Path]:
+        """Delete the files whose units all point below the commit log's first offset (never a
+        queue's last file) and move each queue's min offset to its first surviving record."""
+        if self.read_only:
+            raise ConsumeQueueError("this consume-queue store is read-only")
+        deleted: list[Path] = []
+        with self._lock:
+            self._ensure_loaded()
+            for q in self._queues.values():
+                while len(q.files) > 1:
+                    path = q.path / file_name(q.files[0])
+                    last = read_units(path, self.units_per_file - 1, 1)
+                    if len(last) and int(last["phys"][0]) < commitlog_min_offset:
+                        path.unlink()
+                        deleted.append(path)
+                        q.files.pop(0)
+                        self._dirs_to_sync.add(q.path)
+                    else:
+                        break
+                self._correct_min(q, commitlog_min_offset)
+        return deleted
+
+    def _correct_min(self, q: _Queue, commitlog_min_offset: int) -> None:
+        """ConsumeQueue.correctMinOffset: the first unit of the first file that is a real unit
+        and points at or past the commit log's first offset."""
+        units = read_units(q.path / file_name(q.files[0]))
+        n = valid_count(units)
+        ok = (~blank_mask(units[:n])) & (units["phys"][:n] >= commitlog_min_offset)
+        base = q.files[0] // CQ_STORE_UNIT_SIZE
+        q.min_offset = base + (int(np.argmax(ok)) if ok.any() else n)
+        q.min_offset = min(max(q.min_offset, base), q.max_offset)
+
+    # --- closing ------------------------------------------------------------------------------
+    def abandon(self) -> None:
+        """Close the files without writing what is pending, as a killed process leaves them."""
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        while self._filled_fds:
+            os.close(self._filled_fds.pop())
+        for q in self._queues.values():
+            if q.fd is not None:
+                os.close(q.fd)
+                q.fd, q.fd_start = None, -1
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.read_only and self._loaded:
+                self.flush()
+            self._close_fds()
+            self._queues = {}
+            self._loaded = False
+
+    def __enter__(self) -> "ConsumeQueueStore":
+        self._ensure_loaded()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["ConsumeQueueStore", "check_topic_name"]

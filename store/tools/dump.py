@@ -1,0 +1,233 @@
+"""``commitlog dump``: every record of a store, commit-log directory or segment file, in order.
+
+The walk follows RocketMQ's reading rules (FORMAT §11) and reports like the golden decoder
+(``*.decoded.jsonl``): a CRC or PHYSICALOFFSET error is reported and the record still shown,
+decoding goes on; a broken record structure ends its segment, the next segment is read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import numpy as np
+
+from store.errors import CorruptRecordError
+from store.format.codec import CodecConfig, DecodedMessage, decode_message
+from store.format.constants import BLANK_MAGIC_CODE
+from store.format.scan import check_record, scan_segment_fast
+from store.log.source import SegmentFile, Source, mapped
+from store.tools.progress import Progress
+
+_CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
+
+
+@dataclass
+class Finding:
+    """One thing found while walking: a message (with its decoded form), a blank, an end, an error."""
+
+    type: str                           # "message" | "blank" | "end" | "eof" | "error"
+    offset: int
+    segment: SegmentFile
+    pos: int
+    size: int = 0
+    decoded: DecodedMessage | None = None
+    record: memoryview | None = None
+    kind: str = ""                      # error kind
+    detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WalkSummary:
+    files: list[str] = field(default_factory=list)
+    file_bytes: int = 0
+    messages: int = 0
+    message_bytes: int = 0
+    blanks: int = 0
+    blank_bytes: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    stops_at: int | None = None
+    last_offset: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "summary", "files": self.files, "fileBytes": self.file_bytes,
+                "messages": self.messages, "messageBytes": self.message_bytes, "blanks": self.blanks,
+                "blankBytes": self.blank_bytes,
+                "crcErrors": sum(e["kind"] in ("crc", "propCrc") for e in self.errors),
+                "magicErrors": sum(e["kind"] == "magic" for e in self.errors),
+                "errors": self.errors,
+                "rocketmqRecoveryStopsAt": self.stops_at if self.stops_at is not None else self.last_offset}
+
+
+def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, config: CodecConfig) -> int | None:
+    """Where to begin inside the segment for ``--from``: that offset if a record starts there,
+    else the first record after it (found by walking the segment)."""
+    pos = from_offset - seg.base_offset
+    rc = check_record(mv, pos, end, seg.base_offset, config)
+    if rc.kind in ("message", "blank") or rc.error_kind in _CONTINUE_AFTER:
+        return pos
+    scan = scan_segment_fast(mv, seg.base_offset, end, config)
+    later = np.flatnonzero(scan.offsets >= from_offset)
+    if len(later):
+        return int(scan.offsets[later[0]]) - seg.base_offset
+    return scan.stop.offset - seg.base_offset if scan.stop.offset >= from_offset else None
+
+
+def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None = None,
+         summary: WalkSummary | None = None, progress: Progress | None = None) -> Iterator[Finding]:
+    """Every finding of ``src`` in commit-log order, up to its committed offset."""
+    config = config or CodecConfig()
+    summary = summary if summary is not None else WalkSummary()
+    done = 0
+    for seg in src.segments:
+        if from_offset is not None and seg.end_offset <= from_offset:
+            continue
+        summary.files.append(seg.name)
+        summary.file_bytes += seg.size
+        end = src.segment_end(seg)
+        try:
+            with mapped(seg) as mv:
+                pos: int | None = 0
+                if from_offset is not None and from_offset > seg.base_offset:
+                    pos = _start_pos(mv, seg, from_offset, end, config)
+                if pos is not None:
+                    yield from _walk_segment(mv, seg, pos, end, config, summary)
+        except FileNotFoundError:
+            err = {"type": "error", "offset": seg.base_offset, "kind": "missingSegment",
+                   "detail": f"segment {seg.name} was deleted while reading (retention?)"}
+            summary.errors.append(err)
+            yield Finding("error", seg.base_offset, seg, 0, kind=err["kind"], detail=err["detail"])
+        done += seg.size
+        if progress is not None:
+            progress.update(done)
+        if end < seg.size:
+            break   # the commit point is inside this segment: nothing after it is committed
+
+
+def _walk_segment(mv: memoryview, seg: SegmentFile, pos: int, end: int, config: CodecConfig,
+                  summary: WalkSummary) -> Iterator[Finding]:
+    arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
+    base = seg.base_offset
+
+    def error(off: int, kind: str, detail: str, at: int) -> Finding:
+        if kind != "physicalOffset" and summary.stops_at is None:
+            summary.stops_at = off
+        summary.errors.append({"type": "error", "offset": off, "kind": kind, "detail": detail})
+        return Finding("error", off, seg, at, kind=kind, detail=detail)
+
+    report = CodecConfig(max_message_size=config.max_message_size, force_verify_prop_crc=config.force_verify_prop_crc,
+                         check_crc_on_recover=True)
+    while True:
+        offset = base + pos
+        summary.last_offset = offset
+        if pos >= end:
+            if end < seg.size:
+                if summary.stops_at is None:
+                    summary.stops_at = offset
+                yield Finding("end", offset, seg, pos, extra={"bytesLeft": seg.size - pos, "committed": True})
+            else:
+                yield Finding("eof", offset, seg, pos)
+            return
+        remaining = end - pos
+        header = (int.from_bytes(mv[pos:pos + 4], "big", signed=True), int.from_bytes(mv[pos + 4:pos + 8], "big")) \
+            if remaining >= 8 else None
+        if header is None or header == (0, 0):
+            if header is None and arr[pos:end].any():
+                yield error(offset, "truncated", f"{remaining} bytes left, too few for a record header", pos)
+                return
+            if summary.stops_at is None:
+                summary.stops_at = offset
+            yield Finding("end", offset, seg, pos, extra={"bytesLeft": seg.size - pos,
+                                                          "restIsZero": not arr[pos:].any()})
+            return
+        total, magic = header
+        if magic == BLANK_MAGIC_CODE:
+            summary.blanks += 1
+            summary.blank_bytes += total
+            yield Finding("blank", offset, seg, pos, size=total,
+                          extra={"reachesSegmentEnd": pos + total == seg.size,
+                                 "restIsZero": not arr[pos + 8:].any()})
+            return
+        verdict = check_record(mv, pos, end, base, report)
+        if verdict.kind == "error" and verdict.error_kind not in _CONTINUE_AFTER:
+            yield error(offset, verdict.error_kind or "unknown", verdict.detail, pos)
+            return
+        try:
+            decoded = decode_message(mv[:end], pos)
+        except CorruptRecordError as exc:
+            yield error(offset, exc.kind, exc.detail, pos)
+            return
+        if verdict.error_kind in ("crc", "propCrc"):
+            yield error(offset, verdict.error_kind, verdict.detail, pos)
+        if seg.check_physical_offset and decoded.physical_offset != offset:
+            yield error(offset, "physicalOffset", f"PHYSICALOFFSET {decoded.physical_offset} != position {offset}", pos)
+        summary.messages += 1
+        summary.message_bytes += decoded.total_size
+        yield Finding("message", offset, seg, pos, size=decoded.total_size, decoded=decoded,
+                      record=mv[pos:pos + decoded.total_size])
+        pos += total
+
+
+def finding_to_json(f: Finding, config: CodecConfig | None = None) -> dict[str, Any]:
+    """The golden decoded.jsonl object of a finding."""
+    if f.type == "message":
+        from store.format.record_json import message_to_json
+
+        return message_to_json(f.decoded, f.offset, f.segment.name, f.pos, f.record, config)
+    if f.type == "error":
+        return {"type": "error", "offset": f.offset, "kind": f.kind, "detail": f.detail}
+    if f.type == "blank":
+        return {"type": "blank", "offset": f.offset, "segment": f.segment.name, "segmentPos": f.pos,
+                "totalSize": f.size, "magicCode": f"0x{BLANK_MAGIC_CODE:08X}", **f.extra}
+    if f.type == "end":
+        return {"type": "end", "offset": f.offset, "segment": f.segment.name, "segmentPos": f.pos, **f.extra}
+    return {"type": f.type, "offset": f.offset, "segment": f.segment.name}
+
+
+def finding_to_text(f: Finding) -> str:
+    if f.type == "message":
+        m = f.decoded
+        tags = m.tags if m.tags is not None else "-"
+        keys = m.keys if m.keys is not None else "-"
+        return (f"{f.offset:>20} MESSAGE size={m.total_size} topic={m.topic} queueId={m.queue_id} "
+                f"queueOffset={m.queue_offset} sysFlag=0x{m.sys_flag & 0xFFFFFFFF:x} "
+                f"storeTimestamp={m.store_timestamp} tags={tags} keys={keys} body={len(m.body)}B msgId={m.msg_id}")
+    if f.type == "blank":
+        return f"{f.offset:>20} BLANK size={f.size} segment={f.segment.name}"
+    if f.type == "error":
+        return f"{f.offset:>20} ERROR {f.kind}: {f.detail}"
+    if f.type == "end":
+        why = "commit point" if f.extra.get("committed") else "zeroed space"
+        return f"{f.offset:>20} END ({why}) segment={f.segment.name} bytesLeft={f.extra.get('bytesLeft', 0)}"
+    return f"{f.offset:>20} EOF segment={f.segment.name}"
+
+
+def run_dump(src: Source, out: TextIO = sys.stdout, *, from_offset: int | None = None, topic: str | None = None,
+             queue_id: int | None = None, limit: int | None = None, as_json: bool = False,
+             config: CodecConfig | None = None) -> int:
+    summary = WalkSummary()
+    filtered = topic is not None or queue_id is not None
+    shown = 0
+    with Progress(src.total_bytes, "dump") as progress:
+        for f in walk(src, from_offset, config, summary, progress):
+            if f.type == "message":
+                if (topic is not None and f.decoded.topic != topic) or \
+                        (queue_id is not None and f.decoded.queue_id != queue_id):
+                    continue
+                if limit is not None and shown >= limit:
+                    break
+                shown += 1
+            elif filtered and f.type != "error":
+                continue
+            out.write((json.dumps(finding_to_json(f, config), ensure_ascii=False, separators=(",", ":"))
+                       if as_json else finding_to_text(f)) + "\n")
+    if limit is None:
+        s = summary.to_json()
+        out.write((json.dumps(s, ensure_ascii=False, separators=(",", ":")) if as_json else
+                   f"# {s['messages']} messages, {s['blanks']} blanks, {len(s['errors'])} errors, "
+                   f"valid data ends at {s['rocketmqRecoveryStopsAt']}") + "\n")
+    return 0

@@ -1,0 +1,249 @@
+"""``commitlog verify``: check a store (or commit-log directory, or segment file) end to end.
+
+Checked: segment names, sizes and contiguity; every record (magic, CRC, computed length,
+PHYSICALOFFSET) with the scan's fast path; every BLANK (it must close its segment exactly);
+queue-offset continuity per queue; every consume-queue unit against the record it points to
+(offset, size, tagsCode) and units pointing past the data; the commit point and checkpoint
+against the data. Each problem carries the global offset where it is and a kind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import multiprocessing
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, TextIO
+
+from store.format.codec import CodecConfig
+from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from store.log.source import Source
+from store.tools.progress import Progress
+from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
+from store.tools.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces
+
+# problems that do not end the valid data (RocketMQ's recovery reads on past them)
+_NOT_RECORD_ERRORS = ("blank", "segmentNotClosed", "queueOffsetGap", "consumeQueueUnit", "consumeQueueMissing",
+                      "consumeQueueDangling")
+PARALLEL_MIN_BYTES = 256 << 20     # below this, starting processes costs more than it saves
+PIECE_BYTES = 128 << 20            # a big segment is checked in pieces of this size, side by side
+MAX_JOBS = 4
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3      # glibc's mallopt parameters
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    kind: str
+    segments: int = 0
+    bytes: int = 0
+    messages: int = 0
+    message_bytes: int = 0
+    blanks: int = 0
+    units_checked: int = 0
+    queues: int = 0
+    data_end: int = 0
+    committed_offset: int | None = None
+    elapsed_s: float = 0.0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["mbPerS"] = round(self.mb_per_s, 1)
+        d["problemKinds"] = dict(Counter(p.kind for p in self.problems))
+        return d
+
+
+def _layout_problems(src: Source) -> tuple[list[Problem], int]:
+    """Segment names, sizes, contiguity. Returns the problems and the segment size used."""
+    problems: list[Problem] = []
+    if not src.segments:
+        return problems, 0
+    sizes = Counter(s.size for s in src.segments)
+    expected = sizes.most_common(1)[0][0]
+    if src.kind == "segment":
+        return problems, expected
+    for i, s in enumerate(src.segments):
+        if s.size != expected:
+            problems.append(Problem(s.base_offset, "segmentSize",
+                                    f"segment {s.name} is {s.size} bytes, the others {expected}"))
+        if expected and s.base_offset % expected:
+            problems.append(Problem(s.base_offset, "segmentName",
+                                    f"segment {s.name} does not start at a multiple of the segment size {expected}"))
+        if i + 1 < len(src.segments):
+            want = s.base_offset + expected
+            got = src.segments[i + 1].base_offset
+            if got != want:
+                problems.append(Problem(want, "missingSegment",
+                                        f"no segment at {want}: after {s.name} comes {src.segments[i + 1].name}"))
+    return problems, expected
+
+
+def _with_loose_base(src: Source) -> Source:
+    """A loose record file (no 20-digit name, no --base) is taken to start where its first
+    record says it is (its PHYSICALOFFSET), so its offsets can be checked."""
+    if src.kind != "segment" or src.segments[0].check_physical_offset:
+        return src
+    seg = src.segments[0]
+    with open(seg.path, "rb") as f:
+        head = f.read(36)
+    base = 0
+    if len(head) == 36 and int.from_bytes(head[4:8], "big") in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        base = max(int.from_bytes(head[28:36], "big", signed=True), 0)
+    return replace(src, segments=[replace(seg, base_offset=base)])
+
+
+def default_jobs(src: Source) -> int:
+    """Verified in parallel processes when there is enough to read: whole segments, and pieces
+    of big segments (store.tools.verify_segment)."""
+    if src.total_bytes < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS))
+
+
+def verify_source(src: Source, config: CodecConfig | None = None, progress: bool | None = None,
+                  jobs: int | None = None) -> VerifyReport:
+    config = config or CodecConfig()
+    t0 = time.perf_counter()
+    report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
+    src = _with_loose_base(src)
+    problems, expected = _layout_problems(src)
+    units = QueueUnits(src.root)
+    tasks = []
+    for i, seg in enumerate(src.segments):
+        if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
+            break    # nothing committed here (a writer's newest segment)
+        end = src.segment_end(seg)
+        tasks.append(SegmentTask(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config))
+    jobs = default_jobs(src) if jobs is None else max(1, jobs)
+    pieces = plan_pieces(tasks, PIECE_BYTES if jobs > 1 else 0, jobs)
+    work = [(tasks[p.task], p) for p in pieces]
+    with Progress(src.total_bytes, "verify", enabled=progress) as bar, \
+            _pool(jobs) as pool:
+        results = pool.map(check_piece, work) if pool is not None else map(check_piece, work)
+        joined = join_pieces(tasks, pieces, results)
+        spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
+    report.data_end = data_end
+    report.queues = len(spans)
+    problems.extend(dangling_units(src, units, spans, data_end))
+    if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
+        problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
+    problems.sort(key=lambda p: (p.offset, p.kind))
+    report.problems = problems
+    report.elapsed_s = time.perf_counter() - t0
+    return report
+
+
+@contextmanager
+def _pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
+    if jobs <= 1:
+        yield None
+        return
+    # fork is quick, but only safe with no other thread holding a lock (e.g. a store's flusher)
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
+                             initializer=reuse_freed_memory) as pool:
+        yield pool
+
+
+def reuse_freed_memory() -> None:
+    """For a process that only verifies: keep freed memory for the next allocation. Each window
+    allocates and frees the same few MiB of numpy temporaries; by default glibc returns such
+    blocks to the kernel on free and the next allocation takes fresh pages, a page fault
+    each: in a profile, most of the workers' system time."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return                              # not glibc: nothing to tune
+    mallopt(_M_MMAP_THRESHOLD, 256 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 512 << 20)
+    mallopt(_M_TOP_PAD, 64 << 20)
+
+
+def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
+           problems: list[Problem], bar: Progress) -> tuple[dict[tuple[str, int], QueueSpan], int, bool]:
+    """Join the segments' results in order: queue continuity across segments, and where the
+    valid data ends (the first error, the first hole, or the end)."""
+    spans: dict[tuple[str, int], QueueSpan] = {}
+    prev_broken, stopped, by_error = False, False, False
+    prev_base = None
+    data_end = src.segments[0].base_offset if src.segments else 0
+    done = 0
+    for task, res in zip(tasks, results):
+        seg, end = task.seg, task.end
+        contiguous = prev_base is None or seg.base_offset == prev_base + expected
+        report.bytes += end
+        report.messages += res.messages
+        report.message_bytes += res.message_bytes
+        report.blanks += res.blanks
+        report.units_checked += res.units_checked
+        problems.extend(res.problems)
+        stopped = stopped or not contiguous
+        if not stopped:
+            errors = [p.offset for p in res.problems if p.kind not in _NOT_RECORD_ERRORS]
+            if errors:
+                data_end, stopped, by_error = min(errors), True, True
+            else:
+                data_end = res.data_end
+                stopped = res.broken
+        join_spans(spans, res.queues, problems, check=not prev_broken and contiguous)
+        prev_broken = res.broken
+        prev_base = seg.base_offset
+        done += seg.size
+        bar.update(done)
+    return spans, data_end, by_error
+
+
+def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int,
+                     cut_reported: bool) -> list[Problem]:
+    out: list[Problem] = []
+    cp = src.commit_point
+    if cp is not None:
+        if cp.offset > data_end and not cut_reported:
+            out.append(Problem(cp.offset, "commitPoint",
+                               f"the commit point {cp.offset} is past the end of the valid data {data_end}"))
+        for (topic, qid), nxt in sorted(cp.queue_offsets.items()):
+            span = spans.get((topic, qid))
+            have = span.last_qo + 1 if span else None
+            if have is not None and have != nxt:
+                out.append(Problem(span.last_offset, "commitPointQueueOffset",
+                                   f"{topic}/{qid}: the commit point says next queue offset {nxt}, "
+                                   f"the data {have}"))
+    ck = src.checkpoint
+    if ck is not None and ck.confirm_phy_offset > data_end:
+        out.append(Problem(ck.confirm_phy_offset, "checkpoint",
+                           f"checkpoint confirmPhyOffset {ck.confirm_phy_offset} is past the end of the "
+                           f"valid data {data_end}"))
+    return out
+
+
+def print_report(report: VerifyReport, out: TextIO, as_json: bool = False) -> None:
+    if as_json:
+        out.write(json.dumps(report.to_json(), ensure_ascii=False) + "\n")
+        return
+    status = "OK" if report.ok else f"{len(report.problems)} PROBLEM(S)"
+    out.write(f"{report.path} ({report.kind}): {status}\n"
+              f"  {report.segments} segments, {report.bytes:,} bytes read, {report.messages:,} messages "
+              f"({report.message_bytes:,} bytes), {report.blanks} blanks, {report.queues} queues, "
+              f"{report.units_checked:,} consume-queue units checked\n"
+              f"  valid data ends at {report.data_end}"
+              + (f", committed offset {report.committed_offset}" if report.committed_offset is not None else "")
+              + f"; {report.elapsed_s:.2f} s, {report.mb_per_s:,.0f} MB/s\n")
+    for p in report.problems:
+        out.write(f"  {p.offset:>20} {p.kind}: {p.detail}\n")

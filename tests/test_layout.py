@@ -1,0 +1,136 @@
+"""The house's rules, read from the code's own imports (every import statement counts: at the top, inside
+a function, under TYPE_CHECKING): data flows one way, ingest -> sink -> store, each room imports only
+the rooms below it, and no module imports itself back through others."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("store", "ingest", "sink")
+
+# room -> the rooms of this project it may import (a room is a package, or a prefix of one)
+ALLOWED = {
+    "store.format": {"store.format", "store.errors"},
+    "store.queue": {"store.queue", "store.format", "store.errors"},
+    "store.log": {"store.log", "store.queue", "store.format", "store.errors"},
+    "store.index": {"store.index", "store.log", "store.format", "store.errors"},
+    "store.tools": {"store"},
+    "store": {"store.format", "store.queue", "store.log", "store.index", "store.errors", "store.config",
+              "store.retention", "store.message_store", "store.reader", "store!"},
+    "sink": {"sink", "store!"},
+    "ingest.kafka": {"ingest.kafka"},
+    "ingest": {"ingest", "sink", "store!", "store.format", "store.tools!"},
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def imports(name: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import of this project's packages in ``path``; a relative import is a
+    failure of its own (one style: absolute)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import (the house uses absolute ones)"
+            targets = [node.module or ""]
+            # `from store import tools` names a module, not a value
+            targets += [f"{node.module}.{a.name}" for a in node.names
+                        if (ROOT / (node.module or "").replace(".", "/") / a.name).exists()
+                        or (ROOT / (node.module or "").replace(".", "/") / f"{a.name}.py").exists()]
+            found = targets[1:] or targets[:1]
+        elif isinstance(node, ast.Import):
+            found = [a.name for a in node.names]
+        else:
+            continue
+        for target in found:
+            if target.split(".")[0] in PACKAGES:
+                yield node.lineno, target
+
+
+def room_of(name: str) -> str:
+    return max((r for r in ALLOWED if name == r or name.startswith(r + ".")), key=len)
+
+
+def allowed(room: str, target: str) -> bool:
+    for rule in ALLOWED[room]:
+        if rule.endswith("!"):          # the package's face only, not its modules
+            if target == rule[:-1]:
+                return True
+        elif target == rule or target.startswith(rule + "."):
+            return True
+    return False
+
+
+def test_every_import_goes_down_to_a_room_it_may_use() -> None:
+    wrong = []
+    for name, path in modules():
+        room = room_of(name)
+        for line, target in imports(name, path):
+            if not allowed(room, target):
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {room} may not import {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    graph = {name: {t for _, t in imports(name, path)} for name, path in modules()}
+    graph = {n: {t for t in ts if t in graph and t != n} for n, ts in graph.items()}
+    # a package face (__init__) that hands its modules' names on is not a step of a circle
+    faces = {n for n, p in modules() if p.name == "__init__.py"}
+    graph = {n: ts - faces for n, ts in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(n: str) -> None:       # Tarjan's strongly connected components
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        for t in graph[n]:
+            if t not in index:
+                visit(t)
+                low[n] = min(low[n], low[t])
+            elif t in stack:
+                low[n] = min(low[n], index[t])
+        if low[n] == index[n]:
+            component = []
+            while True:
+                m = stack.pop()
+                component.append(m)
+                if m == n:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for n in graph:
+        if n not in index:
+            visit(n)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_every_package_says_what_it_is_for() -> None:
+    for name, path in modules():
+        if path.name == "__init__.py":
+            doc = ast.get_docstring(ast.parse(path.read_text()))
+            assert doc and len(doc) > 60, f"{path.relative_to(ROOT)}: no docstring saying what the room is for"
+
+
+def test_the_rules_see_the_imports_they_judge() -> None:
+    """The reader itself: a late import inside a function counts, a face import of a module counts as
+    that module."""
+    names = dict(modules())
+    seen = {t for _, t in imports("ingest.cli", names["ingest.cli"])}
+    assert "store.tools" in seen and "ingest.broker" in seen
+    assert room_of("store.log.commitlog") == "store.log" and room_of("store.reader") == "store"
+    assert not allowed("sink", "store.log.commitlog") and allowed("sink", "store")
+    assert not allowed("ingest", "store.tools.dump") and allowed("ingest", "store.format")

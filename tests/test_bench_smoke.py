@@ -43,6 +43,9 @@ EXPECTED = {
     "replay": (
         ["replay.msgs_per_s", "plain_consumer.msgs_per_s"],
         ["ratio.replay_vs_plain_consumer"]),
+    "codecs": (
+        ["lz4.kafka_python.mb_per_s", "zstd.cramjam.mb_per_s", "snappy.kafka_python.mb_per_s", "gzip.cramjam.mb_per_s"],
+        ["lz4.ratio.kafka_python_vs_cramjam", "zstd.ratio.kafka_python_vs_cramjam"]),
 }
 
 

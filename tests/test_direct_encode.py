@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.skipif(not (shutil.which("cc") or sh
 
 TOPIC, PARTITION = "orders", 3
 SCHEMA = arrow_schema(kafka_schema(True))
-GZIP, NONE = 1, 0
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4   # Kafka's codec ids in a batch's attributes
 Record = tuple  # (key, value, headers)
 
 
@@ -95,9 +95,10 @@ def test_the_kernel_is_built_where_a_compiler_is() -> None:
 def test_plain_records_are_encoded_exactly_as_the_general_path_does() -> None:
     rnd = random.Random(5)
     data = fetched([(0, plain_records(rnd, 300), NONE), (300, plain_records(rnd, 1), NONE),
-                    (301, plain_records(rnd, 200), GZIP)])
-    direct, general, _ = both_ways(data, 0, 501)
-    assert direct.num_rows == 501
+                    (301, plain_records(rnd, 200), GZIP), (501, plain_records(rnd, 50), SNAPPY),
+                    (551, plain_records(rnd, 50), LZ4), (601, plain_records(rnd, 50), ZSTD)])
+    direct, general, _ = both_ways(data, 0, 651)
+    assert direct.num_rows == 651
     assert_same(direct, general)
 
 

@@ -16,7 +16,7 @@ from ingest.kafka.fetch import ArrowChunk, FetchBudget, fast_partition_records
 pytestmark = pytest.mark.unit
 
 TP = TopicPartition("t", 3)
-GZIP, NONE = 1, 0
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4   # Kafka's codec ids in a batch's attributes
 
 
 def build_batches(specs: list[tuple[int, int, int]], seed: int = 7) -> tuple[bytes, list[tuple]]:
@@ -60,7 +60,8 @@ def decode_kafka_python(data: bytes, fetch_offset: int) -> list[tuple]:
 
 
 def test_fast_decoding_matches_kafka_python_across_batches_and_codecs() -> None:
-    data, expected = build_batches([(0, 50, NONE), (50, 1, NONE), (51, 120, GZIP), (171, 7, NONE)])
+    data, expected = build_batches([(0, 50, NONE), (50, 1, NONE), (51, 120, GZIP), (171, 7, NONE), (178, 40, SNAPPY),
+                                    (218, 60, LZ4), (278, 33, ZSTD)])
     assert decode_kafka_python(data, 0) == expected
     assert decode_fast(data, 0) == expected
 

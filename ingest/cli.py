@@ -49,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        # the clients' connection chatter drowns the job's own lines; --verbose brings it back
+        for name in ("kafka", "py4j"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     return int(args.func(args) or 0)
 
 

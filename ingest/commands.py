@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ingest.config import add_job_arguments, config_from_args
+from ingest.config import JobConfigError, add_job_arguments, config_from_args
+
+EXIT_USAGE = 2
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Settings, the store path and the brokers are checked before Spark starts: what is wrong with
+    them is one line and exit status 2."""
     from ingest.job import run
+    from ingest.preflight import PreflightError, check_brokers, check_store_path
+    from store import StoreError
 
-    return run(config_from_args(args))
+    try:
+        cfg = config_from_args(args)
+        if not cfg.skip_preflight:
+            check_store_path(cfg.store)
+            check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
+    except (JobConfigError, PreflightError, StoreError) as exc:
+        print(f"commitlog run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(cfg)
+
+
+def _connect_timeout_s(kafka_options: dict[str, str]) -> float:
+    for key in ("socket.connection.setup.timeout.ms", "kafka.socket.connection.setup.timeout.ms"):
+        if key in kafka_options:
+            return int(kafka_options[key]) / 1000
+    return 10.0     # kafka-python's socket.connection.setup.timeout.ms default
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

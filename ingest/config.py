@@ -71,6 +71,12 @@ class JobConfig:
             spark_interval(self.trigger)
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise JobConfigError("--max-offsets-per-trigger must be positive")
+        from ingest.encode.mapping import topic_problem
+
+        for source, target in self.topic_map.items():
+            problem = topic_problem(target)
+            if problem:
+                raise JobConfigError(f"--topic-map {source}={target}: RocketMQ cannot hold it ({problem})")
 
 
 _INTERVAL_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
@@ -175,13 +181,30 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         values["master"] = None
     if isinstance(values.get("segment_size"), str):
         values["segment_size"] = _size(values["segment_size"])
-    known = {f.name for f in fields(JobConfig)}
-    unknown = sorted(set(values) - known)
+    known = {f.name: f for f in fields(JobConfig)}
+    unknown = sorted(set(values) - set(known))
     if unknown:
         raise JobConfigError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for name, value in values.items():
+        _check_type(name, value, str(known[name].type))
     cfg = JobConfig(**values)
     cfg.validate()
     return cfg
+
+
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "dict[str, str]": (dict,)}
+
+
+def _check_type(name: str, value: Any, annotation: str) -> None:
+    """A TOML value of the wrong type is refused by name, before anything runs (the command line's
+    values are typed by argparse already)."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    if value is None and "None" in kinds:
+        return
+    allowed = tuple(t for k in kinds for t in _TYPES.get(k, ()))
+    if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+        want = " or ".join(k for k in kinds if k != "None")
+        raise JobConfigError(f"setting {name.replace('_', '-')} = {value!r}: expected {want}")
 
 
 def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, Any]) -> dict[str, str]:

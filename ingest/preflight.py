@@ -1,4 +1,5 @@
-"""Refuse to start on a store path that cannot keep a store: checked once, before Spark starts.
+"""Refuse to start on a store path that cannot keep a store, or with no broker to reach: checked once,
+before Spark starts.
 
 The job is exactly once only if the store survives the driver: a store on memory (tmpfs, ramfs)
 or on a container's throwaway writable layer (overlay, aufs) is lost with the machine or the
@@ -12,6 +13,8 @@ import errno
 import fcntl
 import os
 import re
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,34 @@ class StorePathError(StoreError):
     def __init__(self, path: str, reason: str) -> None:
         self.path, self.reason = path, reason
         super().__init__(f"store path {path}: {reason}")
+
+
+class PreflightError(Exception):
+    """Something the job needs before Spark starts is not there."""
+
+
+class BrokerUnreachableError(PreflightError):
+    def __init__(self, servers: str, timeout_s: float, causes: list[str]) -> None:
+        super().__init__(f"no Kafka broker answers at --bootstrap-servers {servers} within {timeout_s:g} s "
+                         f"({'; '.join(causes)}); check the address and that the broker is up")
+
+
+def check_brokers(servers: str, timeout_s: float = 10.0) -> None:
+    """Raise BrokerUnreachableError unless one of the bootstrap servers accepts a TCP connection
+    within ``timeout_s`` (what the Kafka client would do first, without Spark's minutes of retries)."""
+    causes = []
+    deadline = time.monotonic() + timeout_s
+    for server in [s.strip() for s in servers.split(",") if s.strip()]:
+        host, _, port = server.rpartition(":")
+        host = host.strip("[]") or "localhost"
+        if not port.isdigit():
+            raise BrokerUnreachableError(servers, timeout_s, [f"{server!r} is not host:port"])
+        try:
+            with socket.create_connection((host, int(port)), timeout=max(0.1, deadline - time.monotonic())):
+                return
+        except OSError as exc:
+            causes.append(f"{server}: {exc.strerror or exc}")
+    raise BrokerUnreachableError(servers, timeout_s, causes or ["no address given"])
 
 
 @dataclass(frozen=True)

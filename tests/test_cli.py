@@ -14,3 +14,40 @@ def test_commitlog_lists_its_subcommands() -> None:
     out = subprocess.run([sys.executable, "-m", "ingest.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "broker" in out.stdout
+
+
+def run_command(*args: str, tmp: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ingest.cli", "run", "--subscribe", "t", "--store", f"{tmp}/store",
+                           "--checkpoint", f"{tmp}/ckpt", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--bootstrap-servers", "127.0.0.1:9092", "--trigger", "banana"], "--trigger 'banana'"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--topic-map", "orders=bad/topic"], "--topic-map orders=bad/topic"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--max-offsets-per-trigger", "0"], "--max-offsets-per-trigger"),
+])
+def test_a_bad_setting_of_run_is_one_line_and_exit_2(args: list[str], says: str, tmp_path) -> None:
+    done = run_command(*args, tmp=str(tmp_path))
+    assert done.returncode == 2
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "store").exists(), "nothing is created for a run that is refused"
+
+
+def test_a_toml_value_of_the_wrong_type_is_named(tmp_path) -> None:
+    (tmp_path / "job.toml").write_text('bootstrap_servers = "127.0.0.1:9092"\nmax_offsets_per_trigger = "lots"\n')
+    done = run_command("--config", str(tmp_path / "job.toml"), tmp=str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "max-offsets-per-trigger = 'lots': expected int" in done.stderr
+
+
+def test_an_unreachable_broker_is_found_before_spark_starts(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = run_command("--bootstrap-servers", f"127.0.0.1:{port}", tmp=str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"no Kafka broker answers at --bootstrap-servers 127.0.0.1:{port}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -94,3 +94,15 @@ CONSUMEQUEUE_DIR = "consumequeue"
 CHECKPOINT_FILE = "checkpoint"
 ABORT_FILE = "abort"
 LOCK_FILE = "lock"
+
+# --- IndexFile (index/, RocketMQ's IndexService; ../shared/golden/INDEX_FORMAT_NOTES.md) ---------
+INDEX_DIR = "index"
+INDEX_HEADER_SIZE = 40                   # begin/end timestamp, begin/end phy offset, slot count, index count
+INDEX_HASH_SLOT_SIZE = 4
+INDEX_ITEM_SIZE = 20                     # keyHash, phyOffset, timeDiff, prevIndex
+INDEX_INVALID_INDEX = 0
+DEFAULT_MAX_HASH_SLOT_NUM = 5_000_000    # maxHashSlotNum
+DEFAULT_MAX_INDEX_NUM = 5_000_000 * 4    # maxIndexNum
+MAX_MSGS_NUM_BATCH = 64                  # queryMessage caps maxNum here
+INDEX_KEY_SEPARATOR = " "                # MessageConst.KEY_SEPARATOR: KEYS holds tokens split on it
+INDEX_TOPIC_KEY_JOIN = "#"               # the indexed text is topic + "#" + key

@@ -1,0 +1,205 @@
+"""One IndexFile, as RocketMQ's IndexFile/IndexHeader write it (../shared/golden/INDEX_FORMAT_NOTES.md).
+
+A file is 40 header bytes, ``max_hash_slot_num`` 4-byte slots and ``max_index_num`` 20-byte items,
+all big-endian. An item is (keyHash, phyOffset, timeDiff, prevIndex); a slot holds the newest item
+of its hash chain. Item 0 is never written, so a file holds ``max_index_num - 1`` items.
+
+Keys are put a batch at a time: the chains of the batch are linked with numpy (each key's previous
+item is the one before it in its slot, within the batch or from the slot), which gives the same
+bytes as RocketMQ's putKey called once per key.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
+
+_HEADER = struct.Struct(">qqqqii")
+_ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
+_INT_MAX = 0x7FFFFFFF
+
+
+@dataclass
+class IndexHeader:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1           # the next item number; item 0 is never used
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                            self.end_phy_offset, self.hash_slot_count, self.index_count)
+
+    @classmethod
+    def unpack(cls, data: bytes | memoryview) -> "IndexHeader":
+        return cls(*_HEADER.unpack_from(data, 0))
+
+
+def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
+    return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num + INDEX_ITEM_SIZE * max_index_num
+
+
+class IndexFile:
+    """An IndexFile mapped read-write (or read-only); ``put`` appends keys, ``query`` walks a chain."""
+
+    def __init__(self, path: Path, max_hash_slot_num: int, max_index_num: int, *, create: bool = False,
+                 read_only: bool = False, start: IndexHeader | None = None) -> None:
+        self.path = Path(path)
+        self.max_hash_slot_num = max_hash_slot_num
+        self.max_index_num = max_index_num
+        size = index_file_size(max_hash_slot_num, max_index_num)
+        if create:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            os.ftruncate(fd, size)
+        else:
+            fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR)
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                os.close(fd)
+                raise ValueError(f"index file {self.path} is {actual} bytes; maxHashSlotNum {max_hash_slot_num} "
+                                 f"and maxIndexNum {max_index_num} make {size}")
+        try:
+            self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
+        self.read_only = read_only
+        self._slots = np.frombuffer(self._mm, dtype=">i4", count=max_hash_slot_num, offset=INDEX_HEADER_SIZE)
+        self._items = np.frombuffer(self._mm, dtype=_ITEM, count=max_index_num,
+                                    offset=INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num)
+        # A new file starts from the previous one's end (RocketMQ: the first put's timeDiff is
+        # measured against it) until its own first put.
+        self.header = start if create and start is not None else IndexHeader.unpack(self._mm)
+        if create:
+            self._write_header()
+
+    # --- writing -----------------------------------------------------------------------------
+    @property
+    def is_full(self) -> bool:
+        return self.header.index_count >= self.max_index_num
+
+    @property
+    def room(self) -> int:
+        return max(self.max_index_num - self.header.index_count, 0)
+
+    def put(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
+        """Append items for these keys, in order (at most ``room`` of them)."""
+        n = len(key_hashes)
+        if n == 0:
+            return
+        if n > self.room:
+            raise ValueError(f"{n} keys do not fit index file {self.path.name} ({self.room} items left)")
+        h = self.header
+        key_hashes = np.asarray(key_hashes, dtype=np.int64)
+        phy = np.asarray(phy_offsets, dtype=np.int64)
+        ts = np.asarray(store_timestamps, dtype=np.int64)
+        first_item = h.index_count
+        numbers = np.arange(first_item, first_item + n, dtype=np.int64)
+        slots = key_hashes % self.max_hash_slot_num
+        # timeDiff against the begin timestamp in force at each put: the first put of a file sees
+        # the previous file's (0 for the very first file), the later ones the first put's.
+        begin = np.full(n, h.begin_timestamp if first_item > 1 else ts[0], dtype=np.int64)
+        if first_item == 1:
+            begin[0] = h.begin_timestamp
+        diff = np.where(begin > 0, (ts - begin) // 1000, 0)
+        diff = np.where(ts - begin < 0, 0, diff)           # Java's long division truncates; clamp at 0
+        diff = np.minimum(diff, _INT_MAX)
+        # prevIndex: the item before in the same slot, from this batch or from the slot
+        order = np.lexsort((numbers, slots))
+        sorted_slots = slots[order]
+        starts_group = np.ones(n, dtype=bool)
+        starts_group[1:] = sorted_slots[1:] != sorted_slots[:-1]
+        prev_sorted = np.empty(n, dtype=np.int64)
+        prev_sorted[1:] = numbers[order][:-1]
+        current = self._slots[sorted_slots[starts_group]].astype(np.int64)
+        current[(current <= INDEX_INVALID_INDEX) | (current > first_item)] = INDEX_INVALID_INDEX
+        prev_sorted[starts_group] = current
+        prev = np.empty(n, dtype=np.int64)
+        prev[order] = prev_sorted
+        items = self._items[first_item:first_item + n]
+        items["key_hash"] = key_hashes
+        items["phy_offset"] = phy
+        items["time_diff"] = diff
+        items["prev_index"] = prev
+        ends_group = np.ones(n, dtype=bool)
+        ends_group[:-1] = sorted_slots[1:] != sorted_slots[:-1]
+        self._slots[sorted_slots[ends_group]] = numbers[order][ends_group]
+        if first_item == 1:
+            h.begin_phy_offset, h.begin_timestamp = int(phy[0]), int(ts[0])
+        h.hash_slot_count += int((current == INDEX_INVALID_INDEX).sum())
+        h.index_count += n
+        h.end_phy_offset, h.end_timestamp = int(phy[-1]), int(ts[-1])
+        self._write_header()
+
+    def repair(self) -> None:
+        """After a crash: the slots rebuilt from the items the header counts, the items past them
+        zeroed. A slot written out before its file's header would point past the count, and the
+        next put would take it for empty and cut its chain."""
+        n = self.header.index_count
+        slots = np.zeros(self.max_hash_slot_num, dtype=np.int64)
+        if n > 1:
+            hashes = self._items["key_hash"][1:n].astype(np.int64)
+            np.maximum.at(slots, hashes % self.max_hash_slot_num, np.arange(1, n, dtype=np.int64))
+        self._slots[:] = slots
+        self._items[n:] = np.zeros(1, dtype=_ITEM)
+        self.header.hash_slot_count = int(np.count_nonzero(slots))
+        self._write_header()
+
+    def read_header(self) -> IndexHeader:
+        """The header as the file holds it now (a reader beside a writer)."""
+        return IndexHeader.unpack(self._mm)
+
+    def _write_header(self) -> None:
+        self._mm[:INDEX_HEADER_SIZE] = self.header.pack()
+
+    def flush(self) -> None:
+        if not self.read_only:
+            self._mm.flush()
+
+    # --- reading -----------------------------------------------------------------------------
+    def query(self, key_hash: int, begin_ms: int, end_ms: int, max_num: int) -> list[int]:
+        """Physical offsets of the items in ``key_hash``'s chain (newest first) whose hash matches
+        and whose time is within [begin_ms, end_ms]; the key text is not compared (RocketMQ's
+        IndexFile.selectPhyOffset)."""
+        h = IndexHeader.unpack(self._mm)
+        if h.index_count <= 1:
+            return []
+        out: list[int] = []
+        pos = int(self._slots[key_hash % self.max_hash_slot_num])
+        if pos <= INDEX_INVALID_INDEX or pos > h.index_count:
+            return out
+        for _ in range(h.index_count):          # a chain is never longer than the file's items
+            if len(out) >= max_num:
+                break
+            item = self._items[pos]
+            when = h.begin_timestamp + int(item["time_diff"]) * 1000
+            if int(item["key_hash"]) == key_hash and begin_ms <= when <= end_ms:
+                out.append(int(item["phy_offset"]))
+            prev = int(item["prev_index"])
+            if prev <= INDEX_INVALID_INDEX or prev > h.index_count or prev == pos or when < begin_ms:
+                break
+            pos = prev
+        return out
+
+    def items(self) -> np.ndarray:
+        """The written items (1 .. index_count - 1), as a structured array."""
+        return self._items[1:IndexHeader.unpack(self._mm).index_count]
+
+    def slots(self) -> np.ndarray:
+        return self._slots
+
+    def close(self) -> None:
+        self._slots = self._items = None  # type: ignore[assignment]
+        self._mm.close()
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,188 @@
+"""The index/ directory, as RocketMQ's IndexService keeps it: IndexFiles in creation order, keys put
+into the newest until it is full, then into a new one; lookups newest file first.
+
+Which keys a message gives (store.index.keys) is decided before it reaches here: this module only
+places (keyHash, phyOffset, storeTimestamp) items and finds them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
+from store.index.file import IndexFile, IndexHeader
+from store.index.hashing import index_key_hashes
+
+log = logging.getLogger(__name__)
+NAME_DIGITS = 17                 # yyyyMMddHHmmssSSS
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """RocketMQ's messageIndexEnable, maxHashSlotNum and maxIndexNum."""
+
+    enabled: bool = True
+    max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
+    max_index_num: int = DEFAULT_MAX_INDEX_NUM
+
+    def __post_init__(self) -> None:
+        if self.max_hash_slot_num <= 0:
+            raise ValueError(f"maxHashSlotNum {self.max_hash_slot_num}: must be positive")
+        if self.max_index_num < 2:
+            raise ValueError(f"maxIndexNum {self.max_index_num}: must be at least 2 (item 0 is never used)")
+
+
+@dataclass(frozen=True)
+class KeyBatch:
+    """The keys of a run of messages, in commit-log order: one entry per key (a message with two
+    keys has two entries with its offset and timestamp)."""
+
+    topics: Sequence[str]
+    keys: Sequence[str]
+    phy_offsets: np.ndarray
+    store_timestamps: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def file_name(millis: int) -> str:
+    """IndexService names a file by its creation time, local time, to the millisecond."""
+    t = time.localtime(millis / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{millis % 1000:03d}"
+
+
+class IndexService:
+    """The IndexFiles of one store's index/ directory."""
+
+    def __init__(self, directory: Path, config: IndexConfig, *, read_only: bool = False) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self.read_only = read_only
+        self.files: list[IndexFile] = []
+        self._dirty: set[int] = set()        # positions in files written since the last flush
+        self.index_msg_timestamp = 0         # the end timestamp of the newest full, flushed file
+        if self.directory.is_dir():
+            for name in sorted(n for n in os.listdir(self.directory) if n.isdigit()):
+                self.files.append(IndexFile(self.directory / name, config.max_hash_slot_num, config.max_index_num,
+                                            read_only=read_only))
+
+    # --- writing -----------------------------------------------------------------------------
+    @property
+    def end_phy_offset(self) -> int:
+        """The offset of the last message indexed (0 when nothing is); messages below it are not
+        indexed again."""
+        return self.files[-1].header.end_phy_offset if self.files else 0
+
+    def put(self, batch: KeyBatch) -> None:
+        """Index ``batch``'s keys in order, rolling to a new file whenever one is full."""
+        n = len(batch)
+        if n == 0:
+            return
+        hashes = index_key_hashes(batch.topics, batch.keys)
+        phy = np.asarray(batch.phy_offsets, dtype=np.int64)
+        ts = np.asarray(batch.store_timestamps, dtype=np.int64)
+        done = 0
+        while done < n:
+            if not self.files or self.files[-1].is_full:
+                self._new_file()
+            last = self.files[-1]
+            take = min(last.room, n - done)
+            last.put(hashes[done:done + take], phy[done:done + take], ts[done:done + take])
+            self._dirty.add(len(self.files) - 1)
+            done += take
+
+    def _new_file(self) -> IndexFile:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = file_name(int(time.time() * 1000))
+        last = self.files[-1].path.name if self.files else ""
+        if len(last) == NAME_DIGITS and name <= last:
+            # two files in one millisecond (or a clock set back): one past the last keeps the order
+            name = str(int(last) + 1)
+        while (self.directory / name).exists():
+            name = str(int(name) + 1)
+        prev = self.files[-1].header if self.files else None
+        # a new file starts where the last one ended (RocketMQ passes its end offset and timestamp)
+        start = IndexHeader(prev.end_timestamp, prev.end_timestamp, prev.end_phy_offset, prev.end_phy_offset) \
+            if prev is not None else IndexHeader()
+        f = IndexFile(self.directory / name, self.config.max_hash_slot_num, self.config.max_index_num, create=True,
+                      start=start)
+        self.files.append(f)
+        return f
+
+    def flush(self) -> None:
+        """msync every file written since the last flush; a full one moves indexMsgTimestamp."""
+        for i in sorted(self._dirty):
+            f = self.files[i]
+            f.flush()
+            if f.is_full:
+                self.index_msg_timestamp = max(self.index_msg_timestamp, f.header.end_timestamp)
+        self._dirty.clear()
+
+    # --- recovery and retention --------------------------------------------------------------
+    def trim_to(self, committed_end: int) -> tuple[int, int]:
+        """Drop what indexes records at or past ``committed_end`` (uncommitted after a crash):
+        every file whose last item is there. Returns where re-indexing must start: (the offset of
+        the last message still indexed, or 0, and how many of that message's keys are indexed
+        already: a roll-over can split one message's keys across two files)."""
+        while self.files and self.files[-1].header.end_phy_offset >= committed_end \
+                and self.files[-1].header.index_count > 1:
+            f = self.files.pop()
+            log.info("index file %s indexes past the commit point (%d): rebuilt from the commit log",
+                     f.path.name, committed_end)
+            f.destroy()
+        while self.files and self.files[-1].header.index_count <= 1:
+            self.files.pop().destroy()
+        if not self.files:
+            return 0, 0
+        last = self.files[-1]
+        last.repair()
+        items = last.items()
+        end = last.header.end_phy_offset
+        tail = int(np.count_nonzero(items["phy_offset"] == end))
+        return end, tail
+
+    def delete_below(self, min_offset: int) -> list[Path]:
+        """Retention: delete the files whose every item is below ``min_offset`` (never the newest)."""
+        gone = []
+        while len(self.files) > 1 and self.files[0].header.end_phy_offset < min_offset:
+            f = self.files.pop(0)
+            gone.append(f.path)
+            f.destroy()
+        self._dirty = {i - len(gone) for i in self._dirty if i >= len(gone)}
+        return gone
+
+    # --- reading -----------------------------------------------------------------------------
+    def query(self, topic: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 2**63 - 1) -> list[int]:
+        """Physical offsets for ``topic``/``key`` in index chain order (newest file first, then each
+        chain newest first), at most ``max_num``: RocketMQ's IndexService.queryOffset. The key text
+        is not compared: a key whose hash collides with an indexed one finds that one's message."""
+        key_hash = int(index_key_hashes([topic], [key])[0])
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            h = f.read_header() if self.read_only else f.header
+            if _time_matched(h, begin_ms, end_ms):
+                out += f.query(key_hash, begin_ms, end_ms, max_num - len(out))
+            if h.begin_timestamp < begin_ms:
+                break
+        return out
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
+
+
+def _time_matched(h: IndexHeader, begin: int, end: int) -> bool:
+    """IndexFile.isTimeMatched."""
+    return (begin < h.begin_timestamp and end > h.end_timestamp) \
+        or h.begin_timestamp <= begin <= h.end_timestamp or h.begin_timestamp <= end <= h.end_timestamp

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store.format.codec import CodecConfig
+from store.index.service import IndexConfig
 from store.format.constants import (
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_CONSUME_QUEUE_UNITS,
@@ -34,6 +35,7 @@ class StoreConfig:
     codec: CodecConfig = field(default_factory=CodecConfig)
     retention: "RetentionConfig | Any | None" = None
     mlock: bool = False                                  # mlock segments where RLIMIT_MEMLOCK allows
+    index: IndexConfig = field(default_factory=IndexConfig)   # messageIndexEnable, maxHashSlotNum, maxIndexNum
 
     def __post_init__(self) -> None:
         if self.segment_size <= 0 or self.segment_size % OS_PAGE_SIZE != 0:

@@ -23,6 +23,7 @@ from store.errors import FlushError, StoreError, StoreReadOnlyError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
+from store.index.writer import IndexWriter
 from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog, queue_eligible
@@ -75,6 +76,7 @@ class MessageStore(RecordReads):
         self._last_commit = CommitPoint(0)
         self._retention: Any = None
         self._dispatcher: DispatchService | None = None
+        self._index = IndexWriter(root, config.index) if config.index.enabled else None
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
@@ -112,6 +114,8 @@ class MessageStore(RecordReads):
             queue_offsets = self._cq.next_queue_offsets()
         self._log.queue_offsets = dict(queue_offsets)
         self._log.last_record_offset = result.last_record_offset
+        if self._index is not None:
+            self._index.recover(end, self.min_offset, lambda phy: self.read(phy).store_timestamp)
         metadata = commit_point.metadata if commit_point else {}
         if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
             commit_point = CommitPoint(end, dict(queue_offsets), metadata, _now_ms(),
@@ -149,6 +153,9 @@ class MessageStore(RecordReads):
                 raise StoreError(f"retention may only delete the oldest segment, not {path}")
             seg = segs.pop(0)
         seg.destroy()
+        if self._index is not None:
+            with self._put_lock:
+                self._index.delete_below(self.min_offset)
 
     def _release_after_failed_open(self) -> None:
         if self._dispatcher is not None:
@@ -156,6 +163,8 @@ class MessageStore(RecordReads):
         self._flusher.stop()
         try:
             self._cq.close()
+            if self._index is not None:
+                self._index.close(flush=False)
         finally:
             self._log.close()
             self._lock.release()
@@ -194,6 +203,9 @@ class MessageStore(RecordReads):
             ts = store_timestamp if store_timestamp is not None else max(_now_ms(), self._last_ts)
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
+            if self._index is not None:
+                self._index.add(batch.data, batch.offsets, batch.sizes, batch.topic_names, batch.topic_index,
+                                batch.sys_flags, out.physical_offsets, ts)
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -222,9 +234,12 @@ class MessageStore(RecordReads):
         off = self._flusher.flush()
         try:
             self._cq.flush()
+            if self._index is not None:
+                self._index.flush()
+                self._checkpoint.index_msg_timestamp = self._index.index_msg_timestamp
         except OSError as e:
             self._failure = e
-            raise FlushError(f"flushing the consume queues of {self.root} failed: {e}; the "
+            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
                              f"store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
@@ -353,6 +368,8 @@ class MessageStore(RecordReads):
             self._retention.stop()
         self._flusher.stop()
         self._cq.abandon()
+        if self._index is not None:
+            self._index.close(flush=False)
         for seg in self._segments.segments:
             seg.close()
         self._lock.release()
@@ -379,6 +396,8 @@ class MessageStore(RecordReads):
             self._closed = True
             try:
                 self._cq.close()
+                if self._index is not None:
+                    self._index.close(flush=not self.read_only)
             finally:
                 self._log.close()
                 if clean:

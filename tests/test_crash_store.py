@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from store import Message, MessageStore, StoreConfig
+from store.index.service import IndexService
 
 pytestmark = pytest.mark.crash
 
@@ -112,8 +113,22 @@ class Checker:
             assert tail == bytes(len(tail)), "bytes after the commit point survived"
             later = [p.name for p in (self.root / "commitlog").iterdir() if p.name.isdigit() and int(p.name) > end]
             assert later == [], f"segments after the commit point survived: {later}"
+            self.check_index(s, n)
         self.offset, self.n = end, n
         self.prefix_hash = self.committed_bytes_hash(end)
+
+    def check_index(self, s: MessageStore, n: int) -> None:
+        """The index holds exactly the committed records' keys, each once, and finds them."""
+        service = IndexService(self.root / "index", StoreConfig().index, read_only=True)
+        try:
+            indexed = sorted(int(o) for f in service.files for o in f.items()["phy_offset"])
+            offsets = [off for off, _ in s.iter_messages()]
+            assert indexed == offsets, f"index holds {len(indexed)} items for {len(offsets)} committed records"
+            for i in {0, n // 2, n - 1} if n else ():
+                off = offsets[i]
+                assert off in service.query(f"C{i % 3}", f"k{i}", 64), f"key k{i} not found at {off}"
+        finally:
+            service.close()
 
 
 def test_sigkill_at_random_points_never_loses_a_commit_nor_keeps_uncommitted_bytes(tmp_path: Path) -> None:

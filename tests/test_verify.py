@@ -215,7 +215,7 @@ PROPERTY_CASES = [
 def test_vectorized_tags_codes_equal_the_reference_rule(topic: str) -> None:
     from store.format.codec import Message, decode_message, encode_message
     from store.format.record_json import consume_queue_tags_code
-    from store.tools.fields import record_fields, tags_codes
+    from store.format.fields import record_fields, tags_codes
 
     recs = [encode_message(Message(topic=topic, body=bytes(range(i)), properties=p, store_timestamp=1000 + i))
             for i, p in enumerate(PROPERTY_CASES)]
@@ -256,7 +256,7 @@ def test_units_before_a_queue_s_first_record_are_reported(store: Path) -> None:
                                    [f"t{i}" for i in range(40)], ["long-topic-name-over-16-bytes", "short"]])
 def test_topics_are_grouped_exactly(names: list[str]) -> None:
     from store.format.codec import Message, encode_message
-    from store.tools.fields import record_fields
+    from store.format.fields import record_fields
 
     topics = [names[i % len(names)] for i in range(3 * len(names))]
     recs = [encode_message(Message(topic=t, body=b"b")) for t in topics]

@@ -14,11 +14,10 @@ from store.index.service import IndexService, KeyBatch
 CHUNK_KEYS = 1 << 16
 
 
-def index_messages(service: IndexService, messages: Iterable[tuple[int, Any]], skip_first_keys: int = 0) -> int:
+def index_messages(service: IndexService, messages: Iterable[tuple[int, Any]]) -> int:
     """Index the keys of ``messages`` ((physical offset, decoded message with topic, properties,
     sys_flag, store_timestamp), commit-log order). A message below the index's end is not indexed
-    again (IndexService.buildIndex); ``skip_first_keys`` of the message AT the end are already
-    there (a roll-over split its keys). Returns how many keys were put."""
+    again (IndexService.buildIndex). Returns how many keys were put."""
     end = service.end_phy_offset
     topics: list[str] = []
     keys: list[str] = []
@@ -29,8 +28,6 @@ def index_messages(service: IndexService, messages: Iterable[tuple[int, Any]], s
         if phy < end:
             continue
         ks = indexed_keys(m.properties, m.sys_flag)
-        if phy == end and skip_first_keys:
-            ks = ks[skip_first_keys:]
         topics += [m.topic] * len(ks)
         keys += ks
         offsets += [phy] * len(ks)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,6 +139,22 @@ class IndexFile:
         h.index_count += n
         h.end_phy_offset, h.end_timestamp = int(phy[-1]), int(ts[-1])
         self._write_header()
+
+    def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int]) -> int:
+        """Keep only the items of records below ``end_offset`` (after a crash, what the commit point
+        does not cover goes); ``timestamp_of`` gives a kept record's store timestamp for the header.
+        Returns how many items are left."""
+        n = self.header.index_count
+        phy = self._items["phy_offset"][1:n].astype(np.int64)
+        keep = int(np.searchsorted(phy, end_offset, side="left"))
+        if keep == n - 1:
+            return keep
+        self.header.index_count = keep + 1
+        if keep:
+            self.header.end_phy_offset = int(phy[keep - 1])
+            self.header.end_timestamp = timestamp_of(int(phy[keep - 1]))
+        self.repair()
+        return keep
 
     def repair(self) -> None:
         """After a crash: the slots rebuilt from the items the header counts, the items past them

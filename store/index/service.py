@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,27 +127,16 @@ class IndexService:
         self._dirty.clear()
 
     # --- recovery and retention --------------------------------------------------------------
-    def trim_to(self, committed_end: int) -> tuple[int, int]:
-        """Drop what indexes records at or past ``committed_end`` (uncommitted after a crash):
-        every file whose last item is there. Returns where re-indexing must start: (the offset of
-        the last message still indexed, or 0, and how many of that message's keys are indexed
-        already: a roll-over can split one message's keys across two files)."""
-        while self.files and self.files[-1].header.end_phy_offset >= committed_end \
-                and self.files[-1].header.index_count > 1:
-            f = self.files.pop()
-            log.info("index file %s indexes past the commit point (%d): rebuilt from the commit log",
-                     f.path.name, committed_end)
-            f.destroy()
-        while self.files and self.files[-1].header.index_count <= 1:
+    def trim_to(self, committed_end: int, timestamp_of: Callable[[int], int]) -> None:
+        """After a crash: drop the items of records at or past ``committed_end``, which the commit
+        point does not cover. What it covers is durable: the index is flushed before every commit."""
+        while self.files and self.files[-1].header.end_phy_offset >= committed_end:
+            last = self.files[-1]
+            if last.header.index_count > 1 and last.truncate_before(committed_end, timestamp_of):
+                log.info("index file %s: items past the commit point (%d) dropped", last.path.name, committed_end)
+                last.flush()
+                break
             self.files.pop().destroy()
-        if not self.files:
-            return 0, 0
-        last = self.files[-1]
-        last.repair()
-        items = last.items()
-        end = last.header.end_phy_offset
-        tail = int(np.count_nonzero(items["phy_offset"] == end))
-        return end, tail
 
     def delete_below(self, min_offset: int) -> list[Path]:
         """Retention: delete the files whose every item is below ``min_offset`` (never the newest)."""

@@ -23,7 +23,7 @@ from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MI
 from store.format.scan import ScanColumns, scan_segment_fast
 from store.log.segment import read_ahead
 from store.log.source import SegmentFile, mapped
-from store.tools.fields import fields_from_scan
+from store.format.fields import fields_from_scan
 from store.tools.queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")

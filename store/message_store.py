@@ -81,7 +81,7 @@ class MessageStore(RecordReads):
     # --- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *,
-             truncate_on_corruption: bool = False) -> "MessageStore":
+             truncate_on_corruption: bool = False) -> MessageStore:
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         lock = StoreLock(root)
@@ -204,8 +204,7 @@ class MessageStore(RecordReads):
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
-                self._index.add(batch.data, batch.offsets, batch.sizes, batch.topic_names, batch.topic_index,
-                                batch.sys_flags, out.physical_offsets, ts)
+                self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -405,7 +404,7 @@ class MessageStore(RecordReads):
                     fsync_dir(self.root)
                 self._lock.release()
 
-    def __enter__(self) -> "MessageStore":
+    def __enter__(self) -> MessageStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -67,7 +67,7 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
     """Fields of well-formed records (their lengths were checked by the scan). The store
     timestamp is only read for SCHEDULE_TOPIC_XXXX records (the others do not need it)."""
     starts = starts.astype(np.int64)
-    head = _rows(arr, starts + 4, _HEAD.itemsize).view(_HEAD)[:, 0]
+    head = rows_at(arr, starts + 4, _HEAD.itemsize).view(_HEAD)[:, 0]
     sys_flag = head["sys_flag"].astype(np.int64)
     born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
     hosts = born6 * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
@@ -103,16 +103,30 @@ def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np
         props_len=np.maximum(props_len, 0))
 
 
-def _rows(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+def rows_at(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """``width`` bytes from each position (rows past the end are padded with zeros)."""
     if width == 0:
         return np.zeros((len(pos), 0), dtype=np.uint8)
-    if len(arr) < width + int(pos.max(initial=0)):
-        arr = np.concatenate([arr, np.zeros(width, dtype=np.uint8)])
+    last = len(arr) - width          # the last position a whole row can start at
+    if len(pos) == 0 or last < 0:
+        out = np.zeros((len(pos), width), dtype=np.uint8)
+        for r, p in enumerate(pos.tolist()):
+            chunk = arr[p:p + width]
+            out[r, :len(chunk)] = chunk
+        return out
     # ``width``-byte void items one byte apart: fancy indexing copies each row in one go, where a
     # 2-D sliding window would gather element by element
-    items = np.ndarray((len(arr) - width + 1,), dtype=f"V{width}", buffer=arr, strides=(1,))
-    return items[pos].view(np.uint8).reshape(len(pos), width)
+    items = np.ndarray((last + 1,), dtype=f"V{width}", buffer=arr, strides=(1,))
+    tail = pos > last
+    if not tail.any():
+        return items[pos].view(np.uint8).reshape(len(pos), width)
+    # the few rows that run past the end are padded one by one, not by copying all of ``arr``
+    out = np.zeros((len(pos), width), dtype=np.uint8)
+    out[~tail] = items[pos[~tail]].view(np.uint8).reshape(-1, width)
+    for r in np.flatnonzero(tail).tolist():
+        chunk = arr[int(pos[r]):int(pos[r]) + width]
+        out[r, :len(chunk)] = chunk
+    return out
 
 
 def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -127,7 +141,7 @@ def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np
         got = _topic_ids_short(arr, pos, length)
         if got is not None:
             return got
-    mat = _rows(arr, pos, width) if width else np.zeros((len(pos), 0), np.uint8)
+    mat = rows_at(arr, pos, width) if width else np.zeros((len(pos), 0), np.uint8)
     live = np.arange(width) < length[:, None]
     h = length.astype(np.uint64)
     for j in range(width):
@@ -150,7 +164,7 @@ def _topic_ids_short(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tu
     the usual handful of topics is peeled off with one comparison pass each."""
     from store.format.properties import java_string
 
-    words = _rows(arr, pos, 16).view(np.uint64)     # two words per row, bytes past the topic masked off
+    words = rows_at(arr, pos, 16).view(np.uint64)     # two words per row, bytes past the topic masked off
     mask = _TOPIC_MASKS[length]
     hi = words[:, 0] & mask[:, 0]
     lo = words[:, 1] & mask[:, 1]
@@ -179,7 +193,7 @@ def java_hash_ascii(mat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _value_lengths(arr: np.ndarray, vpos: np.ndarray, avail: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Length of each property value (up to its \x02 or the end of the properties) within the
     first ``width`` bytes, and those bytes; -1 where the value is longer than ``width``."""
-    vals = _rows(arr, vpos, width)
+    vals = rows_at(arr, vpos, width)
     sep = (vals == _SEP) | (np.arange(width) >= avail[:, None])
     found = sep.any(axis=1)
     return np.where(found, np.argmax(sep, axis=1), -1), vals
@@ -198,7 +212,7 @@ def _tags_names(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray
         return none, none, none
     if width > _MAX_PROPS_ROW:      # a few huge properties: everything the slow way
         return none, none, np.flatnonzero(props_len >= 5)
-    rows = _rows(arr, props_pos, width)
+    rows = rows_at(arr, props_pos, width)
     text = rows.view(f"S{width}")[:, 0]
     first = np.strings.find(text, _TAGS_NAME)
     has = (first >= 0) & (first + 5 <= props_len)

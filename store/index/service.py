@@ -86,9 +86,13 @@ class IndexService:
         n = len(batch)
         if n == 0:
             return
-        hashes = index_key_hashes(batch.topics, batch.keys)
-        phy = np.asarray(batch.phy_offsets, dtype=np.int64)
-        ts = np.asarray(batch.store_timestamps, dtype=np.int64)
+        self.put_hashes(index_key_hashes(batch.topics, batch.keys), batch.phy_offsets, batch.store_timestamps)
+
+    def put_hashes(self, hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
+        """Index keys already hashed (store.index.hashing), in order."""
+        n = len(hashes)
+        phy = np.asarray(phy_offsets, dtype=np.int64)
+        ts = np.asarray(store_timestamps, dtype=np.int64)
         done = 0
         while done < n:
             if not self.files or self.files[-1].is_full:

@@ -1,5 +1,5 @@
 """The store's index, fed by its appends: the keys of each appended batch are read from the encoded
-records (store.format.fields finds every record's topic and properties at once) and put into the
+records (store.index.batch_keys finds and hashes them for the whole batch at once) and put into the
 IndexService; flushed with the commit log, so that every commit point covers it, and trimmed back
 to the commit point after a crash."""
 
@@ -12,14 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from store.format.constants import INDEX_DIR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
+from store.format.constants import INDEX_DIR
 from store.format.fields import record_fields
-from store.format.properties import java_string, string_to_properties
-from store.index.keys import indexed_keys
-from store.index.service import IndexConfig, IndexService, KeyBatch
+from store.index.batch_keys import batch_keys
+from store.index.service import IndexConfig, IndexService
 
 log = logging.getLogger(__name__)
-_NAMES = (f"{PROPERTY_KEYS}\x01".encode(), f"{PROPERTY_UNIQ_KEY}\x01".encode())
 
 
 class IndexWriter:
@@ -40,32 +38,18 @@ class IndexWriter:
                         "reindex %s` to index them); new messages are", self.directory.parent, committed_end,
                         self.directory.parent)
 
-    def add(self, data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, topic_names: list[str],
-            topic_index: np.ndarray, sys_flags: np.ndarray, physical_offsets: np.ndarray, store_timestamp: int) -> int:
-        """Index the keys of an appended batch (its encoded records, where they were before the copy)."""
-        n = len(starts)
-        if n == 0:
+    def add(self, data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, physical_offsets: np.ndarray,
+            store_timestamp: int) -> int:
+        """Index the keys of an appended batch (its encoded records, where they were before the copy
+        into the commit log, and the offsets they were given there)."""
+        if len(starts) == 0:
             return 0
         arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
         fields = record_fields(arr, np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
-        pos, length = fields.props_pos.tolist(), fields.props_len.tolist()
-        mem = memoryview(arr)
-        topics: list[str] = []
-        keys: list[str] = []
-        offsets: list[int] = []
-        for i in range(n):
-            if not length[i]:
-                continue
-            raw = bytes(mem[pos[i]:pos[i] + length[i]])
-            if _NAMES[0] not in raw and _NAMES[1] not in raw:
-                continue
-            ks = indexed_keys(string_to_properties(java_string(raw)), int(sys_flags[i]))
-            topics += [topic_names[int(topic_index[i])]] * len(ks)
-            keys += ks
-            offsets += [int(physical_offsets[i])] * len(ks)
-        if keys:
-            self.service.put(KeyBatch(topics, keys, np.asarray(offsets, dtype=np.int64),
-                                      np.full(len(keys), store_timestamp, dtype=np.int64)))
+        keys = batch_keys(arr, fields)
+        if len(keys):
+            phy = np.asarray(physical_offsets, dtype=np.int64)[keys.record]
+            self.service.put_hashes(keys.key_hash, phy, np.full(len(keys), store_timestamp, dtype=np.int64))
         return len(keys)
 
     @property

@@ -1,0 +1,163 @@
+"""The index keys of a whole encoded batch at once, hashed: what store.index.keys decides for one
+decoded message, found with numpy in the records' bytes, so that indexing keeps up with the append.
+
+Each record's properties are laid side by side as fixed-width byte strings (numpy's C string
+search finds UNIQ_KEY and KEYS in them), the values are cut out as small windows, and the Java
+hash of "topic#key" is built from the hash of "topic#" and running hashes of the value bytes
+(uint32 arithmetic wraps as Java's int does). A record the fast path cannot be sure of (a name
+found twice or inside another, a non-ASCII value, very long properties) is decoded and keyed
+one at a time by store.index.keys: the two ways agree byte for byte (tests/test_index_keys.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from store.format.constants import (
+    INDEX_KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from store.format.fields import RecordFields, rows_at
+from store.format.properties import java_string, string_to_properties
+from store.index.hashing import index_key_hashes, java_string_hashes
+from store.index.keys import indexed_keys
+
+_MAX_PROPS_ROW = 2048       # longer properties: the record is keyed the slow way
+_MAX_VALUE = 256            # longer UNIQ_KEY / KEYS values: likewise
+_SEP = ord(PROPERTY_SEPARATOR)
+_SPACE = ord(INDEX_KEY_SEPARATOR)
+_UNIQ_NAME = f"{PROPERTY_UNIQ_KEY}\x01".encode()
+_KEYS_NAME = f"{PROPERTY_KEYS}\x01".encode()
+_POW31 = np.cumprod(np.concatenate([[1], np.full(1 << 16, 31)]).astype(np.uint32), dtype=np.uint32)
+
+
+@dataclass
+class BatchKeys:
+    """One entry per indexed key, in message order (UNIQ_KEY first, then each KEYS token)."""
+
+    record: np.ndarray      # the record (row of the batch) the key belongs to
+    key_hash: np.ndarray    # IndexService's keyHash, int32
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+
+def batch_keys(arr: np.ndarray, f: RecordFields) -> BatchKeys:
+    """The keys RocketMQ's IndexService would put for every record of ``f`` (rows of ``arr``)."""
+    n = len(f.starts)
+    slow = np.zeros(n, dtype=bool)
+    slow |= f.props_len > _MAX_PROPS_ROW
+    live = np.flatnonzero(((f.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE) & (f.props_len >= 3)
+                          & ~slow)
+    record: list[np.ndarray] = []      # per key: its record, its place among the record's keys, its hash
+    rank: list[np.ndarray] = []
+    key_hash: list[np.ndarray] = []
+    if len(live):
+        width = int(f.props_len[live].max())
+        rows = rows_at(arr, f.props_pos[live], width)
+        plen = f.props_len[live]
+        text = rows.view(f"S{width}")[:, 0]
+        prefix = _topic_prefix_hashes(f.topics)[f.topic_id[live]]
+        has_uniq = np.zeros(n, dtype=np.int64)
+        for name in (_UNIQ_NAME, _KEYS_NAME):          # UNIQ_KEY is put before the KEYS tokens
+            at, vstart, vend, unsure = _value_of(text, rows, plen, name)
+            slow[live[unsure]] = True
+            if len(at):
+                rec, r, h, bad = _hashes(arr, f.props_pos[live[at]] + vstart, vend - vstart, prefix[at],
+                                         split=name == _KEYS_NAME)
+                slow[live[at[bad]]] = True
+                owner = live[at[rec]]
+                record.append(owner)
+                rank.append(r + has_uniq[owner])
+                key_hash.append(h)
+                if name == _UNIQ_NAME:
+                    has_uniq[owner] = 1
+        if record:
+            keep = ~slow[np.concatenate(record)]
+            record, rank, key_hash = ([np.concatenate(x)[keep]] for x in (record, rank, key_hash))
+    for i in np.flatnonzero(slow).tolist():
+        p, ln = int(f.props_pos[i]), int(f.props_len[i])
+        keys = indexed_keys(string_to_properties(java_string(arr[p:p + ln].tobytes())), int(f.sys_flag[i]))
+        if keys:
+            record.append(np.full(len(keys), i, dtype=np.int64))
+            rank.append(np.arange(len(keys), dtype=np.int64))
+            key_hash.append(index_key_hashes([f.topics[f.topic_id[i]]] * len(keys), keys))
+    if not record:
+        return BatchKeys(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
+    rec_all = np.concatenate(record)
+    # message order: each key goes to its record's first place plus its rank (no sort needed)
+    counts = np.bincount(rec_all, minlength=n)
+    dest = (np.cumsum(counts) - counts)[rec_all] + np.concatenate(rank)
+    out_rec = np.empty(len(rec_all), dtype=np.int64)
+    out_hash = np.empty(len(rec_all), dtype=np.int32)
+    out_rec[dest] = rec_all
+    out_hash[dest] = np.concatenate(key_hash)
+    return BatchKeys(out_rec, out_hash)
+
+
+def _topic_prefix_hashes(topics: list[str]) -> np.ndarray:
+    return java_string_hashes([f"{t}#" for t in topics]).view(np.uint32)
+
+
+def _value_of(text: np.ndarray, rows: np.ndarray, plen: np.ndarray, name: bytes
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows holding one ``name`` pair with a non-empty value: (rows, value start, value end) in
+    row coordinates, and the rows to key the slow way (the name twice, or found where it is not
+    a pair's name)."""
+    first = np.strings.find(text, name)
+    has = np.flatnonzero((first >= 0) & (first + len(name) <= plen))
+    col = first[has]
+    at_pair = (col == 0) | (rows[has, np.maximum(col - 1, 0)] == _SEP)
+    second = np.strings.find(text[has], name, col + 1)
+    unsure = ~at_pair | ((second >= 0) & (second + len(name) <= plen[has]))
+    unsure_rows = has[unsure]
+    has, col = has[~unsure], col[~unsure]
+    vstart = col + len(name)
+    stop = np.strings.find(text[has], bytes([_SEP]), vstart)
+    vend = np.where((stop < 0) | (stop > plen[has]), plen[has], stop)
+    nonempty = vend > vstart               # string2messageProperties drops a pair with no value
+    return has[nonempty], vstart[nonempty], vend[nonempty], unsure_rows
+
+
+def _hashes(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, prefix: np.ndarray, split: bool
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """keyHash of each value (or, with ``split``, of each non-empty space-separated token of it):
+    (value row, rank within its value, hash) per key, and the value rows to key the slow way
+    (non-ASCII or too long)."""
+    width = int(min(length.max(), _MAX_VALUE))
+    win = rows_at(arr, pos, width)
+    inside = np.arange(width) < length[:, None]
+    bad = (length > _MAX_VALUE) | ((win >= 0x80) & inside).any(axis=1)
+    # running[c] = Java hash of each value's first c bytes (uint32 wraps as Java's int); one
+    # contiguous row per byte position, so that each step is one pass over the values
+    cols = np.ascontiguousarray(win.T)
+    running = np.zeros((width + 1, len(pos)), dtype=np.uint32)
+    for c in range(width):
+        np.multiply(running[c], np.uint32(31), out=running[c + 1])
+        running[c + 1] += cols[c]
+    spaced = win == _SPACE
+    if split and (spaced & inside).any():
+        word = inside & ~spaced
+        edge = np.zeros((len(pos), width + 2), dtype=np.int8)
+        edge[:, 1:-1] = word
+        step = np.diff(edge, axis=1)
+        rec, start = np.nonzero(step == 1)       # row-major: tokens in order within each value
+        _, end = np.nonzero(step == -1)
+    else:
+        rec = np.arange(len(pos))
+        start, end = np.zeros(len(pos), dtype=np.int64), np.minimum(length, width)
+    tok_len = end - start
+    h = running[end, rec] - running[start, rec] * _POW31[tok_len]
+    h = prefix[rec] * _POW31[tok_len] + h
+    signed = h.view(np.int32).astype(np.int64)
+    key_hash = np.abs(signed)
+    key_hash[key_hash > 0x7FFFFFFF] = 0
+    first_of_value = np.searchsorted(rec, rec, side="left")
+    rank = np.arange(len(rec)) - first_of_value
+    return rec, rank, key_hash.astype(np.int32), np.flatnonzero(bad)

@@ -101,3 +101,8 @@ class CommitPointError(StoreError, ValueError):
 
 class MessageNotFoundError(StoreError, LookupError):
     """No committed message at the given offset, msgId or queue position (commands)."""
+
+
+class IndexFileError(StoreError):
+    """index/ cannot be used as it is (files of another geometry, a damaged file); ``commitlog
+    reindex`` rebuilds it from the commit log."""

@@ -23,7 +23,7 @@ from store.errors import FlushError, StoreError, StoreReadOnlyError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
-from store.index.writer import IndexWriter
+from store.index.writer import IndexWriter, mark_index_incomplete
 from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog, queue_eligible
@@ -116,6 +116,8 @@ class MessageStore(RecordReads):
         self._log.last_record_offset = result.last_record_offset
         if self._index is not None:
             self._index.recover(end, self.min_offset, lambda phy: self.read(phy).store_timestamp)
+        elif not self.read_only:
+            mark_index_incomplete(self.root)
         metadata = commit_point.metadata if commit_point else {}
         if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
             commit_point = CommitPoint(end, dict(queue_offsets), metadata, _now_ms(),
@@ -403,6 +405,9 @@ class MessageStore(RecordReads):
                     (self.root / ABORT_FILE).unlink(missing_ok=True)
                     fsync_dir(self.root)
                 self._lock.release()
+
+    def _index_lookup(self) -> Any:
+        return self._index.service if self._index is not None else None
 
     def __enter__(self) -> MessageStore:
         return self

@@ -12,16 +12,19 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from store.errors import NotARecordStartError
+from store.errors import IndexFileError, NotARecordStartError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import (
     BLANK_MAGIC_CODE,
     COMMITLOG_DIR,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    MAX_MSGS_NUM_BATCH,
     MIN_RECORD_LENGTH,
     POS_PHYSICALOFFSET,
 )
+from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num, open_index
+from store.index.service import IndexService
 from store.log.commit_point import CommitPoint, read_commit_point
 from store.log.segment import parse_segment_name
 from store.log.segment_queue import SegmentQueue
@@ -136,6 +139,32 @@ class RecordReads:
         self.settle_queues()
         return self._cq.topics()
 
+    # --- by key, through index/ (RocketMQ's queryMessage) ----------------------------------
+    def _index_lookup(self) -> IndexService | None:
+        return None
+
+    def key_offsets(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
+                    end_ms: int = FOREVER_MS) -> list[int]:
+        """The raw index lookup: offsets whose "topic#key" hash matches, in the index's chain order
+        (newest first), collisions included, readable ones only."""
+        index = self._index_lookup()
+        if index is None:
+            raise IndexFileError(f"{self.root} has no index/: build it with `commitlog reindex {self.root}`")
+        limit = self._read_limit()
+        return [o for o in index.query(topic, key, check_max_num(max_num), begin_ms, end_ms) if o < limit]
+
+    def messages_by_key(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
+                        end_ms: int = FOREVER_MS, uniq: bool = False) -> list[tuple[int, DecodedMessage]]:
+        """(offset, message) of the messages of ``topic`` with ``key`` among their KEYS (or, with
+        ``uniq``, as their UNIQ_KEY), in offset order: mqadmin queryMsgByKey / queryMsgByUniqueKey."""
+        keep = carries_uniq_key if uniq else carries_key
+        out = []
+        for off in sorted(set(self.key_offsets(topic, key, max_num, begin_ms, end_ms))):
+            msg = self.read(off)
+            if keep(msg.topic, msg.properties, topic, key):
+                out.append((off, msg))
+        return out
+
     def settle_queues(self) -> None:
         """Wait until the consume queues hold every appended record (a writer writes them
         behind its appends; reads by queue call this first)."""
@@ -152,6 +181,7 @@ class StoreReader(RecordReads):
         self._codec = codec
         self._commit_point: CommitPoint | None = None
         self._committed = 0
+        self._index_service: IndexService | None = None
         self.refresh()
 
     @classmethod
@@ -212,6 +242,11 @@ class StoreReader(RecordReads):
             hi = min(hi, self._commit_point.queue_offsets.get((topic, queue_id), hi))
         return lo, hi
 
+    def _index_lookup(self) -> IndexService | None:
+        if self._index_service is None:
+            self._index_service = open_index(self.root)
+        return self._index_service
+
     def segments(self) -> list[tuple[Path, int, int]]:
         return [(s.path, s.base_offset, s.size) for s in self._segments.segments]
 
@@ -219,6 +254,8 @@ class StoreReader(RecordReads):
         self._segments.close()
         if self._cq is not None:
             self._cq.close()
+        if self._index_service is not None:
+            self._index_service.close()
 
     def __enter__(self) -> "StoreReader":
         return self

@@ -141,7 +141,7 @@ def test_records_reaching_the_very_end_of_the_buffer_are_checked() -> None:
     broken = bytearray(exact)
     props = decode_message(exact, starts[-1]).properties_string.encode()
     broken[end - len(props) - 1] ^= 0x01           # PROPERTIESLENGTH of the last record
-    assert list(scan_segment(broken, BASE, end))[-1].error_kind == "length"
+    assert list(scan_segment(broken, BASE, end))[-1].error_kind == "size"
 
 
 @settings(max_examples=40, deadline=None)
@@ -180,7 +180,7 @@ def test_ipv6_flags_on_a_record_too_short_for_them_are_a_length_error() -> None:
     record[39] |= 0x30                                # claims two IPv6 hosts in a 95-byte record
     assert len(record) < 112
     stop = list(scan_segment(bytes(record), BASE, len(record)))[-1]
-    assert (stop.kind, stop.error_kind) == ("error", "length")
+    assert (stop.kind, stop.error_kind) == ("error", "size")
     assert stop == slow_scan(bytes(record), BASE, len(record))[-1]
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from store import StoreReader
-from store.index.build import index_messages
+from store.index.rebuild import index_commit_log
 from store.index.file import IndexHeader
 from store.index.service import IndexConfig, IndexService
+from store.log.source import open_source
 
 pytestmark = pytest.mark.unit
 
@@ -32,8 +32,9 @@ def build(golden: Path, case: Path, tmp: Path) -> IndexService:
     settings = json.loads((case / "settings.json").read_text())
     config = IndexConfig(True, settings["maxHashSlotNum"], settings["maxIndexNum"])
     service = IndexService(tmp / "index", config)
-    with StoreReader.open(golden / settings["store"]) as reader:
-        index_messages(service, reader.iter_messages())
+    src = open_source(golden / settings["store"])
+    result = index_commit_log(service, src.segments, src.committed_offset)
+    assert result.damage is None, f"{case}: the store {settings['store']} is damaged at {result.damage}"
     return service
 
 

@@ -90,7 +90,7 @@ def test_a_wrong_totalsize_is_reported_at_its_record(store: Path) -> None:
     m = target(store)
     patch(m["segment"], m["pos"], struct.pack(">i", m["size"] + 4))
     found = problems(store)
-    assert found[0] == (m["offset"], "length")
+    assert found[0] == (m["offset"], "size")
     assert {k for _, k in found[1:]} <= {"checkpoint"}
 
 

@@ -341,7 +341,7 @@ def decode_message(buf: bytes | bytearray | memoryview | np.ndarray, pos: int = 
     born_len = IPV6_HOST_LENGTH if sys_flag & BORNHOST_V6_FLAG else IPV4_HOST_LENGTH
     store_len = IPV6_HOST_LENGTH if sys_flag & STOREHOSTADDRESS_V6_FLAG else IPV4_HOST_LENGTH
     if total < FIXED_PART_LENGTH + born_len + store_len - 2 * IPV4_HOST_LENGTH:
-        raise CorruptRecordError(pos, "length",
+        raise CorruptRecordError(pos, "size",
                                  f"TOTALSIZE {total} is too small for the hosts SYSFLAG {sys_flag:#x} says")
     born = HostAddress.from_bytes(mv[p:p + born_len])
     p += born_len
@@ -351,31 +351,31 @@ def decode_message(buf: bytes | bytearray | memoryview | np.ndarray, pos: int = 
     store = HostAddress.from_bytes(store_raw)
     p += store_len
     if p + _TAIL.size > end:
-        raise CorruptRecordError(pos, "length", f"TOTALSIZE {total} too small for the fixed fields")
+        raise CorruptRecordError(pos, "size", f"TOTALSIZE {total} too small for the fixed fields")
     reconsume, prepared, body_len = _TAIL.unpack_from(mv, p)
     p += _TAIL.size
     if body_len < 0 or p + body_len > end:
-        raise CorruptRecordError(pos, "length", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}")
+        raise CorruptRecordError(pos, "size", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}")
     body = mv[p:p + body_len]
     p += body_len
     if version == 2:
         if p + 2 > end:
-            raise CorruptRecordError(pos, "length", "TOPICLENGTH runs past TOTALSIZE")
+            raise CorruptRecordError(pos, "size", "TOPICLENGTH runs past TOTALSIZE")
         topic_len = _I16.unpack_from(mv, p)[0]
         p += 2
     else:
         if p + 1 > end:
-            raise CorruptRecordError(pos, "length", "TOPICLENGTH runs past TOTALSIZE")
+            raise CorruptRecordError(pos, "size", "TOPICLENGTH runs past TOTALSIZE")
         topic_len = mv[p] - 256 if mv[p] > 127 else mv[p]
         p += 1
     if topic_len < 0 or p + topic_len + 2 > end:
-        raise CorruptRecordError(pos, "length", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}")
+        raise CorruptRecordError(pos, "size", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}")
     topic = java_string(mv[p:p + topic_len])
     p += topic_len
     props_len = _I16.unpack_from(mv, p)[0]
     p += 2
     if props_len < 0 or p + props_len > end:
-        raise CorruptRecordError(pos, "length", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}")
+        raise CorruptRecordError(pos, "size", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}")
     props_string = java_string(mv[p:p + props_len]) if props_len else ""
     return DecodedMessage(
         total_size=total, magic_code=magic, version=version, body_crc=crc, queue_id=queue_id, flag=flag,

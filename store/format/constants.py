@@ -97,6 +97,8 @@ LOCK_FILE = "lock"
 
 # --- IndexFile (index/, RocketMQ's IndexService; ../shared/golden/INDEX_FORMAT_NOTES.md) ---------
 INDEX_DIR = "index"
+CONFIG_DIR = "config"                    # the broker's JSON config files (topics.json, ...)
+INDEX_SETTINGS_FILE = "messageIndex.json"  # ours, in config/: the geometry index/ was built with
 INDEX_HEADER_SIZE = 40                   # begin/end timestamp, begin/end phy offset, slot count, index count
 INDEX_HASH_SLOT_SIZE = 4
 INDEX_ITEM_SIZE = 20                     # keyHash, phyOffset, timeDiff, prevIndex

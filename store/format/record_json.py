@@ -67,7 +67,8 @@ def sys_flag_bits(sys_flag: int) -> dict[str, Any]:
     bits = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
     compressed = bool(sys_flag & COMPRESSED_FLAG)
     if bits == 0:
-        name = "ZLIB(0)" if compressed else "NONE(0)"
+        # CompressionType.findByValue(0) is ZLIB: older clients compressed without type bits
+        name = "ZLIB" if compressed else "NONE(0)"
     else:
         name = _COMPRESSION_NAMES.get(bits, f"UNKNOWN({bits})")
     return {
@@ -213,4 +214,12 @@ def message_to_json(decoded: DecodedMessage, offset: int, segment: str, segment_
         "recordEndsAt": ends_at,
         "check": dispatch_check(decoded, rec, config),
     })
+    if PROPERTY_CRC32 in decoded.properties and rec is not None:
+        out["propertiesCRCOk"] = properties_crc_ok(decoded, rec)
     return out
+
+
+def properties_crc_ok(decoded: DecodedMessage, record: memoryview | bytes) -> bool:
+    """The whole-record CRC (the ``__CRC32#`` property, FORMAT.md) matches the record's bytes before it."""
+    expected = parse_prop_crc(decoded.properties.get(PROPERTY_CRC32))
+    return expected > 0 and body_crc(memoryview(record)[:decoded.total_size - CRC32_RESERVED_LEN]) == expected

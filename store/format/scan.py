@@ -91,12 +91,12 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
     sys_flag = _I32.unpack_from(mv, pos + 36)[0]
     p = pos + 84 + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
     if p + 4 > rec_end:
-        return _error(offset, "length", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
+        return _error(offset, "size", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
     body_len = _I32.unpack_from(mv, p)[0]
     body_start = p + 4
     v2 = magic == MESSAGE_MAGIC_CODE_V2
     if body_len < 0 or body_start + body_len + (2 if v2 else 1) > rec_end:
-        return _error(offset, "length", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}", total)
+        return _error(offset, "size", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}", total)
     if config.check_crc_on_recover and not config.force_verify_prop_crc and body_len > 0:
         stored = _I32.unpack_from(mv, pos + 8)[0]
         computed = crc32(mv[body_start:body_start + body_len]) & _MASK
@@ -110,12 +110,12 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
         topic_len = mv[p] - 256 if mv[p] > 127 else mv[p]      # Java reads a signed byte
         p += 1
     if topic_len < 0 or p + topic_len + 2 > rec_end:
-        return _error(offset, "length", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}", total)
+        return _error(offset, "size", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}", total)
     p += topic_len
     props_len = _I16.unpack_from(mv, p)[0]
     p += 2
     if props_len > 0 and p + props_len > rec_end:
-        return _error(offset, "length", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}", total)
+        return _error(offset, "size", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}", total)
     if config.check_crc_on_recover and config.force_verify_prop_crc:
         props = string_to_properties(java_string(mv[p:p + props_len])) if props_len > 0 else {}
         expected = parse_prop_crc(props.get(PROPERTY_CRC32))
@@ -126,7 +126,7 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
             return _error(offset, "propCrc", f"{PROPERTY_CRC32} {expected} != crc32(record) {computed}", total)
     expected_len = record_length(2 if v2 else 1, sys_flag, body_len, topic_len, max(props_len, 0))
     if expected_len != total:
-        return _error(offset, "length", f"TOTALSIZE {total} != {expected_len} computed from the field lengths", total)
+        return _error(offset, "size", f"TOTALSIZE {total} != {expected_len} computed from the field lengths", total)
     physical = _I64.unpack_from(mv, pos + 28)[0]
     if physical != offset:
         return _error(offset, "physicalOffset", f"PHYSICALOFFSET {physical} != position {offset}", total)

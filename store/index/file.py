@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
 
 _HEADER = struct.Struct(">qqqqii")
@@ -66,8 +67,9 @@ class IndexFile:
             actual = os.fstat(fd).st_size
             if actual != size:
                 os.close(fd)
-                raise ValueError(f"index file {self.path} is {actual} bytes; maxHashSlotNum {max_hash_slot_num} "
-                                 f"and maxIndexNum {max_index_num} make {size}")
+                raise IndexFileError(f"index file {self.path} is {actual} bytes, but maxHashSlotNum "
+                                     f"{max_hash_slot_num} and maxIndexNum {max_index_num} make {size}: give the "
+                                     f"settings it was built with, or rebuild it with `commitlog reindex`")
         try:
             self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
         finally:

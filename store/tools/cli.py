@@ -1,5 +1,6 @@
-"""The store commands: dump, verify, stat, get, clean. All but ``clean`` are read-only and safe
-while a writer runs (they read up to the last commit); ``clean`` takes the writer's lock."""
+"""The store commands: dump, verify, stat, get, reindex, clean. All but ``reindex`` and ``clean`` are
+read-only and safe while a writer runs (they read up to the last commit); those two take the
+writer's lock."""
 
 from __future__ import annotations
 
@@ -9,8 +10,28 @@ import sys
 from collections.abc import Callable
 
 from store.errors import StoreError
+from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
+
+
+class UsageError(StoreError):
+    """Options that do not go together, or a value out of range: exit 2."""
+
+
+def parse_time(text: str | None, name: str) -> int | None:
+    """Epoch milliseconds, or an ISO 8601 time (local time when it names no zone)."""
+    if text is None:
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise UsageError(f"{name} {text!r}: give epoch milliseconds or an ISO 8601 time such as "
+                         f"2026-11-25T10:00:00") from None
 
 
 def _int(text: str) -> int:
@@ -64,11 +85,46 @@ def _get(args: argparse.Namespace) -> int:
     from store.log.source import open_source
     from store.tools.get import get_message, print_message
 
+    if args.key is not None or args.uniq_key is not None:
+        return _get_by_key(args)
+    if args.queue is not None and (args.topic is None or args.queue_offset is None):
+        raise UsageError("--queue needs --topic and --queue-offset")
     src = open_source(args.path, base=args.base)
     found = get_message(src, offset=args.offset, msg_id=args.msg_id, topic=args.topic, queue_id=args.queue,
-                        queue_offset=args.queue_offset)
+                        queue_offset=args.queue_offset, decompress=args.decompress)
     print_message(found, sys.stdout, as_json=args.json)
     return EXIT_OK
+
+
+def _get_by_key(args: argparse.Namespace) -> int:
+    from store.tools.get import messages_by_key, print_message
+
+    if args.topic is None:
+        raise UsageError(f"--{'key' if args.key is not None else 'uniq-key'} needs --topic (keys are indexed "
+                         f"per topic)")
+    begin, end = parse_time(args.begin, "--begin"), parse_time(args.end, "--end")
+    found = messages_by_key(args.path, args.topic, args.key if args.key is not None else args.uniq_key,
+                            uniq=args.uniq_key is not None, max_num=args.max_num, begin_ms=begin, end_ms=end,
+                            decompress=args.decompress)
+    if not found:
+        what = f"key {args.key!r}" if args.key is not None else f"uniq key {args.uniq_key!r}"
+        print(f"commitlog get: no message of topic {args.topic!r} carries {what}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    for f in found:
+        print_message(f, sys.stdout, as_json=args.json)
+    return EXIT_OK
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    from store.index.service import IndexConfig
+    from store.tools.reindex import print_reindex, reindex
+
+    try:
+        config = IndexConfig(True, args.max_hash_slot_num, args.max_index_num)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    result = reindex(args.store, config)
+    return print_reindex(args.store, result, config, sys.stdout)
 
 
 def _clean(args: argparse.Namespace) -> int:
@@ -118,12 +174,35 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--offset", type=_int, help="global commit-log offset of the record")
     how.add_argument("--msg-id", help="offset message id (32 or 56 hex chars)")
-    how.add_argument("--topic", help="with --queue and --queue-offset: through the consume queue")
-    p.add_argument("--queue", type=int, default=None)
+    how.add_argument("--queue", type=int, default=None,
+                     help="with --topic and --queue-offset: through the consume queue")
+    how.add_argument("--key", default=None,
+                     help="with --topic: the messages with this key among their KEYS, through index/ "
+                          "(mqadmin queryMsgByKey)")
+    how.add_argument("--uniq-key", default=None,
+                     help="with --topic: the message with this UNIQ_KEY (client msgId), through index/ "
+                          "(mqadmin queryMsgByUniqueKey)")
+    p.add_argument("--topic", default=None, help="the topic of --queue, --key or --uniq-key")
     p.add_argument("--queue-offset", type=int, default=None)
+    p.add_argument("--begin", default=None, help="with --key/--uniq-key: stored at or after this time "
+                                                 "(epoch milliseconds or ISO 8601, e.g. 2026-11-25T10:00)")
+    p.add_argument("--end", default=None, help="with --key/--uniq-key: stored at or before this time")
+    p.add_argument("--max-num", type=int, default=64,
+                   help="with --key/--uniq-key: index entries looked at, at most (the broker's cap: 64)")
+    p.add_argument("--decompress", action="store_true",
+                   help="show a compressed body (sysFlag COMPRESSED) decompressed")
     p.add_argument("--json", action="store_true", help="on one line (default: indented)")
     p.add_argument("--base", type=_int, default=None, help="start offset of a single segment file")
     p.set_defaults(func=_guard(_get))
+
+    p = sub.add_parser("reindex", help="build index/ (RocketMQ's IndexFiles, what key lookups use) from the "
+                                       "commit log; takes the writer's lock")
+    p.add_argument("store", help="a store directory")
+    p.add_argument("--max-hash-slot-num", type=int, default=DEFAULT_MAX_HASH_SLOT_NUM,
+                   help=f"hash slots per index file (maxHashSlotNum, default {DEFAULT_MAX_HASH_SLOT_NUM:,})")
+    p.add_argument("--max-index-num", type=int, default=DEFAULT_MAX_INDEX_NUM,
+                   help=f"items per index file (maxIndexNum, default {DEFAULT_MAX_INDEX_NUM:,})")
+    p.set_defaults(func=_guard(_reindex))
 
     p = sub.add_parser("clean", help="apply retention now: delete expired commit-log segments and their "
                                      "consume-queue files (RocketMQ's CleanCommitLogService rules)")

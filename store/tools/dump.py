@@ -212,9 +212,12 @@ def run_dump(src: Source, out: TextIO = sys.stdout, *, from_offset: int | None =
     summary = WalkSummary()
     filtered = topic is not None or queue_id is not None
     shown = 0
+    held: dict[str, set[int]] = {}        # topic -> queue ids met on the way
     with Progress(src.total_bytes, "dump") as progress:
         for f in walk(src, from_offset, config, summary, progress):
             if f.type == "message":
+                if filtered:
+                    held.setdefault(f.decoded.topic, set()).add(f.decoded.queue_id)
                 if (topic is not None and f.decoded.topic != topic) or \
                         (queue_id is not None and f.decoded.queue_id != queue_id):
                     continue
@@ -230,4 +233,17 @@ def run_dump(src: Source, out: TextIO = sys.stdout, *, from_offset: int | None =
         out.write((json.dumps(s, ensure_ascii=False, separators=(",", ":")) if as_json else
                    f"# {s['messages']} messages, {s['blanks']} blanks, {len(s['errors'])} errors, "
                    f"valid data ends at {s['rocketmqRecoveryStopsAt']}") + "\n")
+    if filtered and shown == 0 and limit != 0:
+        where = f" from offset {from_offset}" if from_offset is not None else ""
+        if topic is not None and topic not in held:
+            names = ", ".join(sorted(held)[:20]) or "none"
+            print(f"commitlog dump: {src.path} holds no message of topic {topic!r}{where} (topics: {names})",
+                  file=sys.stderr)
+            return 1
+        if queue_id is not None:
+            queues = sorted(held.get(topic, set())) if topic is not None else sorted(set().union(*held.values()))
+            print(f"commitlog dump: {src.path} holds no message of queue {queue_id}"
+                  f"{f' of topic {topic!r}' if topic is not None else ''}{where} (queues: "
+                  f"{', '.join(map(str, queues)) or 'none'})", file=sys.stderr)
+            return 1
     return 0

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from store.errors import MessageNotFoundError
 from store.format.codec import CodecConfig, decode_message
+from store.format.compression import add_decompressed_body
 from store.format.scan import check_record
 from store.log.source import Source, mapped
 
@@ -34,7 +35,7 @@ def offset_from_msg_id(msg_id: str) -> tuple[bytes, int]:
     return raw[:-8], int.from_bytes(raw[-8:], "big", signed=True)
 
 
-def read_at(src: Source, offset: int, config: CodecConfig | None = None) -> Found:
+def read_at(src: Source, offset: int, config: CodecConfig | None = None, decompress: bool = False) -> Found:
     from store.format.record_json import message_to_json
 
     config = config or CodecConfig()
@@ -56,16 +57,18 @@ def read_at(src: Source, offset: int, config: CodecConfig | None = None) -> Foun
         decoded = decode_message(mv[:end], pos)
         obj = message_to_json(decoded, offset, seg.name, pos, mv[pos:pos + decoded.total_size], config)
         found = Found(offset, seg.name, pos, obj, "" if rc.kind == "message" else f"{rc.error_kind}: {rc.detail}")
+        if decompress:
+            add_decompressed_body(obj, decoded)
         return found
 
 
 def get_message(src: Source, *, offset: int | None = None, msg_id: str | None = None, topic: str | None = None,
-                queue_id: int | None = None, queue_offset: int | None = None) -> Found:
+                queue_id: int | None = None, queue_offset: int | None = None, decompress: bool = False) -> Found:
     if offset is not None:
-        return read_at(src, offset)
+        return read_at(src, offset, decompress=decompress)
     if msg_id is not None:
         host, off = offset_from_msg_id(msg_id)
-        found = read_at(src, off)
+        found = read_at(src, off, decompress=decompress)
         if found.json["msgId"] != msg_id.strip().upper():
             raise MessageNotFoundError(f"msgId {msg_id} points at offset {off}, but the record there has msgId "
                                        f"{found.json['msgId']} (another store host)")
@@ -81,7 +84,7 @@ def get_message(src: Source, *, offset: int | None = None, msg_id: str | None = 
         raise MessageNotFoundError(f"{topic}/{queue_id} has queue offsets {lo}..{hi - 1 if hi > lo else lo}; "
                                    f"{queue_offset} is not among them")
     phys, size, tags = units[0]
-    found = read_at(src, phys)
+    found = read_at(src, phys, decompress=decompress)
     if found.json["totalSize"] != size or found.json["topic"] != topic or found.json["queueId"] != queue_id:
         found.check = (found.check + "; " if found.check else "") + \
             f"the consume-queue unit ({phys}, {size}, {tags}) does not match the record it points to"
@@ -96,3 +99,23 @@ def print_message(found: Found, out: TextIO, as_json: bool = False) -> None:
     if found.check:
         obj["problem"] = found.check
     out.write(json.dumps(obj, ensure_ascii=False, indent=None if as_json else 2) + "\n")
+
+
+def messages_by_key(path: str, topic: str, key: str, *, uniq: bool = False, max_num: int = 64,
+                    begin_ms: int | None = None, end_ms: int | None = None, decompress: bool = False) -> list[Found]:
+    """The messages of ``topic`` carrying ``key`` (a KEYS token, or with ``uniq`` the UNIQ_KEY),
+    through index/, in offset order: what mqadmin queryMsgByKey / queryMsgByUniqueKey print."""
+    from store.log.source import open_source
+    from store.reader import StoreReader
+
+    src = open_source(path)
+    if src.kind != "store":
+        raise MessageNotFoundError(f"{path} is not a store directory: lookups by key need its index/")
+    with StoreReader.open(src.path) as reader:
+        try:
+            hits = reader.messages_by_key(topic, key, max_num, begin_ms or 0,
+                                          end_ms if end_ms is not None else 2**63 - 1, uniq=uniq)
+        except ValueError as e:
+            raise MessageNotFoundError(str(e)) from e
+        offsets = [off for off, _msg in hits]
+    return [read_at(src, off, decompress=decompress) for off in offsets]

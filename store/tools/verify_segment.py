@@ -23,7 +23,8 @@ from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MI
 from store.format.scan import ScanColumns, scan_segment_fast
 from store.log.segment import read_ahead
 from store.log.source import SegmentFile, mapped
-from store.format.fields import fields_from_scan
+from store.format.fields import fields_from_scan, record_fields
+from store.format.prop_crc import prop_crc_mismatches
 from store.tools.queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
@@ -133,7 +134,10 @@ def _check_records(res: SegmentResult, arr: np.ndarray, t: SegmentTask, starts: 
         return
     res.messages += len(starts)
     res.message_bytes += int(sizes.sum())
-    fields = fields_from_scan(arr, starts, sizes, columns) if columns is not None else None
+    fields = fields_from_scan(arr, starts, sizes, columns) if columns is not None else \
+        record_fields(arr, starts.astype(np.int64), sizes.astype(np.int64))
+    for i, detail in prop_crc_mismatches(arr, fields):
+        res.problems.append(Problem(t.seg.base_offset + int(starts[i]), "propCrc", detail))
     qc = check_queues(arr, t.seg.base_offset, starts, sizes, t.units, fields)
     res.problems.extend(qc.problems)
     res.units_checked += qc.units_checked

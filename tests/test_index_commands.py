@@ -197,3 +197,26 @@ def test_a_copy_without_index_is_reindexed_to_the_same_bytes(tmp_path: Path) -> 
     assert run("reindex", str(tmp_path / "b"))[0] == 0
     a = [p.read_bytes() for p in sorted((tmp_path / "a" / "index").iterdir())]
     assert a == [p.read_bytes() for p in sorted((tmp_path / "b" / "index").iterdir())]
+
+
+def test_verify_checks_every_index_item_against_the_record_it_points_at(tmp_path: Path) -> None:
+    import numpy as np
+
+    offsets = write_store(tmp_path / "s")
+    rc, out, _ = run("verify", str(tmp_path / "s"), "--json")
+    report = json.loads(out)
+    assert rc == 0 and report["index_items_checked"] == 78, report["problems"]
+    index_file = next((tmp_path / "s" / "index").iterdir())
+    data = bytearray(index_file.read_bytes())
+    items_at = 40 + 4 * 5_000_000                     # header, then the default 5M hash slots
+    item = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
+    view = np.frombuffer(data, dtype=item, count=4, offset=items_at + 20)     # items 1..4
+    view = view.copy()
+    view["key_hash"][0] ^= 0x5A5A                    # item 1: the first message's UNIQ_KEY, hash changed
+    view["phy_offset"][1] = offsets[0] + 3           # item 2: points inside a record
+    data[items_at + 20:items_at + 20 + 80] = view.tobytes()
+    index_file.write_bytes(bytes(data))
+    rc, out, _ = run("verify", str(tmp_path / "s"), "--json")
+    problems = {(p["kind"], p["offset"]) for p in json.loads(out)["problems"]}
+    assert rc == 1
+    assert ("indexKey", offsets[0]) in problems and ("indexItem", offsets[0] + 3) in problems, problems

@@ -26,6 +26,7 @@ from store.format.codec import CodecConfig
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from store.log.source import Source
 from store.tools.progress import Progress
+from store.tools.verify_index import index_problems
 from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
 from store.tools.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces
 
@@ -48,6 +49,7 @@ class VerifyReport:
     message_bytes: int = 0
     blanks: int = 0
     units_checked: int = 0
+    index_items_checked: int = 0
     queues: int = 0
     data_end: int = 0
     committed_offset: int | None = None
@@ -144,6 +146,8 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     problems.extend(dangling_units(src, units, spans, data_end))
     if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
         problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
+    index, report.index_items_checked = index_problems(src, data_end)
+    problems.extend(index)
     problems.sort(key=lambda p: (p.offset, p.kind))
     report.problems = problems
     report.elapsed_s = time.perf_counter() - t0
@@ -241,7 +245,8 @@ def print_report(report: VerifyReport, out: TextIO, as_json: bool = False) -> No
     out.write(f"{report.path} ({report.kind}): {status}\n"
               f"  {report.segments} segments, {report.bytes:,} bytes read, {report.messages:,} messages "
               f"({report.message_bytes:,} bytes), {report.blanks} blanks, {report.queues} queues, "
-              f"{report.units_checked:,} consume-queue units checked\n"
+              f"{report.units_checked:,} consume-queue units and {report.index_items_checked:,} index items "
+              f"checked\n"
               f"  valid data ends at {report.data_end}"
               + (f", committed offset {report.committed_offset}" if report.committed_offset is not None else "")
               + f"; {report.elapsed_s:.2f} s, {report.mb_per_s:,.0f} MB/s\n")

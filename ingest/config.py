@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from store.format import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_MESSAGE_SIZE
+from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
+                          DEFAULT_MAX_MESSAGE_SIZE)
 
 
 class JobConfigError(ValueError):
@@ -50,6 +51,9 @@ class JobConfig:
     delete_when: str = "04"                  # deleteWhen: the hour(s) old segments are deleted
     disk_max_used_space_ratio: float = 0.75
     truncate_on_corruption: bool = False
+    message_index: bool = True               # messageIndexEnable: index/ written with the appends
+    max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
+    max_index_num: int = DEFAULT_MAX_INDEX_NUM
     skip_preflight: bool = False
 
     def validate(self) -> None:
@@ -69,6 +73,10 @@ class JobConfig:
             raise JobConfigError(f"--source {self.source!r}: use kafka-python or spark-kafka")
         if self.trigger != "available-now":
             spark_interval(self.trigger)
+        if self.max_hash_slot_num <= 0:
+            raise JobConfigError(f"--max-hash-slot-num {self.max_hash_slot_num}: must be positive")
+        if self.max_index_num < 2:
+            raise JobConfigError(f"--max-index-num {self.max_index_num}: at least 2 (item 0 is never used)")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise JobConfigError("--max-offsets-per-trigger must be positive")
         from ingest.encode.mapping import topic_problem
@@ -141,6 +149,12 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="any other kafka.* client setting, e.g. security.protocol=SSL (repeatable)")
     p.add_argument("--spark-conf", action="append", type=_key_value, default=S, metavar="KEY=VALUE")
     p.add_argument("--fail-on-data-loss", choices=["true", "false"], default=S)
+    p.add_argument("--message-index", choices=["true", "false"], default=S,
+                   help="write index/ (RocketMQ's IndexFiles, for lookups by key) with the appends (default true)")
+    p.add_argument("--max-hash-slot-num", type=int, default=S,
+                   help="hash slots per index file, for a new index (default 5,000,000)")
+    p.add_argument("--max-index-num", type=int, default=S,
+                   help="items per index file, for a new index (default 20,000,000)")
     p.add_argument("--retention-hours", type=float, default=S,
                    help="delete commit-log segments older than this (RocketMQ's fileReservedTime, e.g. 72) "
                         "at --delete-when or when the disk passes --disk-max-used-space-ratio; default: keep all")
@@ -175,8 +189,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         if name in cli:
             cli[name] = dict(values.get(name, {}), **dict(cli[name]))
     values.update(cli)
-    if "fail_on_data_loss" in values and isinstance(values["fail_on_data_loss"], str):
-        values["fail_on_data_loss"] = values["fail_on_data_loss"] == "true"
+    for flag in ("fail_on_data_loss", "message_index"):
+        if flag in values and isinstance(values[flag], str):
+            values[flag] = values[flag] == "true"
     if values.get("master") in ("none", ""):
         values["master"] = None
     if isinstance(values.get("segment_size"), str):

@@ -25,7 +25,7 @@ from sink import CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
 from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
-from store import RetentionConfig, StoreConfig
+from store import IndexConfig, RetentionConfig, StoreConfig
 from store.format import CodecConfig
 
 log = logging.getLogger("commitlog.run")
@@ -40,7 +40,8 @@ def store_config(cfg: JobConfig) -> StoreConfig:
                                     disk_full_ratio=max(0.90, cfg.disk_max_used_space_ratio))
     return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
                        consume_queue_units=cfg.consume_queue_units, retention=retention,
-                       codec=codec_config(cfg))
+                       codec=codec_config(cfg),
+                       index=IndexConfig(cfg.message_index, cfg.max_hash_slot_num, cfg.max_index_num))
 
 
 def mapping_config(cfg: JobConfig) -> MappingConfig:

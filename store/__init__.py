@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from store.log.commit_point import CommitPoint, read_commit_point
     from store.message_store import AppendResult, MessageStore
     from store.reader import StoreReader
+    from store.index.service import IndexConfig
     from store.retention import RetentionConfig
 
 # Imported on first use (PEP 562): a command that only reads segments, such as
@@ -47,7 +48,7 @@ _LAZY = {
     "HostAddress": "store.format.hosts", "CommitPoint": "store.log.commit_point",
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
-    "MessageStore": "store.message_store", "StoreReader": "store.reader",
+    "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
 }
 
 
@@ -61,7 +62,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult", "CodecConfig", "CommitPoint", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "Message", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
+    "IndexConfig", "Message", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",

@@ -23,6 +23,7 @@ from store.errors import FlushError, StoreError, StoreReadOnlyError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
+from store.topics import known_queue_counts, merge_topics, queue_counts
 from store.index.writer import IndexWriter, mark_index_incomplete
 from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
@@ -76,6 +77,7 @@ class MessageStore(RecordReads):
         self._last_commit = CommitPoint(0)
         self._retention: Any = None
         self._dispatcher: DispatchService | None = None
+        self._topic_queues: dict[str, int] | None = None    # what config/topics.json gives each topic
         self._index = IndexWriter(root, config.index) if config.index.enabled else None
 
     # --- opening -------------------------------------------------------------------------------
@@ -289,6 +291,7 @@ class MessageStore(RecordReads):
             meta = dict(self._last_commit.metadata if metadata is None else metadata)
             cp = CommitPoint(end, queue_offsets, meta, _now_ms(), last_record)
             try:
+                self._publish_topics(queue_offsets)
                 write_commit_point(self.root, cp)
                 self._checkpoint.confirm_phy_offset = end
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
@@ -299,6 +302,14 @@ class MessageStore(RecordReads):
                                  f"the store refuses writes until reopened") from e
             self._last_commit = cp
             return cp
+
+    def _publish_topics(self, queue_offsets: Mapping[tuple[str, int], int]) -> None:
+        """config/topics.json covers every topic and queue before a commit point holds them."""
+        needed = queue_counts(queue_offsets)
+        if self._topic_queues is None:
+            self._topic_queues = known_queue_counts(self.root)
+        if any(self._topic_queues.get(t, 0) < n for t, n in needed.items()):
+            self._topic_queues = merge_topics(self.root, needed)
 
     def _queue_offsets_at(self, offset: int, end: int, queue_offsets: dict[tuple[str, int], int]
                           ) -> tuple[dict[tuple[str, int], int], int]:

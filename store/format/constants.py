@@ -73,6 +73,11 @@ DEFAULT_CONSUME_QUEUE_UNITS = 300_000
 DEFAULT_CONSUME_QUEUE_FILE_SIZE = DEFAULT_CONSUME_QUEUE_UNITS * CQ_STORE_UNIT_SIZE
 CQ_BLANK_UNIT = (0, 2147483647, 0)                       # pre-fill before a queue's first offset
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# TopicValidator's system topics: the broker creates them itself, with its own queue counts
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                           "TRANS_CHECK_MAX_TIME_TOPIC", "RMQ_SYS_TRACE_TOPIC", "SELF_TEST_TOPIC",
+                           "OFFSET_MOVED_EVENT", "TBW102", "BenchmarkTest"})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # --- checkpoint (FORMAT.md §13) -------------------------------------------------------------
@@ -99,6 +104,9 @@ LOCK_FILE = "lock"
 INDEX_DIR = "index"
 CONFIG_DIR = "config"                    # the broker's JSON config files (topics.json, ...)
 INDEX_SETTINGS_FILE = "messageIndex.json"  # ours, in config/: the geometry index/ was built with
+TOPICS_FILE = "topics.json"              # TopicConfigManager's, in config/
+TOPIC_PERM_READ_WRITE = 6                # PermName.PERM_READ | PERM_WRITE
+TOPIC_FILTER_TYPE = "SINGLE_TAG"
 INDEX_HEADER_SIZE = 40                   # begin/end timestamp, begin/end phy offset, slot count, index count
 INDEX_HASH_SLOT_SIZE = 4
 INDEX_ITEM_SIZE = 20                     # keyHash, phyOffset, timeDiff, prevIndex

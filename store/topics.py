@@ -1,0 +1,110 @@
+"""config/topics.json: RocketMQ's topic config (TopicConfigManager's JSON), so that a broker started
+on the store knows its topics and routes clients to every queue we wrote. Each topic we write gets
+readQueueNums = writeQueueNums covering its highest queueId, perm read+write, SINGLE_TAG, not
+ordered; what the file holds already (an operator's topics and settings) is kept, and a topic's
+queue counts only ever grow. System topics are the broker's own and are left to it.
+
+Written before the commit point that first holds a new topic or queue (write, fsync, rename), so
+a topic in the file may at worst have no committed message yet, never the other way round."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from store.errors import StoreError
+from store.format.constants import (CONFIG_DIR, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, TOPIC_FILTER_TYPE,
+                                    TOPIC_PERM_READ_WRITE, TOPICS_FILE)
+
+
+class TopicConfigError(StoreError):
+    """config/topics.json cannot be read as RocketMQ's topic config."""
+
+
+def topics_path(root: Path) -> Path:
+    return Path(root) / CONFIG_DIR / TOPICS_FILE
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def queue_counts(queue_keys: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Queues each (non-system) topic needs: its highest queueId + 1."""
+    out: dict[str, int] = {}
+    for topic, qid in queue_keys:
+        if not is_system_topic(topic):
+            out[topic] = max(out.get(topic, 0), qid + 1)
+    return out
+
+
+def read_topics(root: Path) -> dict[str, Any]:
+    """The file as a dict (an empty config when there is none)."""
+    path = topics_path(root)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"topicConfigTable": {}, "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0}}
+    except (OSError, ValueError) as e:
+        raise TopicConfigError(f"{path} is not readable JSON ({e}); fix or remove it (a RocketMQ broker "
+                               f"would not start on it either)") from e
+    if not isinstance(obj, dict) or not isinstance(obj.get("topicConfigTable", {}), dict):
+        raise TopicConfigError(f"{path} has no topicConfigTable object: it is not RocketMQ's topics.json")
+    obj.setdefault("topicConfigTable", {})
+    return obj
+
+
+def known_queue_counts(root: Path) -> dict[str, int]:
+    """How many queues topics.json gives each topic (the smaller of read and write)."""
+    out = {}
+    for name, cfg in read_topics(root)["topicConfigTable"].items():
+        try:
+            out[name] = min(int(cfg.get("readQueueNums", 0)), int(cfg.get("writeQueueNums", 0)))
+        except (TypeError, ValueError, AttributeError):
+            out[name] = 0
+    return out
+
+
+def merge_topics(root: Path, needed: Mapping[str, int]) -> dict[str, int]:
+    """Make topics.json cover ``needed`` (topic -> queue count); returns the counts it now gives."""
+    obj = read_topics(root)
+    table = obj["topicConfigTable"]
+    changed = False
+    for topic, count in sorted(needed.items()):
+        cfg = table.get(topic)
+        if cfg is None:
+            table[topic] = {"topicName": topic, "readQueueNums": count, "writeQueueNums": count,
+                            "perm": TOPIC_PERM_READ_WRITE, "topicFilterType": TOPIC_FILTER_TYPE, "topicSysFlag": 0,
+                            "order": False, "attributes": {}}
+            changed = True
+            continue
+        for field in ("readQueueNums", "writeQueueNums"):
+            if int(cfg.get(field, 0)) < count:
+                cfg[field] = count
+                changed = True
+    if changed:
+        version = obj.setdefault("dataVersion", {})
+        version["counter"] = int(version.get("counter", 0)) + 1
+        version.setdefault("stateVersion", 0)
+        version["timestamp"] = int(time.time() * 1000)
+        _write_atomically(topics_path(root), json.dumps(obj, indent=1, ensure_ascii=False))
+    return {name: min(int(c.get("readQueueNums", 0)), int(c.get("writeQueueNums", 0))) for name, c in table.items()}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

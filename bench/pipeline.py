@@ -7,7 +7,8 @@ at least 10 batches of each size (``messages`` records, or 10x the batch size wh
 that the first batch of a query (planning, a fresh store's first pages) is not a third of the
 figure:
 - ``commitlog.sync`` / ``commitlog.async``: ingest.job.run_stream (what `commitlog run` runs), one
-  durable commit per batch; flush SYNC or ASYNC;
+  durable commit per batch; flush SYNC or ASYNC; ``commitlog.sync_noindex``: SYNC with the index
+  off (``--message-index false``), so the index's cost shows in the same run (target >= 0.9);
 - peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
   source's ceiling).
 Each batch size is measured in rounds: every kind runs once per round, in a rotating order, so a
@@ -95,7 +96,8 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
     return prog, rss
 
 
-KINDS = ("commitlog.sync", "commitlog.async", "noop", "parquet")
+# sync_noindex: SYNC with the index off (--message-index false), the index's cost in the same run
+KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.async", "noop", "parquet")
 # a run's figures: name in the report, unit
 FIGURES = {"msgs_per_s": "msg/s", "batch_p50_ms": "ms", "batch_p99_ms": "ms", "driver_python_rss_peak_mib": "MiB",
            "driver_python_anon_peak_mib": "MiB", "driver_jvm_rss_peak_mib": "MiB"}
@@ -106,8 +108,9 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
     """One run of one kind over the pre-filled topic of ``n`` records: its FIGURES, and its number
     of data batches."""
     with common.scratch(args, f"pipeline/{tag}") as root:
-        flush = what.split(".")[1] if what.startswith("commitlog") else "sync"
+        flush = what.split(".")[1].split("_")[0] if what.startswith("commitlog") else "sync"
         cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n))
+        cfg.message_index = not what.endswith("_noindex")
         if what.startswith("commitlog"):
             prog, rss = run_commitlog(spark, events, cfg, n)
         else:
@@ -276,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                         for figure, unit in FIGURES.items():
                             rep.add(f"{name}.{figure}", res[what][figure], unit)
                         rep.params[f"{name}.batches"] = res[what]["batches"]
+                    rep.ratio(f"{tag}.ratio.commitlog_sync_index_on_vs_off", f"{tag}.commitlog.sync.msgs_per_s",
+                              f"{tag}.commitlog.sync_noindex.msgs_per_s")
                     for flush in ("sync", "async"):
                         for peer in ("noop", "parquet"):
                             rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",

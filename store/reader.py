@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from store.errors import IndexFileError, NotARecordStartError
+from store.errors import CorruptRecordError, IndexFileError, NotARecordStartError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import (
     BLANK_MAGIC_CODE,
@@ -86,7 +86,8 @@ class RecordReads:
         while pos < stop:
             seg = self._segments.find(pos)
             if seg is None:
-                return
+                raise CorruptRecordError(pos, "missingSegment", f"no segment holds offset {pos}, below the readable "
+                                                                f"end {stop}: a segment is missing")
             view, base = seg.view, seg.base_offset
             p = pos - base
             seg_stop = min(seg.size, stop - base)
@@ -100,7 +101,11 @@ class RecordReads:
                     to_next_segment = True
                     break
                 if magic not in _MESSAGE_MAGICS or total < MIN_RECORD_LENGTH:
-                    return  # end of data
+                    # below the readable end there is no end of data: this is damage, said where
+                    raise CorruptRecordError(base + p, "magic" if magic not in _MESSAGE_MAGICS else "size",
+                                             f"no message record at offset {base + p} (MAGICCODE 0x{magic:08X}, "
+                                             f"TOTALSIZE {total}), below the readable end {stop}",
+                                             seg.path.name)
                 yield base + p, decode_message(view, p)
                 p += total
             pos = seg.end_offset if to_next_segment else base + p

@@ -39,7 +39,12 @@ EXPECTED = {
         ["batch10000.commitlog.sync.msgs_per_s", "batch10000.commitlog.async.batch_p99_ms",
          "batch10000.noop.msgs_per_s", "batch10000.parquet.msgs_per_s",
          "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib"],
-        ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet"]),
+        ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet",
+         "batch10000.ratio.commitlog_sync_index_on_vs_off"]),
+    "index_lookup": (
+        ["append.index_on.msgs_per_s", "append.index_off.msgs_per_s", "warm.by_key_ms", "cold.by_uniq_key_ms",
+         "warm.absent_ms", "warm.read_at_offset_ms", "cli.get_key_ms"],
+        ["append.ratio.index_on_vs_off", "warm.ratio.by_key_vs_read_at_offset", "cold.ratio.by_key_vs_read_at_offset"]),
     "replay": (
         ["replay.msgs_per_s", "plain_consumer.msgs_per_s"],
         ["ratio.replay_vs_plain_consumer"]),

@@ -154,3 +154,51 @@ def committed_end(src: Source) -> int:
     if scan.stop.kind == "blank":
         return last.end_offset
     return scan.end_offset
+
+
+@dataclass(frozen=True)
+class LayoutProblem:
+    """A hole in the commit log's files: a segment missing between two others, one of the wrong
+    size (bytes that cannot be read where the next segment says they are), one misnamed."""
+
+    offset: int
+    kind: str            # "missingSegment" | "segmentSize" | "segmentName"
+    detail: str
+
+
+def segment_size_of(src: Source) -> int:
+    """The segment size of a store: the size most of its segments have."""
+    if not src.segments:
+        return 0
+    sizes: dict[int, int] = {}
+    for s in src.segments:
+        sizes[s.size] = sizes.get(s.size, 0) + 1
+    return max(sizes, key=lambda size: (sizes[size], size))
+
+
+def layout_problems(src: Source) -> list[LayoutProblem]:
+    """Every segment the size of the others, named by its start, each starting where the one
+    before ends. The newest segment of a writer may be shorter than its size only if nothing
+    after it exists (it is not: RocketMQ creates segments whole), so it is held to the rule too."""
+    problems: list[LayoutProblem] = []
+    if src.kind == "segment" or not src.segments:
+        return problems
+    expected = segment_size_of(src)
+    for i, s in enumerate(src.segments):
+        if s.size != expected:
+            lost = f": bytes {s.base_offset + s.size}..{s.base_offset + expected} cannot be read" \
+                if s.size < expected else ""
+            problems.append(LayoutProblem(s.base_offset, "segmentSize",
+                                          f"segment {s.name} is {s.size} bytes, the others {expected}{lost}"))
+        if expected and s.base_offset % expected:
+            problems.append(LayoutProblem(s.base_offset, "segmentName",
+                                          f"segment {s.name} does not start at a multiple of the segment size "
+                                          f"{expected}"))
+        if i + 1 < len(src.segments):
+            want = s.base_offset + expected
+            got = src.segments[i + 1].base_offset
+            if got != want:
+                problems.append(LayoutProblem(want, "missingSegment",
+                                              f"no segment at {want}: after {s.name} comes "
+                                              f"{src.segments[i + 1].name} ({got - want} bytes missing)"))
+    return problems

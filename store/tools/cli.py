@@ -77,7 +77,12 @@ def _stat(args: argparse.Namespace) -> int:
     from store.log.source import open_source
     from store.tools.stat import collect_stat, print_stat
 
-    print_stat(collect_stat(open_source(args.path, base=args.base), full=args.full), sys.stdout, as_json=args.json)
+    st = collect_stat(open_source(args.path, base=args.base), full=args.full)
+    print_stat(st, sys.stdout, as_json=args.json)
+    if st.problems:
+        print(f"commitlog stat: {len(st.problems)} problem(s), the first at offset {st.problems[0]['offset']} "
+              f"({st.problems[0]['kind']}); `commitlog verify {args.path}` checks everything", file=sys.stderr)
+        return EXIT_PROBLEMS
     return EXIT_OK
 
 

@@ -19,7 +19,7 @@ from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import BLANK_MAGIC_CODE
 from store.format.scan import check_record, scan_segment_fast
-from store.log.source import SegmentFile, Source, mapped
+from store.log.source import LayoutProblem, SegmentFile, Source, layout_problems, mapped
 from store.tools.progress import Progress
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
@@ -83,7 +83,11 @@ def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None
     config = config or CodecConfig()
     summary = summary if summary is not None else WalkSummary()
     done = 0
+    # holes between and in the files come out where they are, as errors: never skipped in silence
+    holes = [p for p in layout_problems(src) if from_offset is None or p.offset >= from_offset]
     for seg in src.segments:
+        while holes and holes[0].offset <= seg.base_offset:
+            yield _hole(holes.pop(0), seg, summary)
         if from_offset is not None and seg.end_offset <= from_offset:
             continue
         summary.files.append(seg.name)
@@ -105,7 +109,17 @@ def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None
         if progress is not None:
             progress.update(done)
         if end < seg.size:
+            holes = [h for h in holes if h.offset < seg.base_offset + end]
             break   # the commit point is inside this segment: nothing after it is committed
+    for hole in holes:
+        yield _hole(hole, src.segments[-1], summary)
+
+
+def _hole(p: LayoutProblem, seg: SegmentFile, summary: WalkSummary) -> Finding:
+    summary.errors.append({"type": "error", "offset": p.offset, "kind": p.kind, "detail": p.detail})
+    if summary.stops_at is None:
+        summary.stops_at = p.offset        # RocketMQ will not load a store with a hole in its files
+    return Finding("error", p.offset, seg, 0, kind=p.kind, detail=p.detail)
 
 
 def _walk_segment(mv: memoryview, seg: SegmentFile, pos: int, end: int, config: CodecConfig,
@@ -233,6 +247,12 @@ def run_dump(src: Source, out: TextIO = sys.stdout, *, from_offset: int | None =
         out.write((json.dumps(s, ensure_ascii=False, separators=(",", ":")) if as_json else
                    f"# {s['messages']} messages, {s['blanks']} blanks, {len(s['errors'])} errors, "
                    f"valid data ends at {s['rocketmqRecoveryStopsAt']}") + "\n")
+    if summary.errors:
+        kinds = sorted({e["kind"] for e in summary.errors})
+        print(f"commitlog dump: {len(summary.errors)} error(s) ({', '.join(kinds)}), the first at offset "
+              f"{summary.errors[0]['offset']}: not everything in {src.path} could be read (see the ERROR lines)",
+              file=sys.stderr)
+        return 1
     if filtered and shown == 0 and limit != 0:
         where = f" from offset {from_offset}" if from_offset is not None else ""
         if topic is not None and topic not in held:

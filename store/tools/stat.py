@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
 from store.format.scan import scan_segment_fast
-from store.log.source import Source, mapped
+from store.log.source import Source, layout_problems, mapped
 
 
 @dataclass
@@ -49,6 +49,7 @@ class StoreStat:
     queues: list[QueueStat] = field(default_factory=list)
     checkpoint: dict[str, int] | None = None
     commit_point: dict[str, Any] | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)   # holes in the files, unreadable data
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -65,6 +66,7 @@ def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = Fa
     its message count too."""
     config = config or CodecConfig()
     st = StoreStat(str(src.path), src.kind, committed_offset=src.committed_offset)
+    st.problems = [{"offset": p.offset, "kind": p.kind, "detail": p.detail} for p in layout_problems(src)]
     st.min_offset = src.segments[0].base_offset if src.segments else 0
     st.max_offset = st.min_offset
     ended = False
@@ -78,6 +80,9 @@ def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = Fa
         with mapped(seg) as mv:
             scan = scan_segment_fast(mv, seg.base_offset, end, config)
         closed = scan.stop.kind == "blank"
+        if scan.stop.kind == "error":
+            st.problems.append({"offset": scan.stop.offset, "kind": scan.stop.error_kind or "unknown",
+                                "detail": f"{scan.stop.detail}; the rest of segment {seg.name} is not counted"})
         used = (scan.stop.offset + scan.stop.size if closed else scan.end_offset) - seg.base_offset
         st.segments.append(SegmentStat(seg.name, seg.base_offset, seg.size, used, len(scan.offsets), closed))
         if not ended:
@@ -146,6 +151,8 @@ def print_stat(st: StoreStat, out: TextIO, as_json: bool = False) -> None:
             out.write(f"  {q.topic:<30}{q.queue_id:>6}{q.min_offset:>14,}{q.max_offset:>14,}{q.depth:>14,}\n")
     if st.checkpoint:
         out.write("  checkpoint: " + "  ".join(f"{k} {v}" for k, v in st.checkpoint.items()) + "\n")
+    for p in st.problems:
+        out.write(f"  PROBLEM at {p['offset']}: {p['kind']}: {p['detail']}\n")
     if st.commit_point:
         out.write(f"  commit point: offset {st.commit_point['offset']}  timestamp {st.commit_point['timestamp']}"
                   f"  metadata {json.dumps(st.commit_point['metadata'], ensure_ascii=False)}\n")

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-from store.log.source import Source
+from store.log.source import Source, layout_problems, segment_size_of
 from store.tools.progress import Progress
 from store.tools.verify_index import index_problems
 from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
@@ -74,27 +74,8 @@ class VerifyReport:
 
 def _layout_problems(src: Source) -> tuple[list[Problem], int]:
     """Segment names, sizes, contiguity. Returns the problems and the segment size used."""
-    problems: list[Problem] = []
-    if not src.segments:
-        return problems, 0
-    sizes = Counter(s.size for s in src.segments)
-    expected = sizes.most_common(1)[0][0]
-    if src.kind == "segment":
-        return problems, expected
-    for i, s in enumerate(src.segments):
-        if s.size != expected:
-            problems.append(Problem(s.base_offset, "segmentSize",
-                                    f"segment {s.name} is {s.size} bytes, the others {expected}"))
-        if expected and s.base_offset % expected:
-            problems.append(Problem(s.base_offset, "segmentName",
-                                    f"segment {s.name} does not start at a multiple of the segment size {expected}"))
-        if i + 1 < len(src.segments):
-            want = s.base_offset + expected
-            got = src.segments[i + 1].base_offset
-            if got != want:
-                problems.append(Problem(want, "missingSegment",
-                                        f"no segment at {want}: after {s.name} comes {src.segments[i + 1].name}"))
-    return problems, expected
+    problems = [Problem(p.offset, p.kind, p.detail) for p in layout_problems(src)]
+    return problems, segment_size_of(src)
 
 
 def _with_loose_base(src: Source) -> Source:

@@ -76,10 +76,12 @@ def time_lookups(root: Path, n: int, count: int, cold: bool, rng: random.Random)
             if len(hits) != 1 or len(uhits) != 1 or none or hits[0][0] != uhits[0][0]:
                 raise RuntimeError(f"lookup of message {i}: {len(hits)} by key, {len(uhits)} by uniq key, "
                                    f"{len(none)} absent")
-            if cold:
-                common.drop_tree_cache(root)
+            target = hits[0][0]
+        if cold:
+            common.drop_tree_cache(root)     # with no reader holding the pages mapped
+        with StoreReader.open(root) as reader:
             t4 = time.perf_counter()
-            reader.read(hits[0][0])
+            reader.read(target)
             t5 = time.perf_counter()
         out["by_key"].append((t1 - t0) * 1000)
         out["by_uniq_key"].append((t2 - t1) * 1000)

@@ -90,16 +90,20 @@ def test_a_crash_keeps_everything_up_to_the_commit_point_and_nothing_after(tmp_p
         assert s2.append(msgs(1, 900)).queue_offsets.tolist() == [300]
 
 
-def test_a_flipped_bit_in_committed_data_refuses_to_open_until_truncation_is_asked(tmp_path: Path) -> None:
+def flip(root: Path, offset: int) -> None:
+    with open(seg_path(root, offset), "r+b") as f:
+        f.seek(offset % SEG)
+        b = f.read(1)
+        f.seek(offset % SEG)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
+def test_broken_framing_in_committed_data_refuses_to_open_until_truncation_is_asked(tmp_path: Path) -> None:
     root = tmp_path / "s"
     s, offs = committed_store(root)
     crash(s)
     victim = offs[-20]                         # committed, in the newest segment
-    with open(seg_path(root, victim), "r+b") as f:
-        f.seek(victim % SEG + 95)
-        b = f.read(1)
-        f.seek(victim % SEG + 95)
-        f.write(bytes([b[0] ^ 0x10]))
+    flip(root, victim + 4)                     # its MAGICCODE: the records after it cannot be found
     with pytest.raises(CommittedDataCorruptError) as e:
         open_store(root)
     assert e.value.offset == victim and e.value.segment == seg_path(root, victim).name
@@ -110,6 +114,44 @@ def test_a_flipped_bit_in_committed_data_refuses_to_open_until_truncation_is_ask
         assert json.loads((root / "commitpoint.json").read_text())["offset"] == victim
         n_before = len(offs) - 20
         assert sum(s2.next_queue_offsets().values()) == n_before
+
+
+def test_a_damaged_body_below_the_commit_point_is_kept_and_costs_nothing_after_it(tmp_path: Path) -> None:
+    """Damage inside committed data whose framing holds: reported, kept, passed over. After a
+    clean close it goes unnoticed (a CRC pass is verify's job), the writer appends on, and the
+    recovery after a later crash keeps every record, the damaged one and all after it."""
+    root = tmp_path / "s"
+    s, offs = committed_store(root)
+    s.close()
+    victim = offs[100]                         # an older, closed segment
+    flip(root, victim + 95)                    # a body byte: BODYCRC fails, the framing holds
+    with open_store(root) as s2:
+        r = s2.append(msgs(300, 900))
+        s2.commit()
+        end = s2.committed_offset
+        crash(s2)
+    with open_store(root) as s3:
+        assert s3.committed_offset == s3.max_offset == end
+        got = bodies(s3)
+        want = [m.body for m in msgs(1200)]
+        assert len(got) == 1200 and got[:100] == want[:100] and got[101:] == want[101:]
+        assert got[100] != want[100]
+        assert sum(s3.next_queue_offsets().values()) == 1200
+        assert int(r.physical_offsets[-1]) < end
+    from tests.test_commands import run
+
+    rc, out, _ = run("verify", str(root), "--json")
+    assert rc == 1 and [(p["offset"], p["kind"]) for p in json.loads(out)["problems"]] == [(victim, "crc")]
+
+
+def test_a_clean_open_finds_a_segment_whose_first_record_is_broken(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    s, offs = committed_store(root)
+    s.close()
+    flip(root, SEG + 4)                        # the second segment's first MAGICCODE
+    with pytest.raises(CommittedDataCorruptError) as e:
+        open_store(root)
+    assert e.value.offset == SEG
 
 
 def test_a_segment_of_the_wrong_size_is_named(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@
   tail: the last committed record and whatever follows the commit point in its segment. Its
   cost does not grow with the store.
 * Abnormal recovery (``abort`` present) re-validates every record from the segment the
-  checkpoint points at (magic, CRC, computed length, PHYSICALOFFSET == position). A bad record
-  below the commit point is damaged committed data: CommittedDataCorruptError, unless the
-  caller asked to truncate there.
+  checkpoint points at (magic, CRC, computed length, PHYSICALOFFSET == position). Below the
+  commit point a crash tears nothing (it was durable first), so what fails there is damage:
+  a record whose framing holds but whose CRC fails is reported and kept, and recovery goes on
+  past it; broken framing cannot be walked past: CommittedDataCorruptError, unless the caller
+  asked to truncate there.
 * A store with data but no commit point is a RocketMQ store: its valid prefix is committed.
 """
 
@@ -53,6 +55,7 @@ class RecoveryResult:
     dropped_segments: list[Path] = field(default_factory=list)
     corruption: CommittedDataCorruptError | None = None
     mode: str = "normal"
+    damaged: list[int] = field(default_factory=list)   # committed records kept with a CRC failure
 
 
 class _Corrupt(Exception):
@@ -117,7 +120,7 @@ def recover(log_: CommitLog, commit_point: CommitPoint | None, checkpoint: Store
         return _recover_rocketmq(log_, checkpoint, abnormal=abnormal, codec=codec)
 
     c = commit_point.offset
-    if not abnormal and _tail_ok(log_, commit_point, codec):
+    if not abnormal and _tail_ok(log_, commit_point, codec) and _heads_ok(log_, c, codec):
         result = _truncate_after(log_, c, codec, scan_tail=True)
         result.dispatch_from = c
         result.last_record_offset = commit_point.last_record_offset
@@ -146,6 +149,22 @@ def _tail_ok(log_: CommitLog, cp: CommitPoint, codec: CodecConfig) -> bool:
         return False
     end = chk.offset + chk.size
     return end == c or (c == seg.end_offset)
+
+
+def _heads_ok(log_: CommitLog, commit: int, codec: CodecConfig) -> bool:
+    """Every committed segment starts with a whole record: one page read per segment, so a clean
+    open stays cheap at any size, yet damage to a segment's framing is met now, not after the next
+    crash. (Content damage is the CRCs' business: `commitlog verify`.)"""
+    frame = CodecConfig(max_message_size=codec.max_message_size, check_crc_on_recover=False)
+    for seg in log_.queue.segments:
+        if seg.base_offset >= commit:
+            break
+        chk = check_record(seg.view, 0, seg.size, seg.base_offset, frame)
+        if chk.kind != "message":
+            log.warning("clean-close recovery: segment %s does not start with a whole record (%s at %d); "
+                        "re-validating as after a crash", seg.path.name, chk.error_kind or chk.kind, chk.offset)
+            return False
+    return True
 
 
 def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail: bool,
@@ -185,11 +204,26 @@ def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail:
     return RecoveryResult(end, end, True, dropped_bytes=dropped, dropped_segments=dropped_segments)
 
 
-def validate_from(q: SegmentQueue, start: int, stop: int, codec: CodecConfig
-                  ) -> tuple[int, int, _Corrupt | None]:
+_CONTENT_DAMAGE = ("crc", "propCrc")
+
+
+def framing_holds(seg: Segment, chk: RecordCheck, codec: CodecConfig) -> bool:
+    """The record ``chk`` failed on is whole: magic, TOTALSIZE, the lengths inside it and
+    PHYSICALOFFSET all check out; only what the CRCs cover (its content) is wrong."""
+    if chk.error_kind not in _CONTENT_DAMAGE or chk.size <= 0:
+        return False
+    frame = CodecConfig(max_message_size=codec.max_message_size, check_crc_on_recover=False)
+    again = check_record(seg.view, chk.offset - seg.base_offset, seg.size, seg.base_offset, frame)
+    return again.kind == "message" and again.size == chk.size
+
+
+def validate_from(q: SegmentQueue, start: int, stop: int, codec: CodecConfig,
+                  damaged: list[RecordCheck] | None = None) -> tuple[int, int, _Corrupt | None]:
     """Validate records from ``start`` (a segment start or record start) up to ``stop``.
     Returns (end of the valid records reached, last record offset, failure or None). Stops at
-    the first record reaching or passing ``stop``."""
+    the first record reaching or passing ``stop``. With ``damaged``, a record whose framing holds
+    but whose content fails its CRC is listed there and passed over (committed data a crash
+    cannot have torn: it was durable before the commit point covering it was written)."""
     pos_global = start
     last_record = -1
     seg = q.find(start)
@@ -209,6 +243,11 @@ def validate_from(q: SegmentQueue, start: int, stop: int, codec: CodecConfig
             pos_global = seg.end_offset
         elif chk.kind == "end" and chk.offset >= stop:
             return pos_global, last_record, None
+        elif damaged is not None and chk.offset + chk.size <= stop and framing_holds(seg, chk, codec):
+            damaged.append(chk)
+            last_record, pos_global = chk.offset, chk.offset + chk.size
+            if pos_global >= stop:
+                return pos_global, last_record, None
         else:
             return pos_global, last_record, _Corrupt(chk, seg)
         seg = q.find(pos_global)
@@ -232,7 +271,12 @@ def _recover_abnormally(log_: CommitLog, cp: CommitPoint, checkpoint: StoreCheck
     c_seg = q.find(min(c, q.segments[-1].end_offset - 1))
     start = min(_checkpoint_start(log_, checkpoint, codec), c_seg.base_offset if c_seg else c)
     start = max(start, q.first_base)
-    reached, last_record, bad = validate_from(log_.queue, start, c, codec)
+    damaged: list[RecordCheck] = []
+    reached, last_record, bad = validate_from(log_.queue, start, c, codec, damaged)
+    for chk in damaged:
+        log.error("recovery: committed record at offset %d is damaged (%s: %s); its framing holds, so it is "
+                  "kept and recovery goes on past it; `commitlog verify` lists it", chk.offset, chk.error_kind,
+                  chk.detail)
     if bad is not None or reached != c:
         if bad is not None:
             err = _corruption(bad.check, bad.seg, c)
@@ -260,6 +304,7 @@ def _recover_abnormally(log_: CommitLog, cp: CommitPoint, checkpoint: StoreCheck
     result.dispatch_from = start
     result.last_record_offset = last_record if last_record >= 0 else cp.last_record_offset
     result.mode = "abnormal"
+    result.damaged = [chk.offset for chk in damaged]
     return result
 
 

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
-                          DEFAULT_MAX_MESSAGE_SIZE)
+                          DEFAULT_MAX_MESSAGE_SIZE, END_FILE_MIN_BLANK_LENGTH)
+
+# What a record holds beside its body, at most, for the start check: the fixed fields with IPv6
+# hosts, a topic, our Kafka coordinates and UNIQ_KEY. Longer keys and headers are per record: one
+# that then does not fit a segment is a dead letter, never a write error.
+RECORD_OVERHEAD_ALLOWANCE = 1024
 
 
 class JobConfigError(ValueError):
@@ -34,7 +39,7 @@ class JobConfig:
     flush: str = "sync"                      # "sync" | "async"
     segment_size: int = DEFAULT_COMMITLOG_FILE_SIZE
     consume_queue_units: int = 300_000
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_message_size: int | None = None      # None: 4 MiB, or what a smaller segment leaves room for
     master: str | None = "local[*]"          # None: leave it to spark-submit
     shuffle_partitions: int = 4
     source: str = "kafka-python"             # or "spark-kafka" (Spark's own, when on the classpath)
@@ -56,6 +61,15 @@ class JobConfig:
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
     skip_preflight: bool = False
 
+    @property
+    def message_size_limit(self) -> int:
+        """The largest body: --max-message-size, by default RocketMQ's 4 MiB or what a segment
+        leaves room for beside a record's other fields, if less."""
+        if self.max_message_size is not None:
+            return self.max_message_size
+        return max(1, min(DEFAULT_MAX_MESSAGE_SIZE, self.segment_size - END_FILE_MIN_BLANK_LENGTH
+                          - RECORD_OVERHEAD_ALLOWANCE))
+
     def validate(self) -> None:
         if not self.bootstrap_servers:
             raise JobConfigError("--bootstrap-servers is required (host:port[,host:port])")
@@ -73,6 +87,16 @@ class JobConfig:
             raise JobConfigError(f"--source {self.source!r}: use kafka-python or spark-kafka")
         if self.trigger != "available-now":
             spark_interval(self.trigger)
+        if self.max_message_size is not None:
+            room = self.segment_size - END_FILE_MIN_BLANK_LENGTH - RECORD_OVERHEAD_ALLOWANCE
+            if self.max_message_size <= 0:
+                raise JobConfigError(f"--max-message-size {self.max_message_size}: must be positive")
+            if self.max_message_size > room:
+                raise JobConfigError(
+                    f"--max-message-size {_human(self.max_message_size)} does not fit --segment-size "
+                    f"{_human(self.segment_size)}: a record is its body plus up to {RECORD_OVERHEAD_ALLOWANCE} "
+                    f"bytes of other fields and a segment keeps 8 bytes for its BLANK; give --max-message-size "
+                    f"{room} or less, or --segment-size {_human(_segment_for(self.max_message_size))} or more")
         if self.max_hash_slot_num <= 0:
             raise JobConfigError(f"--max-hash-slot-num {self.max_hash_slot_num}: must be positive")
         if self.max_index_num < 2:
@@ -109,6 +133,20 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _human(n: int) -> str:
+    """A size as the command line writes it (64k, 1g), exact, or the plain number."""
+    for suffix, unit in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def _segment_for(body: int) -> int:
+    """The smallest valid --segment-size (a multiple of 4096) that holds a body of ``body`` bytes."""
+    need = body + RECORD_OVERHEAD_ALLOWANCE + END_FILE_MIN_BLANK_LENGTH
+    return -(-need // 4096) * 4096
+
+
 def _size(text: str) -> int:
     units = {"k": 1024, "m": 1024**2, "g": 1024**3}
     t = text.strip().lower().removesuffix("b").removesuffix("i")
@@ -129,7 +167,8 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="SYNC_FLUSH (each batch durable before commit; default) or ASYNC_FLUSH")
     p.add_argument("--segment-size", type=_size, default=S, help="commit-log segment size (default 1g)")
     p.add_argument("--consume-queue-units", type=int, default=S, help="units per consume-queue file")
-    p.add_argument("--max-message-size", type=int, default=S, help="largest body, bytes (default 4 MiB)")
+    p.add_argument("--max-message-size", type=_size, default=S,
+                   help="largest body, bytes or 512k (default 4m, less when --segment-size leaves less room)")
     p.add_argument("--max-offsets-per-trigger", type=int, default=S, help="records per micro-batch, at most")
     p.add_argument("--master", default=S, help="Spark master (default local[*]; 'none' under spark-submit)")
     p.add_argument("--shuffle-partitions", type=int, default=S, help="spark.sql.shuffle.partitions")

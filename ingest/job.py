@@ -26,7 +26,7 @@ from sink.foreach_batch import ForeachBatchSink
 from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 from store import IndexConfig, RetentionConfig, StoreConfig
-from store.format import CodecConfig
+from store.format import END_FILE_MIN_BLANK_LENGTH, CodecConfig
 
 log = logging.getLogger("commitlog.run")
 
@@ -48,7 +48,7 @@ def mapping_config(cfg: JobConfig) -> MappingConfig:
     return MappingConfig(topic_map=dict(cfg.topic_map), queue_mode=cfg.queue_mode, queue_count=cfg.queue_count,
                          store_host=cfg.store_host, born_host=cfg.born_host,
                          born_host_header=cfg.born_host_header, envelope=cfg.envelope,
-                         max_message_size=cfg.max_message_size)
+                         max_message_size=cfg.message_size_limit)
 
 
 def spark_session(cfg: JobConfig) -> Any:
@@ -81,7 +81,8 @@ def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str]) -> 
 
 
 def codec_config(cfg: JobConfig) -> CodecConfig:
-    return CodecConfig(max_message_size=cfg.max_message_size)
+    return CodecConfig(max_message_size=cfg.message_size_limit,
+                       segment_room=cfg.segment_size - END_FILE_MIN_BLANK_LENGTH)
 
 
 def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:

@@ -26,6 +26,8 @@ def run_command(*args: str, tmp: str) -> subprocess.CompletedProcess[str]:
     (["--bootstrap-servers", "127.0.0.1:9092", "--topic-map", "orders=bad/topic"], "--topic-map orders=bad/topic"),
     (["--bootstrap-servers", "127.0.0.1:9092", "--max-offsets-per-trigger", "0"], "--max-offsets-per-trigger"),
     (["--bootstrap-servers", "127.0.0.1:9092", "--max-index-num", "1"], "--max-index-num 1: at least 2"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--segment-size", "64k", "--max-message-size", "200000"],
+     "--max-message-size 200000 does not fit --segment-size 64k"),
 ])
 def test_a_bad_setting_of_run_is_one_line_and_exit_2(args: list[str], says: str, tmp_path) -> None:
     done = run_command(*args, tmp=str(tmp_path))

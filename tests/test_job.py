@@ -122,6 +122,32 @@ def test_bad_records_go_to_dead_letters_and_the_stream_goes_on(
     assert "separator" in reasons and "UTF-8" in reasons
 
 
+def test_a_record_no_segment_can_hold_is_a_dead_letter_not_a_poison_pill(
+        bootstrap_servers: str, spark: object, tmp_path: Path) -> None:
+    """With 64 KiB segments, a 200 KB value (over the default limit such a segment leaves) and a
+    record whose key and value fit their limits but not a segment together are dead letters
+    with their reasons; the stream goes on, and a second run has nothing left to trip on."""
+    topics = [unique_topic("job-pill")]
+    create_topics(bootstrap_servers, topics)
+    good = sample(topics, 100)
+    pills = [(topics[0], 1, b"pill", b"v" * 200_000, []),
+             (topics[0], 2, b"k" * 30_000, b"w" * 40_000, [])]
+    sent = produce(bootstrap_servers, good[:50] + pills + good[50:])
+    cfg = job_config(bootstrap_servers, topics, tmp_path, segment_size=64 * 1024)
+    run_until_caught_up(cfg, spark)
+    run_until_caught_up(cfg, spark)
+
+    bad_sent = [s for s in sent if s.key in (b"pill", b"k" * 30_000)]
+    good_sent = [s for s in sent if s not in bad_sent]
+    found = assert_exactly_once(cfg.store, good_sent)
+    assert len(found) == len(good_sent)
+    letters = {(d["topic"], d["partition"], d["offset"]): d["reason"] for d in read_dead_letters(cfg.store)}
+    assert set(letters) == {(s.topic, s.partition, s.offset) for s in bad_sent}
+    reasons = sorted(letters.values())
+    assert any("body is 200000 bytes, over the limit of" in r for r in reasons), reasons
+    assert any("segment of 65536 bytes" in r for r in reasons), reasons
+
+
 def test_a_spark_checkpoint_ahead_of_the_store_is_rewound_and_the_batch_written_again(
         bootstrap_servers: str, spark: object, tmp_path: Path) -> None:
     # The sink commits a batch after Spark has recorded it. A job stopped in between leaves Spark's

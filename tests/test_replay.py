@@ -168,3 +168,17 @@ def test_files_written_by_spark_itself_are_read(bootstrap_servers: str, spark: o
     expected = by_coordinates(source)
     for fmt, sub in (("jsonl", "json"), ("parquet", "parquet")):
         assert by_coordinates(read_kafka_files(spark, tmp_path / sub, fmt)) == expected, fmt
+
+
+def test_a_record_no_segment_can_hold_is_a_dead_letter_in_replay_too(bootstrap_servers: str, spark: object,
+                                                                      tmp_path: Path) -> None:
+    topic = new_topic(bootstrap_servers, 1, "replay-pill")
+    produce_timed(bootstrap_servers, topic, [(0, 1_700_000_000_000 + i, b"v" * (200_000 if i == 5 else 10))
+                                             for i in range(20)])
+    cfg = job_config(bootstrap_servers, topic, tmp_path / "store", segment_size=64 * 1024)
+    done = replay(cfg, ReplayOptions(topics=(topic,)), spark=spark)
+    assert done.complete and done.records == 19 and done.dead_letters == 1 and done.verified is True
+    from sink import read_dead_letters
+
+    [letter] = read_dead_letters(cfg.store)
+    assert letter["offset"] == 5 and "body is 200000 bytes" in letter["reason"]

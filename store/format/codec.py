@@ -16,6 +16,7 @@ from store.format.constants import (
     BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     DEFAULT_MAX_MESSAGE_SIZE,
+    END_FILE_MIN_BLANK_LENGTH,
     FIXED_PART_LENGTH,
     IPV4_HOST_LENGTH,
     IPV6_HOST_LENGTH,
@@ -61,11 +62,15 @@ class CodecConfig:
     enabled_append_prop_crc: bool = False
     force_verify_prop_crc: bool = False
     check_crc_on_recover: bool = True
+    # the largest record the store's segments can hold (segment size - 8, room for the BLANK);
+    # None: no store in view. A record over it can never be written: a writer refuses it up front.
+    segment_room: int | None = None
 
     @property
     def max_record_size(self) -> int:
         # MessageExtEncoder: maxMessageSize + 64 KiB, capped at Integer.MAX_VALUE.
-        return min(self.max_message_size + MAX_RECORD_OVERHEAD, 0x7FFFFFFF)
+        limit = min(self.max_message_size + MAX_RECORD_OVERHEAD, 0x7FFFFFFF)
+        return limit if self.segment_room is None else min(limit, self.segment_room)
 
 
 @dataclass
@@ -194,8 +199,11 @@ def check_limits(body_length: int, topic_length: int, version: int, properties_l
         raise FieldLimitError("body", body_length, config.max_message_size,
                               _detail(where, "maxMessageSize (MESSAGE_ILLEGAL)"))
     if total > config.max_record_size:
-        raise FieldLimitError("message", total, config.max_record_size,
-                              _detail(where, "whole record, maxMessageSize + 64 KiB (MESSAGE_ILLEGAL)"))
+        why = "whole record, maxMessageSize + 64 KiB (MESSAGE_ILLEGAL)"
+        if config.segment_room is not None and config.segment_room < config.max_message_size + MAX_RECORD_OVERHEAD:
+            why = (f"whole record, over what a segment of {config.segment_room + END_FILE_MIN_BLANK_LENGTH} bytes "
+                   f"holds (--segment-size, less 8 for its BLANK)")
+        raise FieldLimitError("message", total, config.max_record_size, _detail(where, why))
 
 
 def _detail(where: str, what: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -110,7 +111,9 @@ def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
 
 
 class StopSignal:
-    """SIGTERM/SIGINT set a flag the main loop polls; a second signal is not special-cased."""
+    """SIGTERM/SIGINT set a flag the main loop polls: the batch in progress commits or is abandoned,
+    the store closes cleanly, the command exits 0. A second signal stops at once (exit 128 +
+    signal, as a shell reports it): committed data is safe, the next run resumes after it."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -121,7 +124,12 @@ class StopSignal:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping after the current batch", signum)
+        name = signal.Signals(signum).name
+        if self.event.is_set():
+            log.warning("%s again: stopping now; what was committed stays, the next run resumes after it", name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.warning("%s: stopping after the current batch (send it again to stop at once)", name)
         self.event.set()
 
     def restore(self) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 
 
@@ -28,10 +30,34 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
     conf.update(extra_conf or {})
     for key, value in conf.items():
         builder = builder.config(key, value)
+    # SparkContext puts in a SIGINT handler of its own (cancel every job, raise KeyboardInterrupt:
+    # for a shell); a command that installed its own stop-after-the-batch handler keeps it
+    main = threading.current_thread() is threading.main_thread()
+    ours = signal.getsignal(signal.SIGINT) if main else None
+    if master and SparkSession.getActiveSession() is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        _start_jvm_in_its_own_session(master, app_name, conf)
     session = builder.getOrCreate()
+    if main and callable(ours) and ours is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, ours)
     session.sparkContext.setLogLevel("WARN")
     register_sources(session)
     return session
+
+
+def _start_jvm_in_its_own_session(master: str, app_name: str, conf: Mapping[str, str]) -> None:
+    """Launch the driver JVM (and with it Spark's Python workers) in a session of its own, so that
+    a signal to our process group (what `timeout`, systemd, Kubernetes and a terminal's Ctrl-C
+    send) reaches the Python driver only: it stops after the current batch and closes the store,
+    and only then the JVM goes, when its stdin pipe from us closes. PySpark's launch_gateway takes
+    Popen arguments for this; SparkContext takes the gateway it returns."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext(conf=spark_conf, gateway=gateway)
 
 
 def register_sources(session: "object") -> None:

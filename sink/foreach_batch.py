@@ -58,7 +58,12 @@ class ForeachBatchSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         with self.lock:
             if self.stopping.is_set():
-                # The job is stopping: leave this batch to the next run (Spark will re-plan it).
+                # The job is stopping: this batch is left to the next run. Where the checkpoint
+                # is rewound to the store on start (overlap), Spark may record it unwritten; else
+                # only a failed batch keeps Spark from recording it.
+                if self._executor is not None:
+                    log.info("batch %d left to the next run: the job is stopping", batch_id)
+                    return
                 raise InterruptedError(f"batch {batch_id} not started: the job is stopping")
             started = time.perf_counter()
             query_id = checkpoint_query_id(self.checkpoint_dir)

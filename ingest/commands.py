@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from typing import Any
 
 from ingest.config import JobConfigError, add_job_arguments, config_from_args
 
@@ -22,10 +24,32 @@ def _run(args: argparse.Namespace) -> int:
         if not cfg.skip_preflight:
             check_store_path(cfg.store)
             check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
+            _warn_missing_topics(cfg)
     except (JobConfigError, PreflightError, StoreError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return run(cfg)
+
+
+def _warn_missing_topics(cfg: Any) -> None:
+    """A subscribed topic the brokers lack is one warning line (the job reads it once it exists)."""
+    from ingest.config import kafka_reader_options
+    from ingest.kafka.options import KafkaSourceError, kafka_client_params
+    from ingest.preflight import missing_topics
+
+    if not cfg.subscribe:
+        return
+    names = [t.strip() for t in cfg.subscribe.split(",") if t.strip()]
+    try:
+        missing = missing_topics(kafka_client_params(kafka_reader_options(cfg, "earliest")), names)
+    except (KafkaSourceError, OSError) as exc:
+        logging.getLogger("commitlog.run").warning("could not list the brokers' topics: %s", exc)
+        return
+    if missing:
+        logging.getLogger("commitlog.run").warning(
+            "topic%s %s not on the brokers at %s (yet): the job reads %s once %s", "s" if len(missing) > 1 else "",
+            ", ".join(missing), cfg.bootstrap_servers, "them" if len(missing) > 1 else "it",
+            "they exist" if len(missing) > 1 else "it exists")
 
 
 def _connect_timeout_s(kafka_options: dict[str, str]) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -82,7 +83,9 @@ class JobConfig:
         if self.flush not in ("sync", "async"):
             raise JobConfigError(f"--flush {self.flush!r}: use sync or async")
         if self.segment_size <= 0 or self.segment_size % 4096:
-            raise JobConfigError(f"--segment-size {self.segment_size}: a positive multiple of 4096")
+            near = max(4096, self.segment_size // 4096 * 4096)
+            raise JobConfigError(f"--segment-size {self.segment_size}: a positive multiple of 4096, e.g. "
+                                 f"{_human(near)} or {_human(near + 4096)}")
         if self.source not in ("kafka-python", "spark-kafka"):
             raise JobConfigError(f"--source {self.source!r}: use kafka-python or spark-kafka")
         if self.trigger != "available-now":
@@ -242,8 +245,23 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     for name, value in values.items():
         _check_type(name, value, str(known[name].type))
     cfg = JobConfig(**values)
+    adopt_store_segment_size(cfg)
     cfg.validate()
     return cfg
+
+
+def adopt_store_segment_size(cfg: JobConfig) -> None:
+    """A store keeps the segment size it was made with: resuming needs no --segment-size, and a
+    different one is said once and set aside (the record limits follow the real segments)."""
+    from store import segment_size_on_disk
+
+    size = segment_size_on_disk(Path(cfg.store) / "commitlog") if cfg.store else 0
+    if size and size != cfg.segment_size:
+        if cfg.segment_size != DEFAULT_COMMITLOG_FILE_SIZE:
+            logging.getLogger("commitlog").warning(
+                "--segment-size %s: the store %s has segments of %s, kept", _human(cfg.segment_size), cfg.store,
+                _human(size))
+        cfg.segment_size = size
 
 
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "dict[str, str]": (dict,)}

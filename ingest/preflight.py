@@ -168,3 +168,13 @@ def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/
     if not os.access(root, os.W_OK | os.X_OK):
         raise StorePathError(raw, f"not writable by uid {os.getuid()}")
     _check_locking(root)
+
+
+def missing_topics(client_params: dict, names: list[str]) -> list[str]:
+    """The subscribed topics the brokers do not have (yet). Asking does not create them: the
+    metadata request lists every topic rather than naming ours."""
+    from ingest.kafka.admin import OffsetReader
+
+    with OffsetReader(client_params, timeout_ms=10_000) as reader:
+        have = reader.meta.topics()
+    return [n for n in names if n not in have]

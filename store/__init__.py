@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from store.message_store import AppendResult, MessageStore
     from store.reader import StoreReader
     from store.index.service import IndexConfig
+    from store.log.segment_queue import segment_size_on_disk
     from store.retention import RetentionConfig
 
 # Imported on first use (PEP 562): a command that only reads segments, such as
@@ -49,6 +50,7 @@ _LAZY = {
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
+    "segment_size_on_disk": "store.log.segment_queue",
 }
 
 
@@ -62,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult", "CodecConfig", "CommitPoint", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "IndexConfig", "Message", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
+    "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",

@@ -7,6 +7,8 @@ checkpoint; close = flush, checkpoint, remove ``abort``, unlock.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -23,7 +25,6 @@ from store.errors import FlushError, StoreError, StoreReadOnlyError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
-from store.topics import known_queue_counts, merge_topics, queue_counts
 from store.index.writer import IndexWriter, mark_index_incomplete
 from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
@@ -32,8 +33,10 @@ from store.log.flush import FlushService
 from store.log.lock import StoreLock
 from store.log.recovery import recover, recover_queues, remove_unfinished_queue_files
 from store.log.segment import fsync_dir
+from store.log.segment_queue import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.queue.dispatch import DispatchService
+from store.topics import known_queue_counts, merge_topics, queue_counts
 from store.reader import RecordReads
 
 log = logging.getLogger(__name__)
@@ -84,11 +87,26 @@ class MessageStore(RecordReads):
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *,
              truncate_on_corruption: bool = False) -> MessageStore:
-        root = Path(root)
+        try:
+            return cls._open_at(Path(root), config or StoreConfig(), truncate_on_corruption)
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise StoreReadOnlyError(f"store {root} cannot be written ({e.strerror}: {e.filename}): a writer "
+                                         f"needs it writable; the read-only commands (dump, verify, stat, get) "
+                                         f"work as they are") from e
+            raise
+
+    @classmethod
+    def _open_at(cls, root: Path, config: StoreConfig, truncate_on_corruption: bool) -> MessageStore:
         root.mkdir(parents=True, exist_ok=True)
+        on_disk = segment_size_on_disk(root / COMMITLOG_DIR)
+        if on_disk and on_disk != config.segment_size:
+            log.warning("store %s has segments of %d bytes: kept (a store keeps its segment size; %d asked)",
+                        root, on_disk, config.segment_size)
+            config = dataclasses.replace(config, segment_size=on_disk)
         lock = StoreLock(root)
         lock.acquire()
-        store = cls(root, config or StoreConfig(), lock)
+        store = cls(root, config, lock)
         try:
             store._open(truncate_on_corruption)
         except BaseException:

@@ -27,7 +27,7 @@ from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_
 from store.index.service import IndexService
 from store.log.commit_point import CommitPoint, read_commit_point
 from store.log.segment import parse_segment_name
-from store.log.segment_queue import SegmentQueue
+from store.log.segment_queue import SegmentQueue, segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore
 
 _HEAD = struct.Struct(">iI")
@@ -271,14 +271,4 @@ class StoreReader(RecordReads):
 
 def _segment_size_of(cdir: Path) -> int:
     """A reader has no config: the segment size is the size of the store's segment files."""
-    if not cdir.is_dir():
-        return 0
-    for p in sorted(cdir.iterdir()):
-        if parse_segment_name(p.name) is not None:
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                continue
-            if size:
-                return size
-    return 0
+    return segment_size_on_disk(cdir)

@@ -54,3 +54,20 @@ def test_an_unreachable_broker_is_found_before_spark_starts(tmp_path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"no Kafka broker answers at --bootstrap-servers 127.0.0.1:{port}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.integration
+def test_a_subscribed_topic_the_brokers_lack_is_one_warning(bootstrap_servers: str, tmp_path, caplog) -> None:
+    import logging
+
+    from ingest.commands import _warn_missing_topics
+    from ingest.config import JobConfig
+    from tests.kafka_helpers import create_topics, unique_topic
+
+    there, absent = unique_topic("there"), unique_topic("absent")
+    create_topics(bootstrap_servers, [there])
+    cfg = JobConfig(bootstrap_servers=bootstrap_servers, subscribe=f"{there},{absent}", store=str(tmp_path / "s"))
+    with caplog.at_level(logging.WARNING, logger="commitlog.run"):
+        _warn_missing_topics(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.name == "commitlog.run"]
+    assert len(lines) == 1 and absent in lines[0] and there not in lines[0] and "once it exists" in lines[0]

@@ -120,3 +120,35 @@ def test_commit_at_an_earlier_record_boundary_keeps_the_queue_offsets_of_that_po
         assert s.max_offset == int(r.physical_offsets[6])
         assert s.next_queue_offsets() == {("T", 0): 3, ("T", 1): 3}
         assert s.append(msgs(1, 6)).queue_offsets.tolist() == [3]
+
+
+def test_a_store_keeps_its_segment_size_whatever_is_asked(tmp_path) -> None:
+    from store import Message, MessageStore, StoreConfig
+
+    with MessageStore.open(tmp_path, StoreConfig(segment_size=64 * 1024, preallocate=False)) as s:
+        s.append([Message("T", b"x" * 100)])
+        s.commit()
+    with MessageStore.open(tmp_path, StoreConfig(segment_size=1 << 20, preallocate=False)) as s:
+        assert s.commit_log.queue.segment_size == 64 * 1024
+        s.append([Message("T", b"y" * 100)])
+        s.commit()
+        assert len(list(s.iter_messages())) == 2
+
+
+def test_a_store_that_cannot_be_written_raises_store_read_only(tmp_path, monkeypatch) -> None:
+    """The file system refuses (a read-only mount, permissions): our error, not a bare OSError.
+    The refusal is made here by the lock file's open, as a read-only mount would refuse it."""
+    import errno
+    import os
+
+    import pytest
+
+    import store.log.lock as lock
+    from store import MessageStore, StoreReadOnlyError
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(lock.os, "open", refuse)
+    with pytest.raises(StoreReadOnlyError, match="cannot be written"):
+        MessageStore.open(tmp_path / "store")

@@ -198,8 +198,8 @@ def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail:
         q.next_segment() if q.segments else q.create_first(end)
     log_.set_end(end)
     if dropped or later:
-        log.warning("recovery: dropped %s after offset %d: %d non-zero bytes "
-                    "zeroed in its segment, %d later segment(s) deleted (%s)", what, end, dropped,
+        log.warning("recovery: dropped %s after offset %d: %d bytes truncated in its segment (offsets %d..%d), "
+                    "%d later segment(s) deleted (%s)", what, end, dropped, end, end + dropped,
                     len(later), ", ".join(p.name for p in dropped_segments) or "-")
     return RecoveryResult(end, end, True, dropped_bytes=dropped, dropped_segments=dropped_segments)
 

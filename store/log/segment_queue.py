@@ -268,8 +268,9 @@ def zero_range(fd: int, start: int, end: int, chunk: int = 8 << 20) -> int:
     (stale records after a truncation point must not look valid to a later scan). Reads
     before writing so untouched, never-written space costs no writes; holes and unwritten
     extents (SEEK_DATA) are not read at all (after a crash this range is often most of a GiB
-    segment). Returns bytes zeroed."""
-    zeroed = 0
+    segment). Returns how far past ``start`` data reached: the bytes truncated (0: nothing was
+    there)."""
+    reached = start
     zeros = bytes(chunk)
     pos = _next_data(fd, start, end)
     with read_ahead(fd, pos, end):
@@ -278,11 +279,11 @@ def zero_range(fd: int, start: int, end: int, chunk: int = 8 << 20) -> int:
             data = os.pread(fd, n, pos)
             if data != zeros[:len(data)]:
                 os.pwrite(fd, zeros[:len(data)], pos)
-                zeroed += len(data)
+                reached = pos + len(data.rstrip(b"\0"))
             if len(data) < n:
                 break
             pos = _next_data(fd, pos + n, end)
-    return zeroed
+    return reached - start
 
 
 def _next_data(fd: int, pos: int, end: int) -> int:
@@ -294,3 +295,20 @@ def _next_data(fd: int, pos: int, end: int) -> int:
         return min(os.lseek(fd, pos, os.SEEK_DATA), end)
     except OSError as e:
         return end if e.errno == errno.ENXIO else pos    # ENXIO: only a hole from here on
+
+
+def segment_size_on_disk(directory: str | os.PathLike[str]) -> int:
+    """The size of a commit log's segments, as its files have it (0: no segment yet). A store keeps
+    the segment size it was made with."""
+    cdir = Path(directory)
+    if not cdir.is_dir():
+        return 0
+    for p in sorted(cdir.iterdir()):
+        if parse_segment_name(p.name) is not None:
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                continue
+            if size:
+                return size
+    return 0

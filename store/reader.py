@@ -26,7 +26,6 @@ from store.format.constants import (
 from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num, open_index
 from store.index.service import IndexService
 from store.log.commit_point import CommitPoint, read_commit_point
-from store.log.segment import parse_segment_name
 from store.log.segment_queue import SegmentQueue, segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore
 

@@ -2,7 +2,9 @@
 and against RocketMQ's way of doing it on the JVM, on the same bytes?
 
 Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable flush per batch):
-- ``py_append_encoded``: MessageStore.append_encoded of pre-encoded batches (+ flush per batch in SYNC);
+- ``py_append_encoded``: MessageStore.append_encoded of pre-encoded batches (+ flush per batch in SYNC),
+  index off;
+- ``py_append_encoded_index``: the same with the index on (its keys found, hashed and put with the append);
 - ``py_append_table``: MessageStore.append_table (encode_batch, body CRCs included, + append);
 - ``py_append_commit`` (SYNC only): append_encoded + commit per batch, what the sink does;
 - ``jvm_batch`` / ``jvm_single``: bench/jvm/AppendPeer.java, RocketMQ's putMessages / putMessage
@@ -37,19 +39,22 @@ FULL_SEGMENT = 1024 * MIB
 QUICK_SEGMENT = 64 * MIB
 
 
-def store_config(segment_size: int, flush: str) -> object:
-    from store import StoreConfig
+def store_config(segment_size: int, flush: str, index: bool = False) -> object:
+    from store import IndexConfig, StoreConfig
 
     # No background pre-creation: the data fits the first segment, pre-touched when it is created
     # (before timing); a concurrent 1 GiB pre-touch would only add noise on 2 cores.
-    return StoreConfig(segment_size=segment_size, flush_mode=flush, preallocate=False, warm_first_segment=True)
+    # The index is off but in the ``encoded_index`` mode: RocketMQ builds it behind the append (its
+    # dispatcher), as the JVM peer does not; the index's own cost is that mode's figure.
+    return StoreConfig(segment_size=segment_size, flush_mode=flush, preallocate=False, warm_first_segment=True,
+                       index=IndexConfig(enabled=index))
 
 
-def open_warm_store(root: Path, segment_size: int, flush: str, first: object) -> object:
+def open_warm_store(root: Path, segment_size: int, flush: str, first: object, index: bool = False) -> object:
     """A fresh store whose first segment exists and is pre-touched (one record appended)."""
     from store import MessageStore
 
-    store = MessageStore.open(root, store_config(segment_size, flush))
+    store = MessageStore.open(root, store_config(segment_size, flush, index))
     store.append_encoded(first)
     store.flush()
     return store
@@ -58,11 +63,11 @@ def open_warm_store(root: Path, segment_size: int, flush: str, first: object) ->
 def run_py(args, batches, tables, first, segment_size: int, flush: str, mode: str) -> float:
     """One timed run of the store; returns seconds."""
     with common.scratch(args, f"store_append/store-{mode}-{flush}") as root:
-        store = open_warm_store(root, segment_size, flush, first)
+        store = open_warm_store(root, segment_size, flush, first, index=mode == "encoded_index")
         try:
             t0 = time.perf_counter()
             # In SYNC mode append_* returns only once the batch is durable (one flush per batch).
-            if mode == "encoded":
+            if mode in ("encoded", "encoded_index"):
                 for b in batches:
                     store.append_encoded(b)
             elif mode == "table":
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
             for flush in ("async", "sync"):
                 p = f"{flush}.{tag}"
-                modes = ["encoded", "table"] + (["commit"] if flush == "sync" else [])
+                modes = ["encoded", "encoded_index", "table"] + (["commit"] if flush == "sync" else [])
                 for mode in modes:
                     secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode),
                                          runs, warmup=warmup)
@@ -204,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                 target.unlink(missing_ok=True)
                 rep.ratio(f"{p}.ratio.py_encoded_vs_jvm_batch", f"{p}.py_append_encoded.msgs_per_s",
                           f"{p}.jvm_batch.msgs_per_s")
+                rep.ratio(f"{p}.ratio.index_on_vs_off", f"{p}.py_append_encoded_index.msgs_per_s",
+                          f"{p}.py_append_encoded.msgs_per_s")
                 rep.ratio(f"{p}.ratio.py_encoded_vs_jvm_single", f"{p}.py_append_encoded.msgs_per_s",
                           f"{p}.jvm_single.msgs_per_s")
                 rep.ratio(f"{p}.ratio.py_table_vs_jvm_batch", f"{p}.py_append_table.msgs_per_s",

@@ -41,6 +41,37 @@ def _consumer(client_params: Mapping[str, Any], **overrides: Any) -> KafkaConsum
         raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
 
 
+def true_end(reported: int, high_watermark: int | None, last_stable: int | None, read_committed: bool) -> int:
+    """Where a partition's records end for this consumer. read_committed: at the last stable offset
+    (records past it belong to transactions still open: a fetch never returns them, and a task
+    planned past it would wait out its poll timeout). Else at the high watermark, or ListOffsets'
+    answer when larger (Tansu's answer is not the end; a fetch's high watermark is)."""
+    if read_committed and last_stable is not None and last_stable >= 0:
+        return last_stable
+    if read_committed and high_watermark is None:
+        return reported                  # Kafka's ListOffsets under read_committed is the LSO
+    return max(reported, high_watermark if high_watermark is not None else reported)
+
+
+def watch_stable_offsets(consumer: KafkaConsumer, into: dict[TopicPartitionKey, int]) -> bool:
+    """kafka-python keeps a fetch's high watermark but drops its last stable offset: note that too,
+    per partition, in ``into``. False (and nothing noted) if the fetcher is not shaped as expected."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    parse = getattr(fetcher, "_parse_fetched_data", None)
+    if parse is None:
+        return False
+
+    def parse_noting_stable(completed_fetch: Any) -> Any:
+        lso = getattr(completed_fetch.partition_data, "last_stable_offset", -1)
+        tp = completed_fetch.topic_partition
+        if lso is not None and lso >= 0:
+            into[(tp.topic, tp.partition)] = int(lso)
+        return parse(completed_fetch)
+
+    fetcher._parse_fetched_data = parse_noting_stable
+    return True
+
+
 class OffsetReader:
     """One metadata consumer and one probe consumer, created on first use; ``close()`` frees them."""
 
@@ -49,6 +80,7 @@ class OffsetReader:
         self._timeout_ms = timeout_ms
         self._meta: KafkaConsumer | None = None
         self._probe: KafkaConsumer | None = None
+        self._stable: Offsets = {}       # last stable offsets the probe's fetches reported
 
     @property
     def meta(self) -> KafkaConsumer:
@@ -104,18 +136,22 @@ class OffsetReader:
         earliest = dict(earliest) if earliest is not None else self.earliest(tps)
         # reported == earliest means empty on both brokers (Tansu's answer is a batch base + 1 > earliest)
         to_probe = [tp for tp in tps if reported[tp] > earliest.get(tp, 0)]
-        hw = self._high_watermarks({tp: reported[tp] - 1 for tp in to_probe})
-        return {tp: max(reported[tp], hw.get(tp, reported[tp])) for tp in tps}
+        hw, lso = self._high_watermarks({tp: reported[tp] - 1 for tp in to_probe})
+        committed = str(self._params.get("isolation_level", "")).lower() == "read_committed"
+        return {tp: true_end(reported[tp], hw.get(tp), lso.get(tp), committed) for tp in tps}
 
-    def _high_watermarks(self, fetch_from: Mapping[TopicPartitionKey, int]) -> Offsets:
+    def _high_watermarks(self, fetch_from: Mapping[TopicPartitionKey, int]) -> tuple[Offsets, Offsets]:
+        """The high watermark and the last stable offset (where the fetch reports one) of each."""
         if not fetch_from:
-            return {}
+            return {}, {}
         if self._probe is None:
             # latest: an out-of-range probe (retention raced us) resets and still returns a high watermark
             self._probe = _consumer(self._params, auto_offset_reset="latest", fetch_max_wait_ms=_PROBE_WAIT_MS,
                                     max_partition_fetch_bytes=1, max_poll_records=1,
                                     enable_incremental_fetch_sessions=False)
+            watch_stable_offsets(self._probe, self._stable)
         probe = self._probe
+        self._stable.clear()
         probe.unsubscribe()  # fresh partition state: no high watermark left from an earlier probe
         parts = {tp: TopicPartition(*tp) for tp in fetch_from}
         probe.assign(list(parts.values()))
@@ -134,7 +170,7 @@ class OffsetReader:
                 raise KafkaSourceError(f"no fetch response for {missing} in {self._timeout_ms} ms; "
                                        "is the partition leader available?")
         probe.unsubscribe()
-        return out
+        return out, {tp: self._stable[tp] for tp in out if tp in self._stable}
 
     def for_timestamp(self, tps: Sequence[TopicPartitionKey], timestamps: Mapping[TopicPartitionKey, int]
                       ) -> dict[TopicPartitionKey, int | None]:

@@ -77,6 +77,7 @@ def time_lookups(root: Path, n: int, count: int, cold: bool, rng: random.Random)
                 raise RuntimeError(f"lookup of message {i}: {len(hits)} by key, {len(uhits)} by uniq key, "
                                    f"{len(none)} absent")
             target = hits[0][0]
+            del hits, uhits, none       # their bodies are views of the segment: the mapping must go
         if cold:
             common.drop_tree_cache(root)     # with no reader holding the pages mapped
         with StoreReader.open(root) as reader:

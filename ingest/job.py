@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -168,8 +168,10 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         log.info("streaming %s into %s (flush %s, checkpoint %s)", options.get("subscribe") or
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
         stop = stop or threading.Event()
+        lag = LagLog()
         while query.isActive and not stop.is_set():
             query.awaitTermination(0.25)
+            lag.after(query.lastProgress)
         if stop.is_set():
             sink.request_stop()
         if query.isActive:
@@ -191,6 +193,52 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()
+
+
+class LagLog:
+    """How far each batch's end lies behind the latest offsets the source saw, per partition, as
+    Spark's Kafka source reports it (minOffsetsBehindLatest, maxOffsetsBehindLatest,
+    avgOffsetsBehindLatest): from the query progress' endOffset and latestOffset, since PySpark's
+    Python data source API has no hook for source metrics. One log line per batch."""
+
+    def __init__(self) -> None:
+        self.batch_id = -1
+        self.last: dict[str, float] | None = None
+
+    def after(self, progress: Mapping[str, Any] | None) -> None:
+        if not progress or progress.get("batchId", -1) == self.batch_id:
+            return
+        self.batch_id = progress["batchId"]
+        for source in progress.get("sources") or ():
+            behind = offsets_behind(source.get("endOffset"), source.get("latestOffset"))
+            if behind:
+                self.last = {"minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
+                             "avgOffsetsBehindLatest": sum(behind) / len(behind)}
+                log.info("batch %d: %d offsets behind latest (per partition min %d, avg %.1f, max %d)",
+                         self.batch_id, sum(behind), self.last["minOffsetsBehindLatest"],
+                         self.last["avgOffsetsBehindLatest"], self.last["maxOffsetsBehindLatest"])
+
+
+def offsets_behind(end: Any, latest: Any) -> list[int]:
+    """Per partition, latest - end, from the progress' offset JSON ({"topic": {"0": 42}})."""
+    def parse(value: Any) -> dict:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                return {}
+        return value if isinstance(value, dict) else {}
+
+    ends, latests = parse(end), parse(latest)
+    out = []
+    for topic, parts in latests.items():
+        if not isinstance(parts, dict):
+            continue
+        for p, off in parts.items():
+            done = ends.get(topic, {}).get(p) if isinstance(ends.get(topic), dict) else None
+            if isinstance(off, int) and isinstance(done, int):
+                out.append(max(off - done, 0))
+    return out
 
 
 def overlap_writes(cfg: JobConfig) -> bool:

@@ -71,7 +71,7 @@ def test_batch_read_returns_every_column_in_partition_order(spark, bootstrap_ser
     topic = new_topic(bootstrap_servers, "batch")
     sent = produce(bootstrap_servers, topic, 60)
 
-    df = batch_df(spark, bootstrap_servers, subscribe=topic)
+    df = batch_df(spark, bootstrap_servers, subscribe=topic, includeHeaders="true")
     assert df.schema == kafka_schema()
     rows = df.collect()
 
@@ -218,7 +218,8 @@ def test_stream_bounds_batches_and_resumes_from_its_checkpoint(spark, bootstrap_
     prefix = f"strm{uuid.uuid4().hex[:6]}"
     topic = new_topic(bootstrap_servers, prefix)
     sent = produce(bootstrap_servers, topic, 80)
-    opts = {"subscribePattern": f"{prefix}-.*", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "30"}
+    opts = {"subscribePattern": f"{prefix}-.*", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "30",
+            "includeHeaders": "true"}
 
     sizes = run_available_now(spark, bootstrap_servers, tmp_path, **opts)
     assert sizes and max(sizes) <= 30 and sum(sizes) == 80, sizes

@@ -74,7 +74,9 @@ def test_exactly_one_topic_strategy_is_required() -> None:
 def test_offsets_options_follow_spark_defaults_and_rules() -> None:
     stream = parse_options({**BOOT, "subscribe": "a, b"}, streaming=True)
     assert stream.subscribe == ("a", "b") and stream.starting.kind == "latest"
-    assert stream.fail_on_data_loss and stream.include_headers and stream.max_offsets_per_trigger is None
+    assert stream.fail_on_data_loss and not stream.include_headers and stream.max_offsets_per_trigger is None
+    assert (stream.fetch_offset_retries, stream.fetch_offset_retry_interval_ms) == (3, 1000)
+    assert stream.min_offsets_per_trigger is None and stream.max_trigger_delay_ms == 15 * 60_000
     batch = parse_options({**BOOT, "SUBSCRIBE": "a", "startingOffsets": '{"a":{"0":5,"1":-2}}',
                            "maxOffsetsPerTrigger": "100", "failOnDataLoss": "false"}, streaming=False)
     assert batch.starting.offsets == {("a", 0): 5, ("a", 1): -2} and batch.ending.kind == "latest"
@@ -96,7 +98,57 @@ def test_offsets_options_follow_spark_defaults_and_rules() -> None:
         parse_options({**BOOT, "subscribe": "a", "failOnDataLoss": "maybe"}, streaming=True)
 
 
+def test_admission_control_retries_and_unknown_options() -> None:
+    o = parse_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "500", "maxTriggerDelay": "30s",
+                       "maxOffsetsPerTrigger": "1000", "fetchOffset.numRetries": "0",
+                       "fetchOffset.retryIntervalMs": "250"}, streaming=True)
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (500, 30_000)
+    assert (o.fetch_offset_retries, o.fetch_offset_retry_interval_ms) == (0, 250)
+    with pytest.raises(KafkaOptionError, match="minOffsetsPerTrigger.*above"):
+        parse_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "5", "maxOffsetsPerTrigger": "4"},
+                      streaming=True)
+    with pytest.raises(KafkaOptionError, match="streaming queries only"):
+        parse_options({**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "5"}, streaming=False)
+    with pytest.raises(KafkaOptionError, match="maxTriggerDelay.*15m"):
+        parse_options({**BOOT, "subscribe": "a", "maxTriggerDelay": "soon"}, streaming=True)
+    with pytest.raises(KafkaOptionError, match="fetchOffset.numRetries"):
+        parse_options({**BOOT, "subscribe": "a", "fetchOffset.numRetries": "-1"}, streaming=True)
+    with pytest.raises(KafkaOptionError, match="'maxofsetspertrigger' is not an option of the Kafka source"):
+        parse_options({**BOOT, "subscribe": "a", "maxOfsetsPerTrigger": "5"}, streaming=True)
+
+
+def test_a_batch_waits_for_min_offsets_until_the_trigger_delay_passes(monkeypatch) -> None:
+    from ingest.kafka import source
+
+    o = parse_options({**BOOT, "subscribe": "t", "minOffsetsPerTrigger": "100", "maxTriggerDelay": "10s"},
+                      streaming=True)
+    reader = source.KafkaStreamReader(o, source.kafka_schema())
+    clock = [1000.0]
+    monkeypatch.setattr(source.time, "monotonic", lambda: clock[0])
+    begin = {("t", 0): 0, ("t", 1): 0}
+    assert not reader._admit(begin, {("t", 0): 30, ("t", 1): 40})       # 70 new: waits
+    clock[0] += 5
+    assert not reader._admit(begin, {("t", 0): 50, ("t", 1): 40})       # 90 new, 5 s: waits
+    assert reader._admit(begin, {("t", 0): 60, ("t", 1): 40})           # 100 new: a batch
+    clock[0] += 11
+    assert reader._admit({("t", 0): 60, ("t", 1): 40}, {("t", 0): 61, ("t", 1): 40})   # delay passed
+    reader._target = {("t", 0): 61, ("t", 1): 40}                       # Trigger.AvailableNow
+    assert reader._admit({("t", 0): 61, ("t", 1): 40}, {("t", 0): 61, ("t", 1): 40})
+
+
+def test_lag_behind_latest_per_partition_from_the_progress() -> None:
+    from ingest.job import offsets_behind
+
+    assert sorted(offsets_behind('{"t":{"0":10,"1":5}}', '{"t":{"0":25,"1":5}}')) == [0, 15]
+    assert offsets_behind({"t": {"0": 10}}, {"t": {"0": 12}, "u": {"0": 3}}) == [2]
+    assert offsets_behind(None, "not json") == []
+
+
 def test_headers_column_follows_include_headers() -> None:
+    from ingest.kafka.source import KafkaDataSource
+
+    assert "headers" not in KafkaDataSource({"subscribe": "t"}).schema().fieldNames()      # Spark's default
+    assert "headers" in KafkaDataSource({"subscribe": "t", "includeHeaders": "true"}).schema().fieldNames()
     assert kafka_schema().fieldNames() == ["key", "value", "topic", "partition", "offset", "timestamp",
                                            "timestampType", "headers"]
     assert "headers" not in kafka_schema(include_headers=False).fieldNames()

@@ -147,7 +147,7 @@ def test_exported_files_read_back_as_the_kafka_source_reads_them(bootstrap_serve
     topic = new_topic(bootstrap_servers, 2, "replay-export")
     produce(bootstrap_servers, topic, 500, 2)
     from_source = (spark.read.format("kafka-python").option("kafka.bootstrap.servers", bootstrap_servers)
-                   .option("subscribe", topic).load())
+                   .option("subscribe", topic).option("includeHeaders", "true").load())
     expected = by_coordinates(from_source)
     assert len(expected) == 500
     for fmt in ("jsonl", "parquet"):
@@ -162,7 +162,7 @@ def test_files_written_by_spark_itself_are_read(bootstrap_servers: str, spark: o
     topic = new_topic(bootstrap_servers, 1, "replay-sparkjson")
     produce(bootstrap_servers, topic, 50, 1)
     source = (spark.read.format("kafka-python").option("kafka.bootstrap.servers", bootstrap_servers)
-              .option("subscribe", topic).load())
+              .option("subscribe", topic).option("includeHeaders", "true").load())
     source.write.json(str(tmp_path / "json"))
     source.write.parquet(str(tmp_path / "parquet"))
     expected = by_coordinates(source)

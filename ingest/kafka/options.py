@@ -90,6 +90,7 @@ SOURCE_OPTIONS = frozenset({
     "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
     "fetchoffset.retryintervalms", "groupidprefix", "maxrecordspertask", "path",
+    "minoffsetspertrigger", "maxtriggerdelay",
 })
 
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -187,6 +188,10 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     poll_timeout_ms: int
+    min_offsets_per_trigger: int | None = None   # with max_trigger_delay_ms: Spark's admission control
+    max_trigger_delay_ms: int = 15 * 60_000
+    fetch_offset_retries: int = 3                # offset lookups retried on a Kafka error, as Spark does
+    fetch_offset_retry_interval_ms: int = 1000
 
     @property
     def bootstrap_servers(self) -> str:
@@ -198,7 +203,9 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     for key in opts:
         if not key.startswith("kafka.") and key not in SOURCE_OPTIONS:
-            log.warning("option %r is not an option of the Kafka source; ignored", key)
+            raise KafkaOptionError(f"option {key!r} is not an option of the Kafka source (Spark's Kafka source "
+                                   f"options are {', '.join(sorted(SOURCE_OPTIONS - {'path'}))}, and kafka.* "
+                                   f"consumer settings)")
     strategies = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k, "").strip()]
     if len(strategies) != 1:
         raise KafkaOptionError("exactly one of the options 'subscribe', 'subscribePattern' or 'assign' "
@@ -238,9 +245,47 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
         min_partitions=_positive(opts, "minpartitions", "minPartitions"),
         max_records_per_task=_positive(opts, "maxrecordspertask", "maxRecordsPerTask") or 1_000_000,
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
-        include_headers=_bool(opts, "includeheaders", "includeHeaders", True),
+        include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
         poll_timeout_ms=_positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs") or 120_000,
+        min_offsets_per_trigger=_min_offsets(opts, streaming),
+        max_trigger_delay_ms=_duration_ms(opts.get("maxtriggerdelay", "15m"), "maxTriggerDelay"),
+        fetch_offset_retries=_count(opts, "fetchoffset.numretries", "fetchOffset.numRetries", 3),
+        fetch_offset_retry_interval_ms=_count(opts, "fetchoffset.retryintervalms", "fetchOffset.retryIntervalMs",
+                                              1000),
     )
+
+
+def _min_offsets(opts: Mapping[str, str], streaming: bool) -> int | None:
+    value = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if value is not None and not streaming:
+        raise KafkaOptionError("option 'minOffsetsPerTrigger' is for streaming queries only")
+    maximum = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    if value is not None and maximum is not None and value > maximum:
+        raise KafkaOptionError(f"option 'minOffsetsPerTrigger' ({value}) is above 'maxOffsetsPerTrigger' ({maximum})")
+    return value
+
+
+def _count(opts: Mapping[str, str], key: str, name: str, default: int) -> int:
+    if key not in opts:
+        return default
+    try:
+        value = int(opts[key])
+    except ValueError:
+        raise KafkaOptionError(f"option '{name}' must be a non-negative integer, got {opts[key]!r}") from None
+    if value < 0:
+        raise KafkaOptionError(f"option '{name}' must be a non-negative integer, got {value}")
+    return value
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str, name: str) -> int:
+    """Spark's time strings: 15m, 30s, 500ms, 2h (a bare number is milliseconds)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if not m or (m.group(2) and m.group(2) not in _UNITS_MS):
+        raise KafkaOptionError(f"option '{name}' must be a duration like 15m, 30s or 500ms, got {text!r}")
+    return int(m.group(1)) * _UNITS_MS[m.group(2) or "ms"]
 
 
 def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:

@@ -11,10 +11,12 @@ is one task with its own consumer; rows leave the tasks as Arrow record batches.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+from kafka.errors import KafkaError
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
@@ -86,8 +88,9 @@ class KafkaDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeHeaders", "true")).strip().lower() != "false"
-        return kafka_schema(include)
+        # as Spark's own source: no headers column unless asked for
+        opts = {str(k).lower(): str(v) for k, v in self.options.items()}
+        return kafka_schema(opts.get("includeheaders", "false").strip().lower() == "true")
 
     def reader(self, schema: StructType) -> "KafkaBatchReader":
         return KafkaBatchReader(parse_options(self.options, streaming=False), schema)
@@ -188,6 +191,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._reader: OffsetReader | None = None   # driver only, created on first use
         self._target: Offsets | None = None        # Trigger.AvailableNow: do not read past these
         self._latest: Offsets | None = None
+        self._last_trigger: float | None = None    # minOffsetsPerTrigger: when the last batch was admitted
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -216,14 +220,46 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         r = self.offset_reader
         self._target = r.latest(r.partitions(**_topic_args(self.options)))
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def _offsets_now(self) -> tuple[list[TopicPartitionKey], Offsets, Offsets]:
+        """Partitions, earliest and latest offsets, retried as fetchOffset.numRetries says."""
         o, r = self.options, self.offset_reader
+        for attempt in range(o.fetch_offset_retries + 1):
+            try:
+                tps = r.partitions(**_topic_args(o))
+                if self._target is not None:
+                    tps = [tp for tp in tps if tp in self._target]
+                earliest = r.earliest(tps)
+                return tps, earliest, r.latest(tps, earliest)
+            except (KafkaError, KafkaSourceError) as exc:
+                if attempt == o.fetch_offset_retries:
+                    raise
+                log.warning("fetching the latest offsets failed (%s); retry %d of %d in %d ms", exc, attempt + 1,
+                            o.fetch_offset_retries, o.fetch_offset_retry_interval_ms)
+                r.close()
+                time.sleep(o.fetch_offset_retry_interval_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def _admit(self, begin: Offsets, end: Offsets) -> bool:
+        """Spark's admission control: with minOffsetsPerTrigger, a batch waits until that many new
+        offsets are there or maxTriggerDelay has passed since the last one (never under
+        Trigger.AvailableNow, which must reach its target)."""
+        o = self.options
+        if not o.min_offsets_per_trigger or self._target is not None:
+            return True
+        now = time.monotonic()
+        if self._last_trigger is None:
+            self._last_trigger = now
+        new = sum(max(end[tp] - begin[tp], 0) for tp in begin if tp in end)
+        if new < o.min_offsets_per_trigger and (now - self._last_trigger) * 1000 < o.max_trigger_delay_ms:
+            log.debug("%d new offsets, below minOffsetsPerTrigger %d: the batch waits", new, o.min_offsets_per_trigger)
+            return False
+        self._last_trigger = now
+        return True
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        o = self.options
         begin = offsets_from_json(start)
-        tps = r.partitions(**_topic_args(o))
-        if self._target is not None:
-            tps = [tp for tp in tps if tp in self._target]
-        earliest = r.earliest(tps)
-        latest = r.latest(tps, earliest)
+        tps, earliest, latest = self._offsets_now()
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
         self._latest = latest
@@ -242,6 +278,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 end[tp] = begin[tp]
             else:
                 end[tp] = latest[tp]
+        if not self._admit(known, end):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = {**end, **rate_limit(known, {tp: end[tp] for tp in known}, limit.max_rows)}
         return offsets_to_json(end)
@@ -285,8 +323,7 @@ def _describe(o: KafkaSourceOptions) -> str:
 def source_format(kind: str) -> str:
     """The Spark format name for ``--source``: "spark-kafka" -> "kafka", "kafka-python" -> "kafka-python".
 
-    With "kafka", pass includeHeaders=true: Spark's own source leaves headers out by default, ours
-    includes them."""
+    Both leave the headers column out unless includeHeaders=true (the job asks for it)."""
     formats = {"spark-kafka": "kafka", "kafka": "kafka", "kafka-python": SHORT_NAME}
     try:
         return formats[kind]

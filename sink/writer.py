@@ -41,10 +41,21 @@ class BatchStats:
 
 
 def kafka_next_offsets(table: pa.Table) -> dict[str, int]:
-    """Next offset per Kafka partition seen in ``table`` (valid and dead rows alike)."""
+    """Next offset per Kafka partition seen in ``table`` (valid and dead rows alike). A dead letter
+    with no Kafka position (a replayed file's row without a topic, or with a negative partition or
+    offset) moves none: it is written, but no partition's progress depends on it."""
     if table.num_rows == 0:
         return {}
-    grouped = table.select(list(COORD_COLUMNS)).group_by(["kafka_topic", "kafka_partition"]).aggregate(
+    coords = table.select(list(COORD_COLUMNS))
+    placed = pc.and_(pc.is_valid(coords.column("kafka_topic")),
+                     pc.and_(pc.greater_equal(coords.column("kafka_partition"), 0),
+                             pc.greater_equal(coords.column("kafka_offset"), 0)))
+    placed = pc.fill_null(placed, False)
+    if not pc.all(placed).as_py():
+        coords = coords.filter(placed)
+        if coords.num_rows == 0:
+            return {}
+    grouped = coords.group_by(["kafka_topic", "kafka_partition"]).aggregate(
         [("kafka_offset", "max")])
     topics = grouped.column("kafka_topic").to_pylist()
     parts = grouped.column("kafka_partition").to_pylist()

@@ -32,6 +32,9 @@ MESSAGE_COLUMNS = ["topic", "queue_id", "flag", "body", "properties", "tags", "s
 # Carried by every row, live or dead: the Kafka coordinates and the record's timestamp.
 CARRIED_COLUMNS = [*COORD_COLUMNS, "raw_timestamp"]
 RAW_SOURCES = {"raw_key": "key", "raw_value": "value", "raw_headers": "headers"}
+# An optional column of the Kafka rows: a reason found before the mapping (a replayed file's row
+# whose key is not base64, say); a row with one is a dead letter with it, at its offset.
+PROBLEM = "problem"
 
 
 def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig) -> pa.RecordBatch:
@@ -42,6 +45,8 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
         return pa.RecordBatch.from_pylist([], schema=ENCODED_SCHEMA)
     mapped = map_kafka_batch(batch, mapping)
     reasons = mapped.column("dead_reason")
+    if PROBLEM in batch.schema.names and batch.column(PROBLEM).null_count < n:
+        reasons = pc.coalesce(batch.column(PROBLEM).cast(pa.string()), reasons)
     dead = np.asarray(pc.is_valid(reasons), dtype=bool)
     live_idx = np.flatnonzero(~dead)
     encoded = None

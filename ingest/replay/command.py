@@ -86,6 +86,9 @@ class ReplaySummary:
     complete: bool = False
     verified: bool | None = None     # None: verify not run
     notes: list[str] = field(default_factory=list)
+    unplaced: int = 0                # dead letters of file rows with no Kafka position, written by this run
+    unplaced_held: int = 0           # ... already written by an earlier run
+    repeated: int = 0                # file rows at a position an earlier row had (the first was replayed)
 
     @property
     def rate(self) -> float:
@@ -101,6 +104,19 @@ class ReplaySummary:
                f"  written: {self.records} messages, {self.dead_letters} dead letters, {self.batches} batches, "
                f"{self.write_s:.1f} s ({self.rate:,.0f} rec/s; {self.elapsed_s:.1f} s with start-up); commit-log "
                f"offset {self.commit_offset}"]
+        if self.complete:
+            # every offset of the range is accounted for
+            gaps = total - held - self.records - self.dead_letters
+            out.append(f"  offsets: {total} = {held} already held + {self.records} messages + {self.dead_letters} "
+                       "dead letters" + (f" + {gaps} with no record (compacted away, transaction markers, or "
+                                         "absent from the files)" if gaps else ""))
+        if self.unplaced or self.unplaced_held:
+            out.append(f"  rows with no Kafka position: {self.unplaced} dead letters written"
+                       + (f", {self.unplaced_held} written by an earlier run" if self.unplaced_held else "")
+                       + " (each reason names its file and line, or row group and row)")
+        if self.repeated:
+            out.append(f"  {self.repeated} rows repeat a (topic, partition, offset) an earlier row had: "
+                       "the first of each was replayed")
         for topic in p.topics():
             parts = [x for x in p.partitions if x.topic == topic]
             ranges = ", ".join(f"{x.partition}:[{x.start},{x.end})" for x in parts)
@@ -165,11 +181,17 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     from sink import CommitLogWriter
     from sink.foreach_batch import ForeachBatchSink
 
+    started = time.monotonic()
+    export = None
+    if opts.from_files:
+        from ingest.replay.export_rows import read_export
+
+        # before Spark and before anything is written: a file that cannot be read stops the replay here
+        export = read_export(opts.from_files, opts.file_format)
     if not cfg.skip_preflight:
         from ingest.preflight import check_store_path
 
         check_store_path(cfg.store)
-    started = time.monotonic()
     stop = stop or threading.Event()
     own_spark = spark is None
     files_df = None
@@ -179,11 +201,14 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     batch_log_level = batch_log.level
     try:
         spark = spark or spark_session(cfg)
-        if opts.from_files:
+        if export is not None:
             from ingest.replay.files import range_filter, read_kafka_files, resolve_file_plan
 
-            files_df = read_kafka_files(spark, opts.from_files, opts.file_format).persist()
-            plan = resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics, opts.topic_pattern)
+            files_df = read_kafka_files(spark, opts.from_files, opts.file_format, rows=export).persist()
+            if export.table.num_rows == 0 and export.unplaced:
+                plan = ReplayPlan([])    # nothing but bad rows: they are still the replay's dead letters
+            else:
+                plan = resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics, opts.topic_pattern)
             notes: list[str] = []
             load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
         else:
@@ -195,6 +220,16 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             log.warning("%s", note)
         summary = ReplaySummary(str(cfg.store), plan, notes=notes)
         first_records, first_dead = writer.state.records, writer.state.dead_letters
+        if export is not None:
+            from ingest.replay.export_rows import selected, write_unplaced
+
+            unplaced = selected(export.unplaced, opts.topics, opts.topic_pattern)
+            summary.unplaced, summary.unplaced_held = write_unplaced(writer, unplaced)
+            summary.repeated = export.repeated
+            for u in unplaced[:20]:
+                log.warning("dead letter: %s", u.reason)
+            if len(unplaced) > 20:
+                log.warning("... and %d more rows with no Kafka position (see the dead letters)", len(unplaced) - 20)
         progress = ReplayProgress(plan, opts.progress)
         if progress.mode == "bar":
             # the bar replaces the sink's per-batch log lines, which would break its redraw
@@ -213,7 +248,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             log.warning("stopping: the last committed batch ends at %s", dict(writer.state.kafka_offsets))
         summary.batches = sink.batches
         summary.records = writer.state.records - first_records
-        summary.dead_letters = writer.state.dead_letters - first_dead
+        summary.dead_letters = writer.state.dead_letters - first_dead - summary.unplaced
         summary.commit_offset = writer.store.committed_offset
         if summary.complete and plan_file is not None:
             # done: the same command run later plans afresh (and skips what is now held)

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ingest.replay.export_rows import PROBLEM, ExportRows, read_export
 from ingest.replay.plan import FILE_FORMATS, Bound, Offsets, PartitionPlan, ReplayError, ReplayPlan, TopicPartitionKey
 
 log = logging.getLogger("commitlog.replay")
@@ -33,59 +34,20 @@ EXPORT_SCHEMA = pa.schema([
     ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
 ])
 
-_JSON_SCHEMA_DDL = ("key STRING, value STRING, topic STRING, partition INT, offset BIGINT, timestamp STRING, "
-                    "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: STRING>>")
 
+def read_kafka_files(spark: Any, directory: str | os.PathLike[str], fmt: str,
+                     rows: ExportRows | None = None) -> Any:
+    """A DataFrame with the Kafka source's columns and types, plus ``problem`` (a reason a row is a
+    dead letter, or null), one row per (topic, partition, offset) (an export holding a record twice
+    gives it once). The files are read in the driver (ingest.replay.export_rows: every bad row named
+    by file and line) unless ``rows`` gives what they hold already."""
+    from pyspark.sql.types import StringType, StructField, StructType
 
-def _timestamp_column(df: Any) -> Any:
-    """The file's timestamp as Spark TimestampType, whichever form it was written in."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from ingest.kafka.source import kafka_schema
 
-    col = F.col("timestamp")
-    kind = df.schema["timestamp"].dataType
-    if isinstance(kind, T.TimestampType):
-        return col
-    if isinstance(kind, T.TimestampNTZType):
-        return F.to_utc_timestamp(col.cast("timestamp"), "UTC")   # naive values are UTC by convention
-    if isinstance(kind, (T.LongType, T.IntegerType)):
-        return F.timestamp_millis(col.cast("long"))
-    text = F.trim(col.cast("string"))
-    return F.when(text.rlike(r"^-?[0-9]+$"), F.timestamp_millis(text.cast("long"))).otherwise(
-        F.to_timestamp(text))
-
-
-def read_kafka_files(spark: Any, directory: str | os.PathLike[str], fmt: str) -> Any:
-    """A DataFrame with the Kafka source's columns and types from exported files, one row per
-    (topic, partition, offset) (an export holding a record twice gives it once)."""
-    from pyspark.sql import functions as F
-
-    path = Path(directory)
-    if fmt not in FORMATS:
-        raise ReplayError(f"--format {fmt!r}: use jsonl or parquet")
-    if not path.is_dir():
-        raise ReplayError(f"--from-files {path}: not a directory")
-    if fmt == "jsonl":
-        raw = spark.read.schema(_JSON_SCHEMA_DDL).option("mode", "FAILFAST").json(str(path))
-        key, value = F.unbase64(F.col("key")), F.unbase64(F.col("value"))
-        headers = F.transform(F.col("headers"), lambda h: F.struct(
-            h["key"].alias("key"), F.unbase64(h["value"]).alias("value")))
-    else:
-        raw = spark.read.parquet(str(path))
-        missing = {"key", "value", "topic", "partition", "offset", "timestamp"} - set(raw.columns)
-        if missing:
-            raise ReplayError(f"--from-files {path}: the parquet files lack column(s) {', '.join(sorted(missing))}; "
-                              "expected the Kafka source's columns (key, value, topic, partition, offset, "
-                              "timestamp, headers)")
-        key, value = F.col("key").cast("binary"), F.col("value").cast("binary")
-        headers = F.col("headers") if "headers" in raw.columns else F.lit(None)
-    timestamp_type = F.col("timestampType") if "timestampType" in raw.columns else F.lit(0)
-    df = raw.select(
-        key.alias("key"), value.alias("value"), F.col("topic").cast("string").alias("topic"),
-        F.col("partition").cast("int").alias("partition"), F.col("offset").cast("long").alias("offset"),
-        _timestamp_column(raw).alias("timestamp"), timestamp_type.cast("int").alias("timestampType"),
-        headers.cast("array<struct<key:string,value:binary>>").alias("headers"))
-    return df.dropDuplicates(["topic", "partition", "offset"])
+    rows = rows if rows is not None else read_export(directory, fmt)
+    schema = StructType([*kafka_schema(True).fields, StructField(PROBLEM, StringType())])
+    return spark.createDataFrame(rows.table, schema=schema)
 
 
 def resolve_file_plan(df: Any, begin: Bound, finish: Bound, topics: Sequence[str] | None,

@@ -1,0 +1,376 @@
+"""Reading exported Kafka records (``replay --from-files``) row by row, so that every bad row is named.
+
+Spark's readers stop a whole replay at the first bad row with an error naming neither file nor line
+(FAILFAST), or turn it into nulls that are then dropped in silence (PERMISSIVE). Here each file is
+read in the driver with pyarrow and the standard library, before Spark starts and before anything
+is written:
+
+- a file that cannot be read at all (a truncated parquet footer, a row group that does not decode,
+  a parquet column of a type no Kafka column has, an unreadable jsonl file) stops the replay with
+  ``ExportFileError``, one line naming the file;
+- a row without a usable Kafka position (a cut JSON line, no ``partition``, a string for a number,
+  a negative partition or offset) cannot be placed in any partition's range: it is an ``Unplaced``
+  dead letter whose reason names the file and the line (jsonl) or the row group and row (parquet);
+- a row with a position but a bad field (key or value not base64, a timestamp that is no time)
+  keeps its place in its partition's range with ``problem`` set; the mapping makes it a dead letter
+  at its offset (ingest.encode.prepare), so it counts like any other offset of the range.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ingest.encode.prepare import PROBLEM
+from ingest.replay.plan import FILE_FORMATS, ReplayError
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+ROWS_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", HEADERS), (PROBLEM, pa.string()),
+])
+REQUIRED = ("key", "value", "topic", "partition", "offset", "timestamp")
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
+
+class ExportFileError(ReplayError):
+    """A file of ``--from-files`` that cannot be read at all; the message names it."""
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """A row with no usable Kafka position: a dead letter of its own."""
+
+    reason: str                   # names the file and the line, or the row group and row
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    raw: bytes | None             # the line as it was (jsonl), the value (parquet)
+
+
+@dataclass
+class ExportRows:
+    """What the files hold: the placed rows (ROWS_SCHEMA, one per position), and the rest."""
+
+    table: pa.Table
+    unplaced: list[Unplaced] = field(default_factory=list)
+    repeated: int = 0             # rows at a position an earlier row already had (the first is kept)
+    files: int = 0
+
+
+class _Bad(Exception):
+    """Internal: this row's reason (the caller adds where it is)."""
+
+
+def export_files(directory: str | os.PathLike[str], fmt: str) -> list[Path]:
+    """The data files of an export, as Spark lists them (hidden and ``_`` files, e.g. _SUCCESS and
+    .crc, left out)."""
+    path = Path(directory)
+    if fmt not in FILE_FORMATS:
+        raise ReplayError(f"--format {fmt!r}: use jsonl or parquet")
+    if not path.is_dir():
+        raise ReplayError(f"--from-files {path}: not a directory")
+    files = sorted(p for p in path.rglob("*") if p.is_file()
+                   and not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts))
+    if not files:
+        raise ReplayError(f"--from-files {path}: no files in it")
+    return files
+
+
+def read_export(directory: str | os.PathLike[str], fmt: str) -> ExportRows:
+    """Every file of the export; see the module docstring."""
+    tables: list[pa.Table] = []
+    unplaced: list[Unplaced] = []
+    files = export_files(directory, fmt)
+    for path in files:
+        table, bad = (_read_jsonl if fmt == "jsonl" else _read_parquet)(path)
+        tables.append(table)
+        unplaced += bad
+    table = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+    table, repeated = _first_of_each_position(table)
+    return ExportRows(table, unplaced, repeated, len(files))
+
+
+def _first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
+    if table.num_rows == 0:
+        return table, 0
+    indexed = table.select(["topic", "partition", "offset"]).append_column(
+        "i", pa.array(range(table.num_rows), pa.int64()))
+    first = indexed.group_by(["topic", "partition", "offset"]).aggregate([("i", "min")]).column("i_min")
+    if len(first) == table.num_rows:
+        return table, 0
+    return table.take(pc.sort_indices(first)), table.num_rows - len(first)
+
+
+# ---------------------------------------------------------------------------------------- jsonl
+
+def _read_jsonl(path: Path) -> tuple[pa.Table, list[Unplaced]]:
+    rows: list[dict[str, Any]] = []
+    unplaced: list[Unplaced] = []
+    try:
+        with open(path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{path} line {number}"
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:   # a cut line, a stray byte: where in the line, not the file
+                    unplaced.append(Unplaced(f"{where}: not a JSON object ({exc.msg} at column {exc.colno})",
+                                             None, None, None, line.rstrip(b"\r\n")))
+                    continue
+                except (ValueError, UnicodeDecodeError) as exc:
+                    unplaced.append(Unplaced(f"{where}: not a JSON object ({_short(exc)})", None, None, None,
+                                             line.rstrip(b"\r\n")))
+                    continue
+                if not isinstance(obj, dict):
+                    unplaced.append(Unplaced(f"{where}: not a JSON object (a {type(obj).__name__})", None, None,
+                                             None, line.rstrip(b"\r\n")))
+                    continue
+                try:
+                    topic, partition, offset = _position(obj.get("topic"), obj.get("partition"), obj.get("offset"))
+                except _Bad as bad:
+                    unplaced.append(Unplaced(f"{where}: {bad}", *_as_given(obj), line.rstrip(b"\r\n")))
+                    continue
+                rows.append(_json_row(obj, topic, partition, offset, where))
+    except OSError as exc:
+        raise ExportFileError(f"--from-files: cannot read {path}: {exc.strerror or exc}") from None
+    return pa.Table.from_pylist(rows, schema=ROWS_SCHEMA), unplaced
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).split("\n")[0][:200]
+
+
+def _as_given(obj: dict) -> tuple[str | None, int | None, int | None]:
+    """The coordinates a dead letter can carry: each one only if it is of its type and range."""
+    topic = obj.get("topic") if isinstance(obj.get("topic"), str) else None
+    partition, offset = obj.get("partition"), obj.get("offset")
+    return (topic, partition if _fits(partition, INT32_MAX) else None,
+            offset if _fits(offset, INT64_MAX) else None)
+
+
+def _fits(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -limit - 1 <= value <= limit
+
+
+def _position(topic: Any, partition: Any, offset: Any) -> tuple[str, int, int]:
+    if topic is None:
+        raise _Bad("topic is missing")
+    if not isinstance(topic, str) or not topic:
+        raise _Bad(f"topic {topic!r} is not a topic name")
+    for name, value, limit in (("partition", partition, INT32_MAX), ("offset", offset, INT64_MAX)):
+        if value is None:
+            raise _Bad(f"{name} is missing")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad(f"{name} {value!r} is not an integer")
+        if value < 0 or value > limit:
+            raise _Bad(f"{name} {value} is not a Kafka {name} (0 to {limit})")
+    return topic, partition, offset
+
+
+def _json_row(obj: dict, topic: str, partition: int, offset: int, where: str) -> dict[str, Any]:
+    """The row in ROWS_SCHEMA; a bad field sets ``problem`` and keeps the text as it was."""
+    row: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset, "key": None, "value": None,
+                           "timestamp": None, "timestampType": 0, "headers": None, PROBLEM: None}
+    problems = []
+    for name in ("key", "value"):
+        text = obj.get(name)
+        try:
+            row[name] = _unbase64(text, name)
+        except _Bad as bad:
+            problems.append(str(bad))
+            row[name] = str(text).encode("utf-8", "replace")
+    try:
+        row["timestamp"] = _timestamp(obj.get("timestamp"))
+    except _Bad as bad:
+        problems.append(str(bad))
+    kind = obj.get("timestampType", 0)
+    if kind is None or (isinstance(kind, int) and not isinstance(kind, bool) and -(2**31) <= kind <= INT32_MAX):
+        row["timestampType"] = kind or 0
+    else:
+        problems.append(f"timestampType {kind!r} is not an integer")
+    try:
+        row["headers"] = _headers(obj.get("headers"))
+    except _Bad as bad:
+        problems.append(str(bad))
+    if problems:
+        row[PROBLEM] = f"{where}: {'; '.join(problems)}"
+    return row
+
+
+def _unbase64(text: Any, name: str) -> bytes | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise _Bad(f"{name} {text!r} is not a base64 string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _Bad(f"{name} is not base64 ({exc})") from None
+
+
+def _timestamp(value: Any) -> datetime:
+    """An ISO-8601 string (Spark's form; no zone = UTC), or epoch milliseconds (a number or digits)."""
+    if value is None:
+        raise _Bad("timestamp is missing")
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            raise _Bad(f"timestamp {value} is out of range (epoch milliseconds)") from None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise _Bad(f"timestamp {value!r} is neither ISO-8601 nor epoch milliseconds") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    raise _Bad(f"timestamp {value!r} is neither ISO-8601 nor epoch milliseconds")
+
+
+def _headers(value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Bad("headers is not a list")
+    out = []
+    for i, h in enumerate(value):
+        if not isinstance(h, dict) or not isinstance(h.get("key"), str):
+            raise _Bad(f"header {i} is not {{\"key\": text, \"value\": base64}}")
+        out.append({"key": h["key"], "value": _unbase64(h.get("value"), f"header {h['key']!r} value")})
+    return out
+
+
+# -------------------------------------------------------------------------------------- parquet
+
+def _read_parquet(path: Path) -> tuple[pa.Table, list[Unplaced]]:
+    try:
+        pf = pq.ParquetFile(path)       # the footer: a truncated or foreign file fails here
+    except (OSError, pa.ArrowException) as exc:
+        raise ExportFileError(f"--from-files: {path} is not a readable parquet file ({_short(exc)})") from None
+    missing = [c for c in REQUIRED if c not in pf.schema_arrow.names]
+    if missing:
+        raise ExportFileError(f"--from-files: {path} lacks column(s) {', '.join(missing)}; expected the Kafka "
+                              "source's columns (key, value, topic, partition, offset, timestamp, headers)")
+    tables, unplaced = [], []
+    for group in range(pf.num_row_groups):
+        try:
+            raw = pf.read_row_group(group)
+        except (OSError, pa.ArrowException) as exc:
+            raise ExportFileError(f"--from-files: {path} row group {group} cannot be read ({_short(exc)})") from None
+        table, bad = _parquet_rows(raw, f"{path} row group {group}", path)
+        tables.append(table)
+        unplaced += bad
+    return (pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()), unplaced
+
+
+def _column(raw: pa.Table, name: str, typ: pa.DataType, path: Path) -> pa.ChunkedArray:
+    if name not in raw.column_names:
+        return pa.chunked_array([pa.nulls(raw.num_rows, typ)])
+    try:
+        return raw.column(name).cast(typ)
+    except (pa.ArrowException, ValueError) as exc:
+        raise ExportFileError(f"--from-files: {path} column {name} is {raw.column(name).type}, which cannot be "
+                              f"the Kafka column's {typ} ({_short(exc)})") from None
+
+
+def _parquet_rows(raw: pa.Table, where: str, path: Path) -> tuple[pa.Table, list[Unplaced]]:
+    n = raw.num_rows
+    topics, partitions, offsets = (raw.column(c).to_pylist() for c in ("topic", "partition", "offset"))
+    good: list[int] = []
+    unplaced = []
+    values = None
+    for i in range(n):
+        try:
+            _position(topics[i], partitions[i], offsets[i])
+            good.append(i)
+        except _Bad as bad:
+            if values is None:
+                values = _column(raw, "value", pa.binary(), path).to_pylist()
+            as_given = _as_given({"topic": topics[i], "partition": partitions[i], "offset": offsets[i]})
+            unplaced.append(Unplaced(f"{where} row {i}: {bad}", *as_given, values[i]))
+    kept = raw if len(good) == n else raw.take(pa.array(good, pa.int64()))
+    problems = pa.nulls(kept.num_rows, pa.string())
+    timestamps = kept.column("timestamp")
+    if pa.types.is_timestamp(timestamps.type):
+        ts = timestamps.cast(pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))   # no zone = UTC
+    elif pa.types.is_integer(timestamps.type):
+        ts = pc.multiply(timestamps.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+    else:   # text: parsed one by one, like jsonl, so a bad one is named
+        parsed, reasons = [], []
+        for i, value in zip(good, timestamps.to_pylist()):
+            try:
+                parsed.append(_timestamp(value))
+                reasons.append(None)
+            except _Bad as bad:
+                parsed.append(None)
+                reasons.append(f"{where} row {i}: {bad}")
+        ts, problems = pa.array(parsed, pa.timestamp("us", tz="UTC")), pa.array(reasons, pa.string())
+    cols = {"key": _column(kept, "key", pa.binary(), path), "value": _column(kept, "value", pa.binary(), path),
+            "topic": _column(kept, "topic", pa.string(), path), "partition": _column(kept, "partition", pa.int32(), path),
+            "offset": _column(kept, "offset", pa.int64(), path), "timestamp": ts,
+            "timestampType": pc.fill_null(_column(kept, "timestampType", pa.int32(), path), 0),
+            "headers": _column(kept, "headers", HEADERS, path), PROBLEM: problems}
+    return pa.table([cols[f.name] for f in ROWS_SCHEMA], schema=ROWS_SCHEMA), unplaced
+
+
+def iter_problems(rows: ExportRows) -> Iterator[str]:
+    """Every reason of the export's bad rows, unplaced first (for logs and tests)."""
+    yield from (u.reason for u in rows.unplaced)
+    yield from (p for p in rows.table.column(PROBLEM).to_pylist() if p is not None)
+
+
+# ------------------------------------------------------------------------ writing the unplaced
+
+def unplaced_table(unplaced: list[Unplaced]) -> pa.Table:
+    """The unplaced rows as dead rows of the hand-over (sink.batch.ENCODED_SCHEMA)."""
+    from sink.batch import ENCODED_SCHEMA
+
+    n = len(unplaced)
+    cols: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in ENCODED_SCHEMA}
+    cols.update({"kafka_topic": pa.array([u.topic for u in unplaced], pa.string()),
+                 "kafka_partition": pa.array([u.partition for u in unplaced], pa.int32()),
+                 "kafka_offset": pa.array([u.offset for u in unplaced], pa.int64()),
+                 "dead_reason": pa.array([u.reason for u in unplaced], pa.string()),
+                 "raw_value": pa.array([u.raw for u in unplaced], pa.binary())})
+    return pa.table([cols[f.name] for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)
+
+
+def write_unplaced(writer: Any, unplaced: list[Unplaced]) -> tuple[int, int]:
+    """Write the rows no partition range holds as one batch of dead letters, before the ranges.
+    They move no Kafka offset (sink.writer.kafka_next_offsets), so what makes them exactly once is
+    their reason, which names the file and line: one already in the store's dead letters (an earlier
+    run of the same replay) is not written again. Returns (written, already held)."""
+    from sink import read_dead_letters
+
+    if not unplaced:
+        return 0, 0
+    known = {d.get("reason") for d in read_dead_letters(writer.root)}
+    todo = [u for u in unplaced if u.reason not in known]
+    if todo:
+        writer.write_batch(writer.state.batch_id + 1, None, unplaced_table(todo))
+    return len(todo), len(unplaced) - len(todo)
+
+
+def selected(unplaced: list[Unplaced], topics: tuple[str, ...] | None, pattern: str | None) -> list[Unplaced]:
+    """The unplaced rows of the topics asked for; a row whose topic is unknown is always kept."""
+    import re
+
+    if not topics and not pattern:
+        return unplaced
+    return [u for u in unplaced if u.topic is None
+            or (u.topic in topics if topics else re.fullmatch(pattern or "", u.topic) is not None)]

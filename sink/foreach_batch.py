@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from sink.batch import prepare
-from sink.spark_checkpoint import checkpoint_query_id
+from sink.spark_checkpoint import checkpoint_query_id, local_checkpoint_path
 from sink.writer import BatchStats, CommitLogWriter
 
 log = logging.getLogger("commitlog.batch")
@@ -58,13 +58,14 @@ class ForeachBatchSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         with self.lock:
             if self.stopping.is_set():
-                # The job is stopping: this batch is left to the next run. Where the checkpoint
-                # is rewound to the store on start (overlap), Spark may record it unwritten; else
-                # only a failed batch keeps Spark from recording it.
-                if self._executor is not None:
-                    log.info("batch %d left to the next run: the job is stopping", batch_id)
-                    return
-                raise InterruptedError(f"batch {batch_id} not started: the job is stopping")
+                # The job is stopping: this batch is left to the next run. Returning is quiet (an
+                # exception here is a Python traceback in Spark's log) and safe where Spark's record
+                # of the batch is rewound to the store on the next start (sink.spark_checkpoint);
+                # elsewhere only failing the batch keeps Spark from counting it as done.
+                if self.checkpoint_dir is not None and local_checkpoint_path(self.checkpoint_dir) is None:
+                    raise InterruptedError(f"batch {batch_id} not started: the job is stopping")
+                log.info("batch %d left to the next run: the job is stopping", batch_id)
+                return
             started = time.perf_counter()
             query_id = checkpoint_query_id(self.checkpoint_dir)
             # A batch in the writer has a lower id than this one, so the committed state decides.

@@ -97,6 +97,9 @@ def test_request_stop_waits_for_the_batch_in_the_writer_then_refuses_new_ones(tm
     threading.Timer(0.2, release.set).start()
     assert sink.request_stop()
     assert w.state.batch_id == 0, "stop returned before the batch in the writer was committed"
+    sink(collected(5), 1)            # left to the next start, quietly: no checkpoint to rewind
+    assert sink.batches == 1 and w.state.batch_id == 0
+    sink.checkpoint_dir = "hdfs://nn/checkpoint"   # a checkpoint the next start cannot rewind
     with pytest.raises(InterruptedError):
         sink(collected(5), 1)
     sink.close()

@@ -98,7 +98,9 @@ def test_job_survives_sigkill_at_random_moments(bootstrap_servers: str, tmp_path
                 pytest.fail(f"run {kill} did not reach {env['COMMITLOG_CRASH_AT']}: {run_log}")
             finally:
                 try:
-                    os.killpg(proc.pid, signal.SIGKILL)   # the run, its JVM and its Python workers
+                    # the run (its JVM leads a session of its own and exits when the run's end
+                    # closes its stdin, ingest/spark_session.py)
+                    os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 proc.wait()

@@ -1,5 +1,6 @@
 """The C path from fetched Kafka batches to CommitLog records gives, row for row and byte for byte,
-what the general path (decode, map, encode) gives, and hands back every fetch it does not cover."""
+what the general path (decode, map, encode) gives: the records it covers encoded by the kernel, every
+other one handed back, mapped the general way and put back in its place."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import shutil
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.consumer.fetcher import Fetcher
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -75,10 +78,13 @@ def both_ways(data: bytes, fetch_offset: int, until: int, mapping: MappingConfig
               codec: CodecConfig = CodecConfig()) -> tuple[pa.RecordBatch | None, pa.RecordBatch, DirectEncoder]:
     encoder = DirectEncoder.for_partition(TOPIC, PARTITION, mapping, codec)
     assert encoder is not None
-    direct = encoder.encode(chunk_of(data, fetch_offset), until)
     rng = KafkaOffsetRange(TOPIC, PARTITION, fetch_offset, until)
-    general = map_and_encode(chunk_to_batch(chunk_of(data, fetch_offset), rng, SCHEMA), mapping, codec)
-    return direct, general, encoder
+
+    def the_general_way(chunk: ArrowChunk) -> pa.RecordBatch:
+        return map_and_encode(chunk_to_batch(chunk, rng, SCHEMA), mapping, codec)
+
+    direct = encoder.encode(chunk_of(data, fetch_offset), until, the_general_way)
+    return direct, the_general_way(chunk_of(data, fetch_offset)), encoder
 
 
 def assert_same(direct: pa.RecordBatch | None, general: pa.RecordBatch) -> None:
@@ -128,27 +134,72 @@ def test_log_append_time_gives_every_record_the_batch_time() -> None:
     assert_same(direct, general)
 
 
+def test_utf8_keys_headers_and_tombstones_are_encoded_by_the_kernel() -> None:
+    records = [(b"\xc3\xa9t\xc3\xa9", b"v", [("TAGS", "\u00e9t\u00e9 \U0001f600".encode())]),
+               ("\u6771\u4eac".encode(), None, [("n\u00e4me", "caf\u00e9".encode()), ("trace", b"t")]),
+               (b"k", None, []), (None, b"", [("x", b"\x00")]), ("\U0001f680".encode(), b"body", [])]
+    for mapping in (MappingConfig(), MappingConfig(queue_mode="key-hash", queue_count=7)):
+        direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, 5, mapping)
+        assert_same(direct, general)
+        assert encoder.fallbacks == {} and encoder.direct_records == 5
+    tombstones = [r for r in direct.column("record").to_pylist() if b"KAFKA_VALUE_NULL\x01true\x02" in r]
+    assert len(tombstones) == 2
+
+
 @pytest.mark.parametrize("record, reason", [
-    ((b"\xc3\xa9t\xc3\xa9", b"v", []), "key not plain ASCII"),
-    ((b"a\x02b", b"v", []), "key not plain ASCII"),
-    ((None, b"v", [("n\xe4me", b"v")]), "header name not plain ASCII"),
-    ((None, b"v", [("", b"v")]), "header name not plain ASCII"),
-    ((None, b"v", [("trace", b"caf\xc3\xa9")]), "header value not plain ASCII"),
-    ((None, b"v", [("trace", b"a\x02b")]), "header value not plain ASCII"),
+    ((b"caf\xe9", b"v", []), "key not UTF-8 text"),
+    ((b"a\x02b", b"v", []), "key not UTF-8 text"),
+    ((None, b"v", [("", b"v")]), "header name not UTF-8 text"),
+    ((None, b"v", [("a\x01b", b"v")]), "header name not UTF-8 text"),
+    ((None, b"v", [("trace", b"\xff\xfe")]), "header value null, empty or not UTF-8 text"),
+    ((None, b"v", [("trace", b"a\x02b")]), "header value null, empty or not UTF-8 text"),
+    ((None, b"v", [("trace", None)]), "header value null, empty or not UTF-8 text"),
+    ((None, b"v", [("trace", b"")]), "header value null, empty or not UTF-8 text"),
+    ((None, b"v", [("KAFKA_OFFSET", b"7")]), "header name reserved or repeated"),
+    ((None, b"v", [("trace", b"1"), ("span", b"2"), ("trace", b"3")]), "header name reserved or repeated"),
+    ((None, b"v", [("h%d" % i, b"v") for i in range(40)]), "header name reserved or repeated"),
     ((None, b"v", [("bornHost", b"10.0.0.1:5")]), "born-host or DELAY header"),
     ((None, b"v", [("DELAY", b"3")]), "born-host or DELAY header"),
     ((None, b"x" * 200, []), "record over a limit"),
     ((None, b"v", [("h", b"x" * 40000)]), "record over a limit"),
-], ids=["utf8-key", "separator-key", "utf8-header-name", "empty-header-name", "utf8-header-value",
-        "separator-value", "born-host", "delay", "body-over-max", "properties-over-max"])
-def test_a_fetch_holding_what_the_direct_path_does_not_cover_goes_the_general_way(record: Record,
-                                                                                  reason: str) -> None:
+], ids=["latin1-key", "separator-key", "empty-header-name", "separator-header-name", "binary-header-value",
+        "separator-value", "null-header-value", "empty-header-value", "reserved-header-name", "repeated-header",
+        "many-headers", "born-host", "delay", "body-over-max", "properties-over-max"])
+def test_a_record_the_kernel_does_not_cover_is_handed_back_and_put_back_in_its_place(record: Record,
+                                                                                   reason: str) -> None:
     filler = [(b"k%d" % i, b"body", [("TAGS", b"T")]) for i in range(10)]
     records = filler + [record] + filler
     direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, 21, MappingConfig(max_message_size=150))
-    assert direct is None
+    assert_same(direct, general)
     assert encoder.fallbacks == {reason: 1}
-    assert general.num_rows == 21
+    assert encoder.direct_records == 20
+
+
+def test_handed_back_records_keep_their_place_across_batches_and_codecs() -> None:
+    rnd = random.Random(11)
+    odd = [(b"\xff%d" % i, b"v", [("dup", b"1"), ("dup", b"2")]) for i in range(3)]
+    batches = [(0, plain_records(rnd, 30) + odd[:1], GZIP), (31, odd[1:] + plain_records(rnd, 30), NONE),
+               (63, plain_records(rnd, 5), ZSTD)]
+    direct, general, encoder = both_ways(fetched(batches), 5, 66)
+    assert_same(direct, general)
+    assert direct.column("kafka_offset").to_pylist()[:59] == sorted(direct.column("kafka_offset").to_pylist()[:59])
+
+
+_TEXTS = st.one_of(st.text(max_size=6).map(str.encode), st.binary(max_size=6),
+                   st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"bornHost", b"a\x01", b"\x02"]))
+_RECORDS = st.lists(st.tuples(
+    st.one_of(st.none(), _TEXTS), st.one_of(st.none(), st.binary(max_size=40)),
+    st.lists(st.tuples(_TEXTS.map(lambda b: b.decode("utf-8", "replace")), st.one_of(st.none(), _TEXTS)),
+             max_size=4)), min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=_RECORDS, key_hash=st.booleans())
+def test_any_records_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool) -> None:
+    mapping = MappingConfig(queue_mode="key-hash", queue_count=5) if key_hash else MappingConfig()
+    direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, len(records), mapping)
+    assert_same(direct, general)
+    assert encoder.direct_records + sum(encoder.fallbacks.values()) == len(records)
 
 
 def test_settings_it_does_not_cover_leave_every_fetch_to_the_general_path() -> None:
@@ -161,13 +212,13 @@ def test_a_damaged_batch_is_left_to_the_general_path_which_reports_it() -> None:
     raw = bytearray(fetched([(0, [(b"k", b"value", [])] * 3, NONE)]))
     raw[61] = 0x7E  # first record's length varint now claims 63 bytes
     encoder = DirectEncoder.for_partition(TOPIC, PARTITION, MappingConfig(), CodecConfig())
-    assert encoder.encode(chunk_of(bytes(raw), 0), 3) is None
-    assert encoder.fallbacks == {"damaged batch": 1}
+    assert encoder.encode(chunk_of(bytes(raw), 0), 3, lambda rest: pytest.fail("no record is handed back")) is None
+    assert encoder.fallbacks == {"damaged batch": 3}
     with pytest.raises(CorruptBatchError):
         chunk_of(bytes(raw), 0).columns
 
 
-def test_a_task_encodes_plain_fetches_directly_and_the_others_the_general_way() -> None:
+def test_a_task_encodes_what_the_kernel_covers_and_the_rest_the_general_way() -> None:
     from ingest.encode.message_source import EncodedBatches
     from ingest.kafka.read import KafkaColumns
 
@@ -176,7 +227,8 @@ def test_a_task_encodes_plain_fetches_directly_and_the_others_the_general_way() 
     plain = fetched([(0, [(b"k", b"body", [])] * 20, NONE)])
     odd = fetched([(20, [(b"k", b"body", [])] * 19 + [(b"\xff", b"body", [])], NONE)])
     first, second = maker.from_chunk(chunk_of(plain, 0), rng), maker.from_chunk(chunk_of(odd, 20), rng)
-    assert maker.fallbacks() == {"key not plain ASCII": 1}     # the first fetch went the direct way
+    assert maker.fallbacks() == {"key not UTF-8 text": 1}
+    assert maker.direct_records() == 39
     assert first.column("kafka_offset").to_pylist() == list(range(20))
     assert second.column("kafka_offset").to_pylist() == list(range(20, 40))
     _, general, _ = both_ways(odd, 20, 40)

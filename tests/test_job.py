@@ -10,6 +10,7 @@ import pytest
 
 from ingest.config import JobConfig
 from ingest.encode.mapping import uniq_key
+from ingest.encode.restore import kafka_headers
 from ingest.job import run_stream
 from sink import read_dead_letters
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
@@ -104,22 +105,26 @@ def test_bad_records_go_to_dead_letters_and_the_stream_goes_on(
     create_topics(bootstrap_servers, topics)
     good = sample(topics, 400)
     bad = [(topics[0], 1, b"big", b"x" * 5000, []),
-           (topics[0], 2, b"sep", b"v", [("h", b"a\x02b")]),
-           (topics[0], 3, b"utf", b"v", [("h", b"\xff")])]
-    sent = produce(bootstrap_servers, good[:200] + bad + good[200:])
+           (topics[0], 2, b"props", b"v", [("h", b"y" * 33000)])]
+    odd = [(topics[0], 3, b"sep", b"v", [("h", b"a\x02b")]),
+           (topics[0], 0, b"utf", b"v", [("h", b"\xff")])]
+    sent = produce(bootstrap_servers, good[:200] + bad + odd + good[200:])
     cfg = job_config(bootstrap_servers, topics, tmp_path, max_message_size=4096)
     run_until_caught_up(cfg, spark)
 
-    bad_sent = [s for s in sent if s.key in (b"big", b"sep", b"utf")]
+    bad_sent = [s for s in sent if s.key in (b"big", b"props")]
     good_sent = [s for s in sent if s not in bad_sent]
     found = assert_exactly_once(cfg.store, good_sent)
     assert len(found) == len(good_sent)
     assert_queues_contiguous_in_partition_order(found)
+    for s in (s for s in sent if s.key in (b"sep", b"utf")):
+        [(_, msg)] = found[(s.topic, s.partition, s.offset)]
+        assert kafka_headers(msg.properties) == [("h", b"a\x02b" if s.key == b"sep" else b"\xff")]
     letters = {(d["topic"], d["partition"], d["offset"]): d for d in read_dead_letters(cfg.store)}
     assert set(letters) == {(s.topic, s.partition, s.offset) for s in bad_sent}
     reasons = " | ".join(d["reason"] for d in letters.values())
     assert "body is 5000 bytes, over the limit of 4096" in reasons
-    assert "separator" in reasons and "UTF-8" in reasons
+    assert "over the limit of 32767" in reasons
 
 
 def test_a_record_no_segment_can_hold_is_a_dead_letter_not_a_poison_pill(

@@ -2,7 +2,8 @@
 the kafka-python we read with, land in the store exactly once through `run` and `replay`: every
 compression codec, batches of many records, an idempotent and a transactional producer (committed
 transactions in, aborted ones and the control records out), null and empty keys and values, values
-up to 900 KB, headers with null values."""
+up to 900 KB, headers with null, empty, binary and repeated values: each record's key, value
+(tombstones included) and headers read back from the store as they were produced."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ingest.config import JobConfig
+from ingest.encode.restore import kafka_headers, kafka_key, kafka_value
 from ingest.job import run_stream
 from ingest.replay.command import ReplayOptions, replay
 from tests.kafka_helpers import create_topics, store_by_coordinates, unique_topic
@@ -32,6 +34,7 @@ class Produced:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def record(i: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
@@ -45,6 +48,9 @@ def record(i: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | 
     else:
         value = (b"value-%d-" % i) * (i % 40)
     headers = [("trace", b"t-%d" % i), ("nullable", None)] if i % 3 == 0 else []
+    if i % 7 == 0:
+        headers += [("trace", b"again"), ("empty", b""), ("bin", bytes([0xFF, 0, 2, i % 256])),
+                    ("caf\u00e9", "\u00e9t\u00e9".encode())]
     return key, value, headers
 
 
@@ -56,15 +62,17 @@ def produce(bootstrap: str, topic: str, n: int, config: dict[str, object]) -> li
     delivered: list[Produced] = []
     errors: list[str] = []
 
-    def done(err: object, msg: object) -> None:
+    def done(err: object, msg: object, headers: list[tuple[str, bytes | None]]) -> None:
         if err is not None:
             errors.append(str(err))
         else:
-            delivered.append(Produced(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+            delivered.append(Produced(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                      tuple(headers)))
 
     for i in range(n):
         key, value, headers = record(i)
-        producer.produce(topic, key=key, value=value, headers=headers, partition=i % PARTITIONS, on_delivery=done)
+        producer.produce(topic, key=key, value=value, headers=headers, partition=i % PARTITIONS,
+                         on_delivery=lambda err, msg, h=headers: done(err, msg, h))
     assert producer.flush(60) == 0 and not errors, errors
     return delivered
 
@@ -82,8 +90,9 @@ def produce_transactions(bootstrap: str, topic: str) -> list[Produced]:
         for i in range(25):
             key, value, headers = record(t * 25 + i)
             producer.produce(topic, key=key, value=value, headers=headers, partition=i % PARTITIONS,
-                             on_delivery=lambda err, msg, sent=sent: sent.append(
-                                 Produced(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())))
+                             on_delivery=lambda err, msg, sent=sent, h=headers: sent.append(
+                                 Produced(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                          tuple(h))))
         if t % 2 == 0:
             producer.commit_transaction(30)
             kept += sent
@@ -118,7 +127,10 @@ def assert_exactly_once(store: Path, produced: dict[str, list[Produced]]) -> Non
     assert set(found) == set(sent), (f"missing {sorted(set(sent) - set(found))[:5]}, "
                                      f"not produced (control or aborted records?) {sorted(set(found) - set(sent))[:5]}")
     for coords, [(_, msg)] in found.items():
-        assert bytes(msg.body) == (sent[coords].value or b""), f"body differs at {coords}"
+        produced_record = sent[coords]
+        assert kafka_value(msg.body, msg.properties) == produced_record.value, f"value differs at {coords}"
+        assert kafka_key(msg.properties) == (produced_record.key or None), f"key differs at {coords}"
+        assert kafka_headers(msg.properties) == list(produced_record.headers), f"headers differ at {coords}"
     by_queue: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for (topic, partition, offset), [(_, msg)] in found.items():
         by_queue.setdefault((msg.topic, msg.queue_id), []).append((offset, msg.queue_offset))

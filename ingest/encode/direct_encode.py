@@ -7,18 +7,23 @@ per field, ~70 ms of CPU per 50,000 records, the largest part of what the job co
 made of, in C (ingest/encode/_direct_encode.c, built by setup.py): it walks the fetched bytes once and
 writes each record's head, body, topic and properties where they belong, with the body CRC.
 
-It covers the mapping's default rules only, and refuses a whole fetch for anything else: the
-envelope mode, property CRCs, a key or header that is not plain ASCII or holds a property
-separator, the born-host or DELAY header, a record over a limit (a dead letter), a damaged batch.
-A refused fetch goes the general way, which knows every rule and every error message; the two
-give the same rows for what both cover (tests/test_direct_encode.py). Without a C compiler at
-install time there is no kernel and every fetch goes the general way.
+It covers the mapping's default rules for the records real streams are made of (UTF-8 keys and
+headers, tombstones) and hands back the others, row by row: a key or header that is not UTF-8 text
+or holds a property separator, a null, empty, reserved or repeated header (kept as KAFKA_HEADERS),
+the born-host or DELAY header, a record over a limit (a dead letter). Those records are decoded,
+mapped and encoded the general way, which knows every rule and every error message, and put back
+in their place, so the rows, their order and so their queue offsets are what the general path
+gives for the whole fetch (tests/test_direct_encode.py). A whole fetch goes the general way only
+when a batch does not parse, or for settings the kernel does not cover at all (the envelope
+mode, property CRCs). Without a C compiler at install time there is no kernel and every fetch goes
+the general way.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +31,7 @@ import pyarrow as pa
 
 from ingest.encode.mapping import (
     PROPERTY_KAFKA_OFFSET,
+    PROPERTY_KAFKA_VALUE_NULL,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
     RESERVED_PROPERTIES,
@@ -33,6 +39,7 @@ from ingest.encode.mapping import (
     topic_problem,
     uniq_key,
 )
+from ingest.kafka.decode import BatchSection
 from ingest.kafka.fetch import ArrowChunk
 from sink.batch import ENCODED_SCHEMA
 from store import StoreError
@@ -61,13 +68,13 @@ except ImportError:  # built without a C compiler: the general path only
 
 log = logging.getLogger(__name__)
 
-FALLBACK_REASONS = {1: "damaged batch", 2: "key not plain ASCII", 3: "header name not plain ASCII",
-                    4: "header value not plain ASCII", 5: "born-host or DELAY header", 6: "record over a limit",
-                    7: "output buffer too small"}
+FALLBACK_REASONS = {1: "damaged batch", 2: "key not UTF-8 text", 3: "header name not UTF-8 text",
+                    4: "header value null, empty or not UTF-8 text", 5: "born-host or DELAY header",
+                    6: "record over a limit", 7: "output buffer too small", 8: "header name reserved or repeated"}
 # TOTALSIZE .. BODYLENGTH without the two hosts: STORETIMESTAMP, RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET and
 # BODYLENGTH follow BORNTIMESTAMP's 8 bytes and the born host
 _HEAD_FIXED = POS_BORNHOST + 8 + 4 + 8 + 4
-_RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names skipped
+_RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names handed back
 
 
 def available() -> bool:
@@ -91,7 +98,8 @@ class DirectEncoder:
     max_record: int
     key_hash_queues: int        # 0: queueId = the Kafka partition
     sys_flag: int
-    fallbacks: Counter = field(default_factory=Counter)
+    fallbacks: Counter = field(default_factory=Counter)   # records that went the general way, by reason
+    direct_records: int = 0                                # records the kernel encoded
 
     @classmethod
     def for_partition(cls, topic: str, partition: int, mapping: MappingConfig,
@@ -126,12 +134,15 @@ class DirectEncoder:
     def _record_overhead(self) -> int:
         # the most a record's encoding adds to its key, value and header bytes in the fetch
         return (len(self.head) + len(self.topic_part) + 2 + len("KEYS") + 2 + len(self.coords_prefix) + 20
-                + len(f"{SEP2}{PROPERTY_UNIQ_KEY}{SEP1}") + len(self.uniq_prefix) + 16 + 1)
+                + len(f"{SEP2}{PROPERTY_UNIQ_KEY}{SEP1}") + len(self.uniq_prefix) + 16 + 1
+                + len(f"{PROPERTY_KAFKA_VALUE_NULL}{SEP1}true{SEP2}"))
 
-    def encode(self, chunk: ArrowChunk, until_offset: int) -> pa.RecordBatch | None:
+    def encode(self, chunk: ArrowChunk, until_offset: int,
+               general: Callable[[ArrowChunk], pa.RecordBatch]) -> pa.RecordBatch | None:
         """The records of ``chunk`` in [its fetch offset, ``until_offset``) as ENCODED_SCHEMA rows
-        (what ingest.encode.prepare.map_and_encode makes of them), or None: map and encode them the
-        general way."""
+        (what ingest.encode.prepare.map_and_encode makes of them), or None: map and encode the whole
+        fetch the general way. ``general`` maps and encodes the records handed back (a chunk of
+        them): their live rows are put back in offset order, their dead letters follow."""
         if _kernel is None or "columns" in chunk.__dict__:
             return None
         chunk.drop_from(until_offset)
@@ -144,22 +155,34 @@ class DirectEncoder:
         starts, kafka_offsets = np.empty(rows, np.int64), np.empty(rows, np.int64)
         tags_codes, timestamps = np.empty(rows, np.int64), np.empty(rows, np.int64)
         queue_ids = np.empty(rows, np.int32)
+        back = np.empty((rows, 4), np.int64)
         fields = np.array([(s.count, s.base_offset, s.first_timestamp, s.max_timestamp, s.log_append_time,
                             len(s.records)) for s in sections], np.int64).reshape(-1, 6)
+        records = sections[0].records if len(sections) == 1 else b"".join(s.records for s in sections)
         done = _kernel.encode_fetch(
-            b"".join(s.records for s in sections), fields, chunk.fetch_offset, until_offset, out, starts, queue_ids,
-            tags_codes, kafka_offsets, timestamps, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix,
-            _RESERVED, self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition,
+            records, fields, chunk.fetch_offset, until_offset, out, starts, queue_ids, tags_codes, kafka_offsets,
+            timestamps, back, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED,
+            self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition,
             self.key_hash_queues, (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
         if isinstance(done, int):
-            reason = FALLBACK_REASONS.get(-done, str(done))
-            if not self.fallbacks:
-                log.info("%s-%d: a fetch goes the general way (%s)", self.topic, self.partition, reason)
-            self.fallbacks[reason] += 1
+            self._count(FALLBACK_REASONS.get(-done, str(done)), rows, "a fetch goes")
             return None
-        pos, row = done
-        return self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
-                           timestamps[:row])
+        pos, row, handed_back = done
+        self.direct_records += row
+        direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
+                             timestamps[:row])
+        if not handed_back:
+            return direct
+        back = back[:handed_back]
+        for code, count in zip(*np.unique(back[:, 3], return_counts=True)):
+            self._count(FALLBACK_REASONS.get(int(code), str(code)), int(count), "records go")
+        rest = ArrowChunk(chunk.offset, _sections_of(back, sections, records), chunk.fetch_offset)
+        return merge_in_offset_order(direct, general(rest))
+
+    def _count(self, reason: str, records: int, what: str) -> None:
+        if reason not in self.fallbacks:
+            log.info("%s-%d: %s the general way (%s)", self.topic, self.partition, what, reason)
+        self.fallbacks[reason] += records
 
     def _batch(self, data: np.ndarray, starts: np.ndarray, queue_ids: np.ndarray, tags_codes: np.ndarray,
                kafka_offsets: np.ndarray, timestamps: np.ndarray) -> pa.RecordBatch:
@@ -176,3 +199,35 @@ class DirectEncoder:
         return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type)
                                            for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)
 
+
+
+def _sections_of(back: np.ndarray, sections: list[BatchSection], records: bytes) -> list[BatchSection]:
+    """The handed-back records as sections of their own: each batch's handed-back records back to
+    back under that batch's fields (a record's offset and time are deltas from them)."""
+    out = []
+    groups = np.flatnonzero(np.diff(back[:, 0], prepend=-1)) if len(back) else np.zeros(0, np.int64)
+    view = memoryview(records)
+    for g, end in zip(groups, [*groups[1:], len(back)]):
+        sec = sections[int(back[g, 0])]
+        part = b"".join(view[int(a):int(b)] for a, b in back[g:end, 1:3])
+        out.append(BatchSection(records=part, count=int(end - g), base_offset=sec.base_offset,
+                                first_timestamp=sec.first_timestamp, max_timestamp=sec.max_timestamp,
+                                log_append_time=sec.log_append_time))
+    return out
+
+
+def merge_in_offset_order(direct: pa.RecordBatch, general: pa.RecordBatch) -> pa.RecordBatch:
+    """``direct``'s rows with ``general``'s live rows put in Kafka offset order, then ``general``'s
+    dead letters (map_and_encode puts its live rows first, in order)."""
+    live_count = general.column("dead_reason").null_count
+    live, dead = general.slice(0, live_count), general.slice(live_count)
+    at = np.searchsorted(direct.column("kafka_offset").to_numpy(), live.column("kafka_offset").to_numpy())
+    pieces, prev = [], 0
+    for i, p in enumerate(at.tolist()):
+        if p > prev:
+            pieces.append(direct.slice(prev, p - prev))
+            prev = p
+        pieces.append(live.slice(i, 1))
+    pieces.append(direct.slice(prev))
+    pieces.append(dead)
+    return pa.concat_batches([p for p in pieces if p.num_rows] or [direct])

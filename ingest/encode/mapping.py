@@ -37,8 +37,15 @@ PROPERTY_KAFKA_TOPIC = "KAFKA_TOPIC"
 PROPERTY_KAFKA_PARTITION = "KAFKA_PARTITION"
 PROPERTY_KAFKA_OFFSET = "KAFKA_OFFSET"
 PROPERTY_KAFKA_KEY_BASE64 = "KAFKA_KEY_BASE64"
+# Every header of the record, in order, as JSON [[name, base64 value or null], ...]: written when the
+# headers as name=value properties would lose something (a repeated name, a null or empty value,
+# one that is not UTF-8 or holds a separator, a name of ours, the born-host header); ingest.encode.restore
+# reads them back
+PROPERTY_KAFKA_HEADERS = "KAFKA_HEADERS"
+PROPERTY_KAFKA_VALUE_NULL = "KAFKA_VALUE_NULL"   # "true": a tombstone (RocketMQ has no null body)
 RESERVED_PROPERTIES = {PROPERTY_KAFKA_TOPIC, PROPERTY_KAFKA_PARTITION, PROPERTY_KAFKA_OFFSET,
-                       PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_KAFKA_KEY_BASE64}
+                       PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_KAFKA_KEY_BASE64, PROPERTY_KAFKA_HEADERS,
+                       PROPERTY_KAFKA_VALUE_NULL}
 
 # RocketMQ's TopicValidator: what a broker accepts as a topic name.
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -150,7 +157,12 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
     parts: list[str] = []
     tags: str | None = None
     born: bytes | None = None
-    for h in headers or []:
+    headers = list(headers or [])
+    seen: dict[str, int] = {}
+    for h in headers:
+        seen[h["key"]] = seen.get(h["key"], 0) + 1
+    lossy = False
+    for h in headers:
         name, raw = h["key"], h["value"]
         if name == cfg.born_host_header:
             text = _decode_text(raw, f"header {name}")
@@ -158,16 +170,36 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
                 born = HostAddress.parse(text).to_bytes()
             except (ValueError, TypeError):
                 raise _Dead(f"header {name} value {text!r} is not ip:port") from None
+            lossy = True       # BORNHOST holds the address, not the header's text: KAFKA_HEADERS keeps it
             continue
-        if name in RESERVED_PROPERTIES:
-            continue  # our coordinates win; a header may not forge them
-        value = _decode_text(raw, f"header {name!r} value")
-        if not name or _has_separator(name) or PROPERTY_SEPARATOR in value:
-            raise _Dead(f"header {name!r} contains a RocketMQ property separator (\\u0001/\\u0002)")
+        value = _plain_text(raw)
+        if (value is None or not name or _has_separator(name) or name in RESERVED_PROPERTIES or seen[name] > 1
+                or PROPERTY_SEPARATOR in value):
+            lossy = True       # kept in KAFKA_HEADERS below, not as a property of its own
+            continue
         if name == PROPERTY_TAGS:
             tags = value
         parts.append(_prop(name, value))
+    if lossy:
+        parts.append(_prop(PROPERTY_KAFKA_HEADERS, headers_json(headers)))
     return parts, tags, born
+
+
+def _plain_text(raw: bytes | None) -> str | None:
+    """A header value a property can hold as it is: non-empty UTF-8 (RocketMQ's parser drops empty
+    values), else None."""
+    if not raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def headers_json(headers: list[dict]) -> str:
+    """The KAFKA_HEADERS value: ASCII JSON, so it holds no property separator."""
+    return json.dumps([[h["key"], None if h["value"] is None else base64.b64encode(h["value"]).decode("ascii")]
+                       for h in headers], separators=(",", ":"))
 
 
 def _key_properties(key: bytes | None) -> tuple[list[str], str | None]:
@@ -242,7 +274,8 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
         queue_id = abs(h) % cfg.queue_count  # == Java's Math.abs(h % n)
     coords = [_prop(PROPERTY_KAFKA_TOPIC, topic), _prop(PROPERTY_KAFKA_PARTITION, str(partition)),
               _prop(PROPERTY_KAFKA_OFFSET, str(offset)), _prop(PROPERTY_UNIQ_KEY, uniq_key(topic, partition, offset))]
-    properties = "".join(key_parts + header_parts + coords)
+    tombstone = [_prop(PROPERTY_KAFKA_VALUE_NULL, "true")] if value is None and not cfg.envelope else []
+    properties = "".join(key_parts + header_parts + tombstone + coords)
     size = len(properties.encode("utf-8"))
     if size > MAX_PROPERTIES_LENGTH:
         raise _Dead(f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")

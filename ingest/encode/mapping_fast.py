@@ -75,6 +75,16 @@ def uniq_keys(topic_crc: np.ndarray, partition: np.ndarray, offset: np.ndarray) 
     return pa.StringArray.from_buffers(n, pa.py_buffer(offs.tobytes()), pa.py_buffer(text))
 
 
+def _repeated_names(parent: np.ndarray, names: pa.Array) -> np.ndarray:
+    """Per header element: does its record carry another header of the same name?"""
+    if len(parent) < 2:
+        return np.zeros(len(parent), dtype=bool)
+    codes = np.asarray(pc.fill_null(pc.index_in(names, pc.unique(names)), -1), dtype=np.int64)
+    pair = parent * (int(codes.max()) + 2) + codes + 1
+    _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)] > 1
+
+
 def _join(*parts: pa.Array | str) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
@@ -106,12 +116,19 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
     parent = np.asarray(pc.list_parent_indices(headers), dtype=np.int64)
     names = flat.field("key").cast(pa.string())
     vals = flat.field("value").cast(pa.binary())
+    # what only the per-row path maps: a header whose name=value property would lose something
+    # (it then writes KAFKA_HEADERS), the born-host header, and tombstones (KAFKA_VALUE_NULL)
     bad_elem = (rows_with_bytes(vals, lambda b: (b >= 0x80) | (b == 2))
                 | np.asarray(pc.fill_null(pc.match_substring_regex(names, "[\\x01\\x02]"), True))
                 | np.asarray(pc.fill_null(pc.equal(pc.binary_length(names), 0), True))
-                | np.asarray(pc.fill_null(pc.equal(names, born_host_header), False)))
+                | np.asarray(pc.fill_null(pc.equal(names, born_host_header), False))
+                | np.asarray(pc.fill_null(pc.equal(pc.binary_length(vals), 0), True))
+                | np.asarray(pc.fill_null(pc.is_in(names, pa.array(sorted(reserved))), False))
+                | _repeated_names(parent, names))
     slow[parent[bad_elem]] = True
-    keep = ~np.asarray(pc.fill_null(pc.is_in(names, pa.array(sorted(reserved))), False)) & ~bad_elem
+    if n:
+        slow |= np.asarray(pc.is_null(batch.column("value")))
+    keep = ~bad_elem
     vals_text = pc.if_else(pa.array(bad_elem), pa.scalar(b"", pa.binary()), pc.fill_null(vals, b"")).cast(pa.string())
     elems = _join(names, SEP1, vals_text, SEP2).filter(pa.array(keep))
     counts = np.bincount(parent[keep], minlength=n)

@@ -70,18 +70,28 @@ class EncodedBatches:
         if key not in self._direct:
             self._direct[key] = DirectEncoder.for_partition(rng.topic, rng.partition, self.mapping, self.codec)
         direct = self._direct[key]
-        encoded = direct.encode(chunk, rng.until_offset) if direct is not None else None
+        encoded = None
+        if direct is not None:
+            encoded = direct.encode(chunk, rng.until_offset, lambda rest: self._general(rest, rng))
         if encoded is not None:
             return encoded
+        return self._general(chunk, rng)
+
+    def _general(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
         return map_and_encode(self.columns.from_chunk(chunk, rng), self.mapping, self.codec)
 
     def fallbacks(self) -> dict[str, int]:
-        """How many fetches went the general way, by reason, over every partition this task read."""
+        """How many records of the fast path's fetches went the general way, by reason, over every
+        partition this task read."""
         total: dict[str, int] = {}
         for encoder in self._direct.values():
             for reason, count in (encoder.fallbacks if encoder is not None else {}).items():
                 total[reason] = total.get(reason, 0) + count
         return total
+
+    def direct_records(self) -> int:
+        """How many records the C pass encoded (with fallbacks(): the share it took)."""
+        return sum(encoder.direct_records for encoder in self._direct.values() if encoder is not None)
 
     def from_records(self, records: list[Any], rng: KafkaOffsetRange) -> pa.RecordBatch:
         return map_and_encode(self.columns.from_records(records, rng), self.mapping, self.codec)

@@ -37,13 +37,15 @@ RAW_SOURCES = {"raw_key": "key", "raw_value": "value", "raw_headers": "headers"}
 PROBLEM = "problem"
 
 
-def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig) -> pa.RecordBatch:
+def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig,
+                   vectorized: bool = True) -> pa.RecordBatch:
     """Kafka rows -> ENCODED_SCHEMA rows: the live ones encoded (in their order), then the dead
-    letters with their reason and the raw Kafka record."""
+    letters with their reason and the raw Kafka record. ``vectorized=False`` maps row by row, for
+    a few odd records (what the C pass hands back) the vectorized mapping would send that way anyway."""
     n = batch.num_rows
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=ENCODED_SCHEMA)
-    mapped = map_kafka_batch(batch, mapping)
+    mapped = map_kafka_batch(batch, mapping, vectorized)
     reasons = mapped.column("dead_reason")
     if PROBLEM in batch.schema.names and batch.column(PROBLEM).null_count < n:
         reasons = pc.coalesce(batch.column(PROBLEM).cast(pa.string()), reasons)

@@ -1,16 +1,22 @@
 """Reading records: the shared read path of MessageStore and StoreReader.
 
-StoreReader is a read-only view for the commands: it takes no lock, works while a writer
-runs, and reads only up to the committed offset (commitpoint.json; for a RocketMQ store
-without one, up to the last valid record). Bodies come back as zero-copy memoryviews of the
-segment mapping.
+StoreReader is the public read API of a store (and the commands' view): it takes no lock, works
+while a writer runs, and reads only up to the committed offset (commitpoint.json; for a RocketMQ
+store without one, up to the last valid record). Bodies come back as zero-copy memoryviews of the
+segment mapping; :meth:`StoreReader.record_batches` gives the same records as Arrow columns::
+
+    with StoreReader.open("/data/store") as reader:
+        for batch in reader.record_batches(topics=["orders"]):   # pyarrow.RecordBatch
+            ...
+        df = reader.to_pandas(min_store_timestamp=1_700_000_000_000)
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from store.errors import CorruptRecordError, IndexFileError, NotARecordStartError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
@@ -28,6 +34,10 @@ from store.index.service import IndexService
 from store.log.commit_point import CommitPoint, read_commit_point
 from store.log.segment_queue import SegmentQueue, segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 _HEAD = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
@@ -250,6 +260,91 @@ class StoreReader(RecordReads):
         if self._index_service is None:
             self._index_service = open_index(self.root)
         return self._index_service
+
+    # --- Arrow -------------------------------------------------------------------------------
+    def record_batches(self, from_offset: int | None = None, to_offset: int | None = None,
+                       topics: Iterable[str] | None = None, batch_size: int = 65_536, *,
+                       queue_ids: Iterable[int] | None = None, min_store_timestamp: int | None = None,
+                       max_store_timestamp: int | None = None, zero_copy: bool = False,
+                       check_crc: bool = False) -> Iterator[pa.RecordBatch]:
+        """The committed messages as Arrow record batches of at most ``batch_size`` rows, columns
+        store.format.record_batch.READBACK_SCHEMA, in commit-log order: those starting in
+        [from_offset, to_offset) (a record or segment start; default: everything readable), of
+        ``topics`` and ``queue_ids``, stored within the inclusive timestamp bounds (all when None).
+
+        Work and memory are bounded by a scan window, not by the store. ``zero_copy`` gives bodies
+        as binary_view values pointing into the segment mapping (valid while they live, even
+        after close). ``check_crc`` checks every BODYCRC as recovery does (structure, lengths
+        and PHYSICALOFFSET are always checked). Zeroed or damaged bytes below the commit point,
+        or a missing segment, raise CorruptRecordError naming the offset."""
+        from store.format.record_batch import RecordFilter, segment_record_batches
+
+        rf = RecordFilter(
+            topics=frozenset(topics) if topics is not None else None,
+            queue_ids=frozenset(queue_ids) if queue_ids is not None else None,
+            min_store_timestamp=min_store_timestamp, max_store_timestamp=max_store_timestamp)
+        config = CodecConfig(check_crc_on_recover=check_crc)
+        for seg, start, end, until in self._segment_ranges(from_offset, to_offset):
+            yield from segment_record_batches(seg.view, seg.base_offset, start, end, until=until,
+                                              batch_size=batch_size, record_filter=rf, config=config,
+                                              zero_copy=zero_copy, segment_name=seg.path.name)
+
+    def to_table(self, *args: Any, **kwargs: Any) -> pa.Table:
+        """record_batches(...) as one pyarrow Table."""
+        import pyarrow as pa
+
+        from store.format.record_batch import READBACK_SCHEMA
+
+        batches = list(self.record_batches(*args, **kwargs))
+        return pa.Table.from_batches(batches, batches[0].schema if batches else READBACK_SCHEMA)
+
+    def to_pandas(self, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        """record_batches(...) as a pandas DataFrame (properties as lists of (name, value))."""
+        return self.to_table(*args, **kwargs).to_pandas()
+
+    def read_ranges(self, max_bytes: int = 128 << 20) -> list[tuple[int, int]]:
+        """[start, end) offset ranges covering everything readable now, each within one segment
+        and about ``max_bytes`` long, each starting at a record start: the units of a parallel
+        read (record_batches(start, end) each). Cuts inside a segment are placed at record starts
+        the consume queues point at, so no walk is needed to find them."""
+        limit = self._committed
+        out: list[tuple[int, int]] = []
+        for seg, start, end, _until in self._segment_ranges(None, None):
+            lo, hi = seg.base_offset + start, seg.base_offset + end
+            cuts = [lo]
+            at = lo + max_bytes
+            while at < hi and self._cq is not None:
+                found = self._cq.record_start_at_or_after(at)
+                if found is None or found >= hi:
+                    break
+                if found > cuts[-1]:
+                    cuts.append(found)
+                at = max(found, at) + max_bytes
+            cuts.append(hi)
+            out.extend(zip(cuts[:-1], cuts[1:]))
+        return out
+
+    def _segment_ranges(self, from_offset: int | None, to_offset: int | None
+                        ) -> Iterator[tuple[Any, int, int, int | None]]:
+        """(segment, first position, readable end, pause position or None) of each segment
+        holding readable records in [from_offset, to_offset)."""
+        limit = self._committed
+        stop = limit if to_offset is None else min(to_offset, limit)
+        pos = self.min_offset if from_offset is None else from_offset
+        if pos < self.min_offset:
+            raise NotARecordStartError(
+                f"offset {pos} is below the commit log's first offset {self.min_offset}")
+        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size \
+                and not self._is_blank_at(pos):
+            self.read(pos)  # raises unless a record starts there
+        while pos < stop:
+            seg = self._segments.find(pos)
+            if seg is None:
+                raise CorruptRecordError(pos, "missing", f"no segment file holds offset {pos}, below "
+                                         f"the readable end {limit}")
+            base = seg.base_offset
+            yield seg, pos - base, min(seg.size, limit - base), (stop - base if stop < seg.end_offset else None)
+            pos = seg.end_offset
 
     def segments(self) -> list[tuple[Path, int, int]]:
         return [(s.path, s.base_offset, s.size) for s in self._segments.segments]

@@ -24,6 +24,12 @@ from store.format import (
     DEFAULT_MAX_MESSAGE_SIZE,
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_KAFKA_HEADERS,
+    PROPERTY_KAFKA_KEY_BASE64,
+    PROPERTY_KAFKA_OFFSET,
+    PROPERTY_KAFKA_PARTITION,
+    PROPERTY_KAFKA_TOPIC,
+    PROPERTY_KAFKA_VALUE_NULL,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -32,17 +38,10 @@ from store.format import (
 )
 from store.format import tags_code as java_string_hash
 
-# Source coordinates every message carries, so any reader can deduplicate and prove exactly-once.
-PROPERTY_KAFKA_TOPIC = "KAFKA_TOPIC"
-PROPERTY_KAFKA_PARTITION = "KAFKA_PARTITION"
-PROPERTY_KAFKA_OFFSET = "KAFKA_OFFSET"
-PROPERTY_KAFKA_KEY_BASE64 = "KAFKA_KEY_BASE64"
-# Every header of the record, in order, as JSON [[name, base64 value or null], ...]: written when the
-# headers as name=value properties would lose something (a repeated name, a null or empty value,
-# one that is not UTF-8 or holds a separator, a name of ours, the born-host header); ingest.encode.restore
-# reads them back
-PROPERTY_KAFKA_HEADERS = "KAFKA_HEADERS"
-PROPERTY_KAFKA_VALUE_NULL = "KAFKA_VALUE_NULL"   # "true": a tombstone (RocketMQ has no null body)
+# Source coordinates every message carries (PROPERTY_KAFKA_*, named in store.format.constants so the
+# store's readers know them), so any reader can deduplicate and prove exactly-once; the key, the
+# tombstone mark and the headers a property would lose (KAFKA_KEY_BASE64, KAFKA_VALUE_NULL,
+# KAFKA_HEADERS), which ingest.encode.restore reads back.
 RESERVED_PROPERTIES = {PROPERTY_KAFKA_TOPIC, PROPERTY_KAFKA_PARTITION, PROPERTY_KAFKA_OFFSET,
                        PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_KAFKA_KEY_BASE64, PROPERTY_KAFKA_HEADERS,
                        PROPERTY_KAFKA_VALUE_NULL}

@@ -57,6 +57,16 @@ PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_CRC32 = "__CRC32#"
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1   # name, \u0001, 10 digits, \u0002
+# Not RocketMQ's: the Kafka coordinates our ingest job writes into every message (ingest/encode/
+# mapping.py), named here so that the store's readers can show them without importing ingest.
+PROPERTY_KAFKA_TOPIC = "KAFKA_TOPIC"
+PROPERTY_KAFKA_PARTITION = "KAFKA_PARTITION"
+PROPERTY_KAFKA_OFFSET = "KAFKA_OFFSET"
+PROPERTY_KAFKA_KEY_BASE64 = "KAFKA_KEY_BASE64"
+# Every header of the record, in order, as JSON [[name, base64 value or null], ...]: written when the
+# headers as name=value properties would lose something (README, "Keys, tombstones and headers")
+PROPERTY_KAFKA_HEADERS = "KAFKA_HEADERS"
+PROPERTY_KAFKA_VALUE_NULL = "KAFKA_VALUE_NULL"   # "true": a tombstone (RocketMQ has no null body)
 
 # --- limits and defaults (FORMAT.md §9, MessageStoreConfig) --------------------------------
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024               # maxMessageSize: largest BODY

@@ -57,6 +57,12 @@ class RecordFields:
                             self.sys_flag[a:b], self.store_timestamp[a:b], self.topic_id[a:b], self.topics,
                             self.props_pos[a:b], self.props_len[a:b])
 
+    def take(self, idx: np.ndarray) -> RecordFields:
+        """The records at ``idx`` (the same topic list)."""
+        return RecordFields(self.starts[idx], self.sizes[idx], self.queue_id[idx], self.queue_offset[idx],
+                            self.sys_flag[idx], self.store_timestamp[idx], self.topic_id[idx], self.topics,
+                            self.props_pos[idx], self.props_len[idx])
+
 
 # MAGICCODE .. SYSFLAG (positions 4..40) are at fixed positions in every record.
 _HEAD = np.dtype([("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
@@ -127,6 +133,10 @@ def rows_at(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
         chunk = arr[int(pos[r]):int(pos[r]) + width]
         out[r, :len(chunk)] = chunk
     return out
+
+
+byte_rows = _rows
+"""``width`` bytes from each of many positions, as rows of a uint8 matrix (one fancy-index copy)."""
 
 
 def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -148,6 +148,9 @@ class ScanColumns:
     def head(self, n: int) -> ScanColumns:
         return ScanColumns(*(getattr(self, k)[:n] for k in _COLUMN_NAMES))
 
+    def rows(self, a: int, b: int) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[a:b] for k in _COLUMN_NAMES))
+
     @staticmethod
     def joined(parts: list[ScanColumns]) -> ScanColumns:
         if not parts:

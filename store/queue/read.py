@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from store.format.constants import CQ_STORE_UNIT_SIZE
-from store.queue.units import UNIT_DTYPE, file_name, list_unit_files, read_units, valid_count
+from store.queue.units import UNIT_DTYPE, file_name, first_at_or_after, list_unit_files, read_units, valid_count
 
 
 @dataclass
@@ -92,6 +92,22 @@ class ConsumeQueueReads:
                     break
                 qoff += n
             return np.concatenate(parts) if parts else np.empty(0, dtype=UNIT_DTYPE)
+
+    def record_start_at_or_after(self, phys: int) -> int | None:
+        """The smallest commitLogOffset >= ``phys`` any queue points at (a record start found
+        without walking the commit log), or None."""
+        best: int | None = None
+        for topic, queue_ids in self.topics().items():
+            for queue_id in queue_ids:
+                for path in self.queue_files(topic, queue_id):
+                    try:
+                        found = first_at_or_after(path, phys)
+                    except FileNotFoundError:       # retention removed it meanwhile
+                        continue
+                    if found is not None:
+                        best = found if best is None else min(best, found)
+                        break
+        return best
 
     def topics(self) -> dict[str, list[int]]:
         with self._lock:

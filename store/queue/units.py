@@ -104,6 +104,25 @@ def prefix_counts(path: Path, below: int = 0) -> tuple[int, int]:
         os.close(fd)
 
 
+def first_at_or_after(path: Path, phys: int) -> int | None:
+    """The smallest commitLogOffset >= ``phys`` among the written units of one file, by binary
+    search (units are in commit-log order): a record start, or None if the file has none there."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        lo, hi = 0, os.fstat(fd).st_size // CQ_STORE_UNIT_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = _unit_at(fd, mid)
+            if u is not None and u[0] >= 0 and u[1] > 0 and u[0] < phys:
+                lo = mid + 1
+            else:
+                hi = mid
+        u = _unit_at(fd, lo)
+        return u[0] if u is not None and u[0] >= phys and u[1] > 0 and u != CQ_BLANK_UNIT else None
+    finally:
+        os.close(fd)
+
+
 def blank_mask(units: np.ndarray) -> np.ndarray:
     """The (0, 2147483647, 0) filler written before a queue's first real unit."""
     return (units["phys"] == BLANK_PHYS) & (units["size"] == BLANK_SIZE) & (units["tags"] == BLANK_TAGS)

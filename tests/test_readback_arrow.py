@@ -1,0 +1,146 @@
+"""StoreReader as Arrow: every golden store read back equals RocketMQ's reference decoding; the
+properties split equals string2messageProperties; reads stop at the commit point, follow the
+filters, and fail on damage with the offset instead of skipping."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store import CorruptRecordError, StoreReader
+from store.format.record_batch import READBACK_SCHEMA, parse_properties, properties_of
+from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("case", golden_stores())
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_each_golden_store_read_as_arrow_is_its_reference_decoding(case: str, zero_copy: bool) -> None:
+    expected = expected_rows(case)
+    with StoreReader.open(golden_root() / case) as reader:
+        batches = list(reader.record_batches(batch_size=5, zero_copy=zero_copy))
+    assert batches and all(b.num_rows <= 5 for b in batches)
+    names = [b.schema.names for b in batches]
+    assert all(n == READBACK_SCHEMA.names for n in names)
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert_rows_equal(rows, expected)
+
+
+@pytest.mark.parametrize("case", golden_stores())
+def test_ranges_of_a_golden_store_cover_each_record_once(case: str) -> None:
+    expected = expected_rows(case)
+    with StoreReader.open(golden_root() / case) as reader:
+        ranges = reader.read_ranges(max_bytes=1000)
+        rows = [r for lo, hi in ranges for b in reader.record_batches(lo, hi) for r in b.to_pylist()]
+    assert len(ranges) > len({lo // 4096 for lo, _ in ranges}), "no segment was cut in pieces"
+    assert_rows_equal(rows, expected)
+
+
+def _split_reference(blobs: list[bytes]) -> list[dict[str, str]]:
+    return [properties_of(b) for b in blobs]
+
+
+def _split_vectorized(blobs: list[bytes]) -> list[dict[str, str]]:
+    buf = b"#".join(blobs)   # records are never adjacent in a segment
+    pos, at = [], 0
+    for b in blobs:
+        pos.append(at)
+        at += len(b) + 1
+    props = parse_properties(np.frombuffer(buf, np.uint8), np.array(pos, np.int64),
+                             np.array([len(b) for b in blobs], np.int64))
+    m = props.map_array().to_pylist()
+    return [dict(x) for x in m]
+
+
+def test_the_properties_split_is_string2messageProperties() -> None:
+    cases = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"noname\x02k\x01v\x02",
+             b"a\x011\x02a\x012\x02", b"k\x01v\x01w\x02", b"\x02\x02k\x01v", "ü\x01€\x02".encode(),
+             b"bad\x01\xff\xfe\x02ok\x01\xe2\x02", b"\x02", b"\x01", b"x\x01y\x02\x02z\x01\x02x\x01q"]
+    assert _split_vectorized(cases) == _split_reference(cases)
+    rng = random.Random(28)
+    alphabet = [b"a", b"b", b"K", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"TAGS"]
+    fuzz = [b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30))) for _ in range(3000)]
+    assert _split_vectorized(fuzz) == _split_reference(fuzz)
+
+
+def _store_with_uncommitted_tail(root: Path) -> tuple[int, list]:
+    from store import MessageStore
+    from store.config import StoreConfig
+    from store.format.codec import Message
+
+    msgs = [Message(topic=f"T{i % 2}", body=bytes([i % 251]) * (i % 300), queue_id=i % 3, store_timestamp=1000 + i,
+                    properties=f"TAGS\x01t{i % 5}\x02" + (f"KEYS\x01k{i}\x02" if i % 2 else ""))
+            for i in range(1200)]
+    with MessageStore.open(root, StoreConfig(segment_size=64 * 1024, consume_queue_units=50)) as store:
+        store.append(msgs[:900])
+        committed = store.commit().offset
+        store.append(msgs[900:])
+        store.flush()
+        with StoreReader.open(root) as reader:
+            table = reader.to_table()
+            ranges = reader.read_ranges(max_bytes=16 * 1024)
+            pieces = [reader.to_table(lo, hi) for lo, hi in ranges]
+    return committed, [table, ranges, pieces]
+
+
+def test_a_reader_reads_up_to_the_commit_point_while_a_writer_runs(tmp_path: Path) -> None:
+    committed, (table, ranges, pieces) = _store_with_uncommitted_tail(tmp_path / "store")
+    assert table.num_rows == 900
+    assert max(table.column("physicalOffset").to_pylist()) < committed
+    assert table.column("keys").to_pylist()[:3] == [None, "k1", None]
+    assert table.column("tags").to_pylist()[:3] == ["t0", "t1", "t2"]
+    assert ranges[-1][1] == committed and len(ranges) > 3
+    assert sum(p.num_rows for p in pieces) == 900
+    offsets = [o for p in pieces for o in p.column("physicalOffset").to_pylist()]
+    assert offsets == table.column("physicalOffset").to_pylist()
+
+
+def test_filters_keep_exactly_the_matching_rows(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store_with_uncommitted_tail(root)
+    with StoreReader.open(root) as reader:
+        everything = reader.to_pandas()
+        ts = everything.storeTimestamp.sort_values().tolist()
+        lo, hi = ts[100], ts[800]
+        got = reader.to_pandas(topics=["T1"], queue_ids=[0, 2], min_store_timestamp=lo, max_store_timestamp=hi)
+    want = everything[(everything.topic == "T1") & everything.queueId.isin([0, 2])
+                      & everything.storeTimestamp.between(lo, hi)]
+    assert len(want) > 50
+    assert got.physicalOffset.tolist() == want.physicalOffset.tolist()
+
+
+def test_zeroed_bytes_below_the_commit_point_raise_with_their_offset(golden_dir: Path, tmp_path: Path) -> None:
+    case = golden_stores()[0]
+    copy = tmp_path / "store"
+    shutil.copytree(golden_dir / case, copy)
+    rows = expected_rows(case)
+    victim = rows[len(rows) // 2]                       # a record in the middle of the log
+    seg = copy / "commitlog" / f"{victim['physicalOffset'] // 4096 * 4096:020d}"
+    data = bytearray(seg.read_bytes())
+    pos = victim["physicalOffset"] % 4096
+    data[pos + 20:pos + 28] = b"\xff" * 8               # QUEUEOFFSET: structure still valid
+    data[pos + 28:pos + 36] = (12345).to_bytes(8, "big")   # PHYSICALOFFSET: damage
+    seg.write_bytes(bytes(data))
+    with StoreReader.open(copy) as reader, pytest.raises(CorruptRecordError) as exc:
+        reader._committed = rows[-1]["physicalOffset"] + 1     # as a commit point past it would say
+        list(reader.record_batches())
+    assert exc.value.offset == victim["physicalOffset"] and str(victim["physicalOffset"]) in str(exc.value)
+
+
+def test_a_missing_segment_below_the_commit_point_raises(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    committed, _ = _store_with_uncommitted_tail(root)
+    base = (committed - 1) // (64 * 1024) * (64 * 1024)      # the segment holding the last committed record
+    for seg in (root / "commitlog").iterdir():
+        if int(seg.name) >= base:
+            seg.unlink()
+    with StoreReader.open(root) as reader:
+        assert reader.committed_offset == committed > base
+        with pytest.raises(CorruptRecordError) as exc:
+            list(reader.record_batches())
+    assert exc.value.offset == base

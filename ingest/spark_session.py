@@ -61,9 +61,12 @@ def _start_jvm_in_its_own_session(master: str, app_name: str, conf: Mapping[str,
 
 
 def register_sources(session: "object") -> None:
-    """Register our Python data sources on ``session`` (idempotent)."""
+    """Register our Python data sources on ``session`` (idempotent): the Kafka sources and the
+    store read back (``rocketmq-commitlog``, ingest.readback)."""
     from ingest.encode.message_source import KafkaMessageSource
     from ingest.kafka.source import KafkaDataSource
+    from ingest.readback import register as register_readback
 
     session.dataSource.register(KafkaDataSource)  # type: ignore[attr-defined]
     session.dataSource.register(KafkaMessageSource)  # type: ignore[attr-defined]
+    register_readback(session)

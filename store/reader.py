@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from store.errors import CorruptRecordError, IndexFileError, NotARecordStartError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import (
@@ -279,15 +281,62 @@ class StoreReader(RecordReads):
         or a missing segment, raise CorruptRecordError naming the offset."""
         from store.format.record_batch import RecordFilter, segment_record_batches
 
-        rf = RecordFilter(
-            topics=frozenset(topics) if topics is not None else None,
-            queue_ids=frozenset(queue_ids) if queue_ids is not None else None,
-            min_store_timestamp=min_store_timestamp, max_store_timestamp=max_store_timestamp)
+        rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
         config = CodecConfig(check_crc_on_recover=check_crc)
         for seg, start, end, until in self._segment_ranges(from_offset, to_offset):
             yield from segment_record_batches(seg.view, seg.base_offset, start, end, until=until,
                                               batch_size=batch_size, record_filter=rf, config=config,
                                               zero_copy=zero_copy, segment_name=seg.path.name)
+
+    def queue_records(self, topics: Iterable[str], queue_ids: Iterable[int] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(physical offsets, sizes), ascending, of the committed records of these topics' queues
+        (of ``queue_ids`` only, if given), from the consume queues; None when the queues do not
+        hold every committed record yet (a writer dispatches them behind its appends)."""
+        if self._cq is None:
+            return None
+        wanted = set(queue_ids) if queue_ids is not None else None
+        known = self.topics()
+        parts, sizes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for topic in topics:
+            for queue_id in known.get(topic, []):
+                if wanted is not None and queue_id not in wanted:
+                    continue
+                lo, hi = self.queue_range(topic, queue_id)
+                units = self._cq.find_units(topic, queue_id, lo, hi - lo)
+                if len(units) < hi - lo:
+                    return None
+                parts.append(units["phys"].astype(np.int64))
+                sizes.append(units["size"].astype(np.int64))
+        phys, size = np.concatenate(parts), np.concatenate(sizes)
+        keep = (phys >= self.min_offset) & (phys < self._committed)
+        order = np.argsort(phys[keep], kind="stable")
+        return phys[keep][order], size[keep][order]
+
+    def record_batches_at(self, offsets: np.ndarray, sizes: np.ndarray, batch_size: int = 65_536, *,
+                          topics: Iterable[str] | None = None, queue_ids: Iterable[int] | None = None,
+                          min_store_timestamp: int | None = None, max_store_timestamp: int | None = None,
+                          zero_copy: bool = False, check_crc: bool = False) -> Iterator[pa.RecordBatch]:
+        """record_batches, for the records at ``offsets`` (ascending, with their sizes: what
+        queue_records gives) and no others: each is read and checked where it is, no walk."""
+        from store.format.record_batch import RecordFilter, record_batches_at
+
+        rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        i = 0
+        while i < len(offsets):
+            off = int(offsets[i])
+            seg = self._segments.find(off) if off < self._committed else None
+            if seg is None:
+                raise NotARecordStartError(
+                    f"offset {off} is outside the readable commit log [{self.min_offset}, {self._committed})")
+            j = int(np.searchsorted(offsets, min(seg.end_offset, self._committed)))
+            yield from record_batches_at(seg.view, seg.base_offset, offsets[i:j] - seg.base_offset, sizes[i:j],
+                                         batch_size=batch_size, record_filter=rf,
+                                         config=CodecConfig(check_crc_on_recover=check_crc), zero_copy=zero_copy,
+                                         segment_name=seg.path.name)
+            i = j
 
     def to_table(self, *args: Any, **kwargs: Any) -> pa.Table:
         """record_batches(...) as one pyarrow Table."""
@@ -307,7 +356,6 @@ class StoreReader(RecordReads):
         and about ``max_bytes`` long, each starting at a record start: the units of a parallel
         read (record_batches(start, end) each). Cuts inside a segment are placed at record starts
         the consume queues point at, so no walk is needed to find them."""
-        limit = self._committed
         out: list[tuple[int, int]] = []
         for seg, start, end, _until in self._segment_ranges(None, None):
             lo, hi = seg.base_offset + start, seg.base_offset + end

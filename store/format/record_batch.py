@@ -10,7 +10,7 @@ RocketMQ's ``MessageDecoder.string2messageProperties`` does, over all records at
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig
 from store.format.constants import (
     BORNHOST_V6_FLAG,
+    MIN_RECORD_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
@@ -34,7 +35,7 @@ from store.format.constants import (
 from store.format.fields import be_ints, byte_rows, fields_from_scan
 from store.format.hosts import HostAddress
 from store.format.properties import java_string, string_to_properties
-from store.format.scan import ScanColumns, scan_segment_fast
+from store.format.scan import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
 
 READBACK_SCHEMA = pa.schema([
     pa.field("topic", pa.string(), nullable=False),
@@ -77,6 +78,12 @@ class RecordFilter:
     min_store_timestamp: int | None = None
     max_store_timestamp: int | None = None
 
+    @classmethod
+    def of(cls, topics: Iterable[str] | None = None, queue_ids: Iterable[int] | None = None,
+           min_store_timestamp: int | None = None, max_store_timestamp: int | None = None) -> RecordFilter:
+        return cls(frozenset(topics) if topics is not None else None,
+                   frozenset(queue_ids) if queue_ids is not None else None, min_store_timestamp, max_store_timestamp)
+
     @property
     def everything(self) -> bool:
         return self == RecordFilter()
@@ -116,6 +123,54 @@ def segment_record_batches(buf: Any, base_offset: int, start: int, end: int, *, 
             raise CorruptRecordError(stop.offset, "end", f"zeroed space below the readable end "
                                      f"{base_offset + end}: committed records are missing", segment_name)
         raise CorruptRecordError(stop.offset, stop.error_kind or "error", stop.detail, segment_name)
+
+
+def record_batches_at(buf: Any, base_offset: int, starts: np.ndarray, sizes: np.ndarray, *,
+                      batch_size: int = DEFAULT_BATCH_SIZE, record_filter: RecordFilter | None = None,
+                      config: CodecConfig | None = None, zero_copy: bool = False,
+                      segment_name: str = "") -> Iterator[pa.RecordBatch]:
+    """As segment_record_batches, for the records at known positions ``starts`` (ascending, with
+    their TOTALSIZEs): what the consume queues point at, read without walking the segment. Each
+    record is checked as the scan checks it; a failure raises CorruptRecordError."""
+    config = config or CodecConfig(check_crc_on_recover=False)
+    rf = record_filter or RecordFilter()
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    for a in range(0, len(starts), batch_size):
+        s, z = starts[a:a + batch_size], sizes[a:a + batch_size]
+        bad, cols = check_records(buf, base_offset, s, z, config)
+        batch = _batch(arr, base_offset, s[:len(cols.queue_id)], z[:len(cols.queue_id)], cols, rf, zero_copy)
+        if batch.num_rows:
+            yield batch
+        if bad is not None:
+            raise CorruptRecordError(bad.offset, bad.error_kind or "error", bad.detail, segment_name)
+
+
+def check_records(buf: Any, base_offset: int, starts: np.ndarray, sizes: np.ndarray,
+                  config: CodecConfig | None = None) -> tuple[RecordCheck | None, ScanColumns]:
+    """The scan's checks of records at known positions (from consume-queue units, say) instead of
+    walking to them: (the first failure or None, the fields of the records before it)."""
+    config = config or CodecConfig()
+    mv = memoryview(buf)
+    mv = mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    starts = np.asarray(starts, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    fits = (starts >= 0) & (sizes >= MIN_RECORD_LENGTH) & (starts + sizes <= len(arr))
+    n = int(np.argmin(fits)) if not fits.all() else len(starts)
+    first, cols = first_bad(arr, mv, starts[:n], sizes[:n], base_offset, config, columns=True)
+    assert cols is not None
+    if first < len(starts):
+        at = int(starts[first])
+        check = check_record(mv, at, min(at + max(int(sizes[first]), 0), len(arr)), base_offset, config) \
+            if 0 <= at < len(arr) else _failure(base_offset + at, "size", "outside the segment")
+        if check.ok:   # well-formed, but not the record the unit says (another size)
+            check = _failure(base_offset + at, "size", f"the record is {check.size} bytes, not {int(sizes[first])}")
+        return check, cols.head(first)
+    return None, cols
+
+
+def _failure(offset: int, kind: str, detail: str) -> RecordCheck:
+    return RecordCheck("error", offset, 0, kind, detail)
 
 
 def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,

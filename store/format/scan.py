@@ -326,6 +326,9 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     return _first_crc_mismatch(heads["body_crc"][:first], arr, (body_pos + 4)[:first], body_len[:first], first), cols
 
 
+first_bad = _first_bad     # public name for the checks of records at known positions (record_batch)
+
+
 def _first_crc_mismatch(stored: np.ndarray, arr: np.ndarray, body_start: np.ndarray, body_len: np.ndarray,
                         default: int) -> int:
     computed = crc32_many(arr, body_start, body_len)

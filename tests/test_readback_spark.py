@@ -59,3 +59,104 @@ def test_pushed_filters_give_what_spark_filtering_gives(spark: object, case: str
 def test_a_path_that_is_no_store_is_refused_with_its_name(spark: object, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="is not a store"):
         spark.read.format("rocketmq-commitlog").load(str(tmp_path)).count()  # type: ignore[attr-defined]
+
+
+# --- Kafka -> job -> store -> Spark: what was produced comes back --------------------------------
+
+def _produced_records(topics: list[str]) -> list[tuple[str, int, bytes | None, bytes | None, list]]:
+    out = []
+    for i in range(1600):
+        key: bytes | None = [f"key-{i}".encode(), None, b"", b"\xff\xfe-" + bytes([i % 256]), "ключ-ü".encode()][i % 5]
+        value: bytes | None = [f"value-{i}-".encode() * (i % 9), None, b"", bytes(range(256)) * (i % 3)][i % 4]
+        if key is None and value is None:
+            key = b""                       # kafka-python sends no record with neither
+        headers = [("TAGS", f"tag{i % 3}".encode()), ("seq", str(i).encode())] if i % 6 else []
+        if i % 7 == 0:
+            headers.append(("trace", f"t-{i}-ü".encode()))
+        out.append((topics[i % len(topics)], i % 4, key, value, headers))
+    return out
+
+
+def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> object:
+    """The store's columns as the job's mapping rules make them, computed in Spark from Spark's read
+    of the topics (kafka-python source): RocketMQ fields from the Kafka record, the properties as
+    headers + KEYS or KAFKA_KEY_BASE64 + the Kafka coordinates + UNIQ_KEY, the queue offsets as
+    each partition's order."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    kafka = (spark.read.format("kafka-python")  # type: ignore[attr-defined]
+             .option("kafka.bootstrap.servers", bootstrap).option("subscribe", ",".join(topics))
+             .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+    key_text = F.col("key").cast("string")
+    text_key = F.col("key").isNotNull() & (F.length("key") > 0) & F.is_valid_utf8(key_text) \
+        & ~key_text.contains("\u0001") & ~key_text.contains("\u0002")
+    binary_key = F.col("key").isNotNull() & (F.length("key") > 0) & ~text_key
+    uniq = F.upper(F.concat(F.lpad(F.hex(F.crc32(F.encode("topic", "UTF-8"))), 8, "0"),
+                            F.lpad(F.hex("partition"), 8, "0"), F.lpad(F.hex("offset"), 16, "0")))
+    header_map = F.map_from_entries(F.transform(F.coalesce("headers", F.array()),
+                                                lambda h: F.struct(h["key"], h["value"].cast("string"))))
+    coords = F.create_map(F.lit("KAFKA_TOPIC"), F.col("topic"), F.lit("KAFKA_PARTITION"),
+                          F.col("partition").cast("string"), F.lit("KAFKA_OFFSET"), F.col("offset").cast("string"),
+                          F.lit("UNIQ_KEY"), uniq)
+    key_map = F.when(text_key, F.create_map(F.lit("KEYS"), key_text)) \
+        .when(binary_key, F.create_map(F.lit("KAFKA_KEY_BASE64"), F.base64("key"))) \
+        .otherwise(F.create_map().cast("map<string,string>"))
+    in_partition = Window.partitionBy("topic", "partition").orderBy("offset")
+    return kafka.select(
+        F.col("topic"), F.col("partition").alias("queueId"),
+        (F.row_number().over(in_partition) - 1).cast("long").alias("queueOffset"),
+        F.unix_millis("timestamp").alias("bornTimestamp"), F.lit("127.0.0.1:0").alias("bornHost"),
+        F.lit("127.0.0.1:10911").alias("storeHost"), F.lit(0).alias("sysFlag"), F.lit(0).alias("flag"),
+        F.lit(0).alias("reconsumeTimes"), F.when(text_key, key_text).alias("keys"),
+        header_map["TAGS"].alias("tags"), F.map_concat(key_map, header_map, coords).alias("properties"),
+        F.coalesce("value", F.lit(b"")).alias("body"), F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"))
+
+
+def _comparable(df: object) -> object:
+    """Every column but the two the store alone decides (physicalOffset, storeTimestamp); the map
+    as a sorted array of entries (Spark cannot compare maps)."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c in READBACK_SCHEMA.names if c not in ("physicalOffset", "storeTimestamp")]
+    return df.select(*[F.array_sort(F.map_entries(c)).alias(c) if c == "properties" else F.col(c)  # type: ignore
+                       for c in cols])
+
+
+def _anti(left: object, right: object) -> object:
+    cond = [left[c].eqNullSafe(right[c]) for c in left.columns]  # type: ignore[attr-defined]
+    return left.join(right, cond, "left_anti")  # type: ignore[attr-defined]
+
+
+def test_what_was_produced_to_kafka_reads_back_from_the_store(bootstrap_servers: str, spark: object,
+                                                              tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    from tests.kafka_helpers import create_topics, produce, unique_topic
+    from tests.test_job import job_config, run_until_caught_up
+
+    topics = [unique_topic("readback-a"), unique_topic("readback-b")]
+    create_topics(bootstrap_servers, topics)
+    sent = produce(bootstrap_servers, _produced_records(topics))
+    cfg = job_config(bootstrap_servers, topics, tmp_path, segment_size=256 * 1024)
+    run_until_caught_up(cfg, spark)
+
+    stored = spark.read.format("rocketmq-commitlog").option("maxBytesPerPartition", 64 * 1024) \
+        .load(cfg.store)  # type: ignore[attr-defined]
+    assert stored.rdd.getNumPartitions() > 3
+    expected = _expected_from_kafka(spark, bootstrap_servers, topics)
+    got, want = _comparable(stored).cache(), _comparable(expected).cache()
+    assert want.count() == len(sent) == got.count()
+    missing, unexpected = _anti(want, got), _anti(got, want)
+    assert missing.count() == 0 and unexpected.count() == 0, \
+        f"produced but not read back: {missing.limit(3).collect()}; read back but not produced: " \
+        f"{unexpected.limit(3).collect()}"
+    assert got.exceptAll(want).count() == 0 and want.exceptAll(got).count() == 0     # duplicates too
+    # the cases that matter are there: null and empty values, binary and absent keys, no headers
+    counts = stored.agg(F.sum((F.length("body") == 0).cast("int")), F.sum(F.col("keys").isNull().cast("int")),
+                        F.sum(F.col("properties")["KAFKA_KEY_BASE64"].isNotNull().cast("int")),
+                        F.sum(F.col("tags").isNull().cast("int"))).first()
+    assert all(c > 100 for c in counts), counts
+    offsets = [r[0] for r in stored.select("physicalOffset").orderBy("physicalOffset").collect()]
+    assert len(set(offsets)) == len(offsets)

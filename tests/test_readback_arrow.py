@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from store import CorruptRecordError, StoreReader
-from store.format.record_batch import READBACK_SCHEMA, parse_properties, properties_of
+from store.format.arrow_text import parse_properties, properties_of
+from store.format.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
 pytestmark = pytest.mark.unit

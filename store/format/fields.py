@@ -139,6 +139,12 @@ byte_rows = _rows
 """``width`` bytes from each of many positions, as rows of a uint8 matrix (one fancy-index copy)."""
 
 
+def text_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Short strings that repeat (topics, property names) as an index per string into the list of
+    the distinct ones, each decoded once (Java's rules); exact, whatever the hashing."""
+    return _topic_ids(arr, pos, length)
+
+
 def _topic_ids(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """A topic index per record: grouped by a 64-bit polynomial hash of the topic bytes, then
     checked byte for byte against each group's first record (exact, no hash trust)."""

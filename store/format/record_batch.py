@@ -2,7 +2,7 @@
 with no Python step per record.
 
 The walk and the record checks are scan.py's (the ones recovery and verify use); topics come from
-fields.py. Each variable-length field is an Arrow view (binary_view: a pointer into the mapped
+fields.py; arrow_text.py makes the text columns. Each variable-length field is an Arrow view (binary_view: a pointer into the mapped
 segment), so a body is not copied unless a plain ``binary`` column is asked for, and then Arrow
 copies all of them in one C++ pass. Properties are split into a map<string, string> the way
 RocketMQ's ``MessageDecoder.string2messageProperties`` does, over all records at once.
@@ -19,22 +19,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.errors import CorruptRecordError
+from store.format.arrow_text import binary_views, few_distinct, parse_properties
 from store.format.codec import CodecConfig
 from store.format.constants import (
     BORNHOST_V6_FLAG,
     MIN_RECORD_LENGTH,
-    NAME_VALUE_SEPARATOR,
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
     PROPERTY_KEYS,
-    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     STOREHOSTADDRESS_V6_FLAG,
 )
 from store.format.fields import be_ints, byte_rows, fields_from_scan
 from store.format.hosts import HostAddress
-from store.format.properties import java_string, string_to_properties
 from store.format.scan import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
 
 READBACK_SCHEMA = pa.schema([
@@ -62,10 +60,6 @@ Timestamps are RocketMQ's epoch milliseconds; hosts are "ip:port" ("[v6]:port").
 
 DEFAULT_BATCH_SIZE = 65_536
 SCAN_WINDOW_BYTES = 32 << 20        # scanned, then turned into columns, at a time (bounded memory)
-_SEP2 = ord(PROPERTY_SEPARATOR)
-_SEP1 = ord(NAME_VALUE_SEPARATOR)
-_VIEW = np.dtype([("length", "<i4"), ("prefix", "V4"), ("buffer", "<i4"), ("offset", "<i4")])
-_INLINE = 12                        # binary_view: values up to 12 bytes live in the view itself
 
 
 @dataclass(frozen=True)
@@ -192,7 +186,7 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
     reconsume = be_ints(arr, f.starts + tail_pos, 4) if v6 else _i32(head, 72)
     body_pos = f.starts + tail_pos + 16
     body_len = be_ints(arr, body_pos - 4, 4) if v6 else _i32(head, 84)
-    body = _views(arr, body_pos, body_len)
+    body = binary_views(arr, body_pos, body_len)
     props = parse_properties(arr, f.props_pos, f.props_len)
     named = props.named([PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_KAFKA_TOPIC, PROPERTY_KAFKA_PARTITION,
                          PROPERTY_KAFKA_OFFSET])
@@ -242,37 +236,26 @@ def _i64(head: np.ndarray, at: int) -> np.ndarray:
     return np.ascontiguousarray(head[:, at:at + 8]).view(">i8")[:, 0].astype(np.int64)
 
 
-def _views(arr: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
-    """binary_view values arr[pos:pos+length] (positions < 2 GiB: a segment's), sharing arr's memory."""
-    n = len(pos)
-    views = np.zeros(n, dtype=_VIEW)
-    raw = views.view(np.uint8).reshape(n, 16)
-    lead = byte_rows(arr, pos, _INLINE)
-    inline = length <= _INLINE
-    lead[inline] *= (np.arange(_INLINE) < length[inline, None])     # zeros after a short value
-    raw[:, 4:] = lead
-    views["length"] = length
-    out = np.flatnonzero(~inline)
-    if len(out):
-        views["buffer"][out] = 0
-        views["offset"][out] = pos[out]
-    return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(arr)])
-
-
 def _hosts(arr: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     """"ip:port" of each host field; a store has few distinct hosts, so each is spelled once."""
     n = len(pos)
     out = np.empty(n, dtype=np.int64)
     names: list[str] = []
     for six in (False, True):
-        rows = np.flatnonzero(v6 == six)
+        rows = np.flatnonzero(v6 == six) if six or v6.any() else np.arange(n)
         if not len(rows):
             continue
         width = 20 if six else 8
-        raw = np.ascontiguousarray(byte_rows(arr, pos[rows], width)).view(f"V{width}")[:, 0]
-        uniq, inverse = np.unique(raw, return_inverse=True)
+        raw = np.ascontiguousarray(byte_rows(arr, pos[rows], width))
+        if six:
+            uniq, inverse = np.unique(raw.view(f"V{width}")[:, 0], return_inverse=True)
+            found = [u.tobytes() for u in uniq]
+        else:
+            words = raw.view(np.uint64)[:, 0]
+            inverse, where = few_distinct(words)
+            found = [words[w].tobytes() for w in where.tolist()]
         out[rows] = inverse.reshape(-1) + len(names)
-        names.extend(str(HostAddress.from_bytes(u.tobytes())) for u in uniq)
+        names.extend(str(HostAddress.from_bytes(u)) for u in found)
     return pa.array(names, pa.string()).take(pa.array(out))
 
 
@@ -290,94 +273,3 @@ def _to_int(values: pa.Array, typ: pa.DataType) -> pa.Array:
                          for v in as_text.to_pylist()], typ)
 
 
-@dataclass
-class Properties:
-    """Every record's properties as (record, name, value) pairs, RocketMQ's dedup applied."""
-
-    n: int                      # records
-    record: np.ndarray          # the record of each pair
-    names: pa.Array
-    values: pa.Array
-
-    def map_array(self) -> pa.Array:
-        offsets = np.zeros(self.n + 1, dtype=np.int32)
-        np.cumsum(np.bincount(self.record, minlength=self.n), out=offsets[1:])
-        return pa.MapArray.from_arrays(pa.array(offsets), self.names, self.values)
-
-    def named(self, wanted: list[str]) -> list[pa.Array]:
-        """The value of each wanted property per record (null where absent)."""
-        out = []
-        for name in wanted:
-            hit = np.flatnonzero(pc.equal(self.names, name).to_numpy(zero_copy_only=False))
-            idx = np.full(self.n, -1, dtype=np.int64)
-            idx[self.record[hit]] = hit
-            out.append(self.values.take(pa.array(idx, mask=idx < 0)))
-        return out
-
-
-def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray) -> Properties:
-    """string2messageProperties over every record: pieces split on \\x02, the name ends at the
-    first \\x01, pieces without one or with an empty name or value are dropped, a later pair
-    overwrites an earlier one of the same name. Text is decoded like Java's new String(UTF_8)."""
-    n = len(props_pos)
-    text = _views(arr, props_pos, props_len).cast(pa.binary())
-    offs = np.frombuffer(text.buffers()[1], dtype=np.int32, count=n + 1).astype(np.int64) - text.offset
-    data = np.frombuffer(text.buffers()[2], dtype=np.uint8) if text.buffers()[2] is not None \
-        else np.zeros(0, np.uint8)
-    data = data[int(offs[0]) if n else 0:]
-    offs = offs - offs[0] if n else offs
-    sep2 = np.flatnonzero(data == _SEP2)
-    sep1 = np.flatnonzero(data == _SEP1)
-    # each piece ends at a \x02 or at its record's end; ties: a record's end before the next one's \x02
-    ev_pos = np.concatenate([offs[1:], sep2])
-    ev_sep = np.concatenate([np.zeros(n, dtype=bool), np.ones(len(sep2), dtype=bool)])
-    order = np.argsort(ev_pos * 2 + ev_sep, kind="stable")
-    ev_pos, ev_sep = ev_pos[order], ev_sep[order]
-    piece_end = ev_pos
-    piece_start = np.empty_like(ev_pos)
-    if len(ev_pos):
-        piece_start[0] = 0
-        piece_start[1:] = ev_pos[:-1] + ev_sep[:-1]
-    record = np.cumsum(~ev_sep) - (~ev_sep)       # record ends seen before each piece
-    at = np.searchsorted(sep1, piece_start)
-    name_end = np.where(at < len(sep1), sep1[np.minimum(at, max(len(sep1) - 1, 0))] if len(sep1) else 0,
-                        piece_end)
-    ok = (at < len(sep1)) & (name_end < piece_end) & (name_end > piece_start) & (name_end + 1 < piece_end)
-    record, piece_start, piece_end, name_end = record[ok], piece_start[ok], piece_end[ok], name_end[ok]
-    names = _text(data, piece_start, name_end - piece_start)
-    values = _text(data, name_end + 1, piece_end - name_end - 1)
-    keep = _last_of_each_name(record, names, n)
-    if keep is not None:
-        record, names, values = record[keep], names.filter(pa.array(keep)), values.filter(pa.array(keep))
-    return Properties(n, record, names, values)
-
-
-def _text(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
-    raw = _views(data, pos, length)
-    try:
-        return raw.cast(pa.string())
-    except pa.ArrowInvalid:     # malformed UTF-8: Java puts U+FFFD in its place
-        return pa.array([java_string(b) for b in raw.to_pylist()], pa.string())
-
-
-def _last_of_each_name(record: np.ndarray, names: pa.Array, n: int) -> np.ndarray | None:
-    """Mask keeping only the last pair of each (record, name), or None when no name repeats."""
-    if not len(record):
-        return None
-    enc = pc.dictionary_encode(names)
-    code = record * len(enc.dictionary) + enc.indices.to_numpy()
-    if len(enc.dictionary) * n <= 1 << 24:
-        dup = np.bincount(code, minlength=len(enc.dictionary) * n) > 1
-        if not dup.any():
-            return None
-    _, last_rev = np.unique(code[::-1], return_index=True)
-    if len(last_rev) == len(code):
-        return None
-    keep = np.zeros(len(code), dtype=bool)
-    keep[len(code) - 1 - last_rev] = True
-    return keep
-
-
-def properties_of(props_bytes: bytes) -> dict[str, str]:
-    """One record's properties, the per-record way (the reference the vectorized split is tested against)."""
-    return string_to_properties(java_string(props_bytes))

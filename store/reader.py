@@ -351,14 +351,16 @@ class StoreReader(RecordReads):
         """record_batches(...) as a pandas DataFrame (properties as lists of (name, value))."""
         return self.to_table(*args, **kwargs).to_pandas()
 
-    def read_ranges(self, max_bytes: int = 128 << 20) -> list[tuple[int, int]]:
-        """[start, end) offset ranges covering everything readable now, each within one segment
-        and about ``max_bytes`` long, each starting at a record start: the units of a parallel
-        read (record_batches(start, end) each). Cuts inside a segment are placed at record starts
-        the consume queues point at, so no walk is needed to find them."""
+    def read_ranges(self, max_bytes: int = 128 << 20, from_offset: int | None = None,
+                    to_offset: int | None = None) -> list[tuple[int, int]]:
+        """[start, end) offset ranges covering what is readable now in [from_offset, to_offset)
+        (a record or segment start, and a record boundary), each within one segment and about
+        ``max_bytes`` long, each starting at a record start: the units of a parallel read
+        (record_batches(start, end) each). Cuts inside a segment are placed at record starts the
+        consume queues point at, so no walk is needed to find them."""
         out: list[tuple[int, int]] = []
-        for seg, start, end, _until in self._segment_ranges(None, None):
-            lo, hi = seg.base_offset + start, seg.base_offset + end
+        for seg, start, end, until in self._segment_ranges(from_offset, to_offset):
+            lo, hi = seg.base_offset + start, seg.base_offset + (end if until is None else min(end, until))
             cuts = [lo]
             at = lo + max_bytes
             while at < hi and self._cq is not None:

@@ -80,14 +80,15 @@ def _produced_records(topics: list[str]) -> list[tuple[str, int, bytes | None, b
 def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> object:
     """The store's columns as the job's mapping rules make them, computed in Spark from Spark's read
     of the topics (kafka-python source): RocketMQ fields from the Kafka record, the properties as
-    headers + KEYS or KAFKA_KEY_BASE64 + the Kafka coordinates + UNIQ_KEY, the queue offsets as
-    each partition's order."""
+    headers + KEYS or KAFKA_KEY_BASE64 + KAFKA_VALUE_NULL for a tombstone + the Kafka coordinates +
+    UNIQ_KEY, the queue offsets as each partition's order."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     kafka = (spark.read.format("kafka-python")  # type: ignore[attr-defined]
              .option("kafka.bootstrap.servers", bootstrap).option("subscribe", ",".join(topics))
-             .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+             .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+             .option("includeHeaders", "true").load())
     key_text = F.col("key").cast("string")
     text_key = F.col("key").isNotNull() & (F.length("key") > 0) & F.is_valid_utf8(key_text) \
         & ~key_text.contains("\u0001") & ~key_text.contains("\u0002")
@@ -102,6 +103,8 @@ def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> ob
     key_map = F.when(text_key, F.create_map(F.lit("KEYS"), key_text)) \
         .when(binary_key, F.create_map(F.lit("KAFKA_KEY_BASE64"), F.base64("key"))) \
         .otherwise(F.create_map().cast("map<string,string>"))
+    tombstone = F.when(F.col("value").isNull(), F.create_map(F.lit("KAFKA_VALUE_NULL"), F.lit("true"))) \
+        .otherwise(F.create_map().cast("map<string,string>"))
     in_partition = Window.partitionBy("topic", "partition").orderBy("offset")
     return kafka.select(
         F.col("topic"), F.col("partition").alias("queueId"),
@@ -109,7 +112,7 @@ def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> ob
         F.unix_millis("timestamp").alias("bornTimestamp"), F.lit("127.0.0.1:0").alias("bornHost"),
         F.lit("127.0.0.1:10911").alias("storeHost"), F.lit(0).alias("sysFlag"), F.lit(0).alias("flag"),
         F.lit(0).alias("reconsumeTimes"), F.when(text_key, key_text).alias("keys"),
-        header_map["TAGS"].alias("tags"), F.map_concat(key_map, header_map, coords).alias("properties"),
+        header_map["TAGS"].alias("tags"), F.map_concat(key_map, header_map, tombstone, coords).alias("properties"),
         F.coalesce("value", F.lit(b"")).alias("body"), F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"))
 
@@ -160,3 +163,34 @@ def test_what_was_produced_to_kafka_reads_back_from_the_store(bootstrap_servers:
     assert all(c > 100 for c in counts), counts
     offsets = [r[0] for r in stored.select("physicalOffset").orderBy("physicalOffset").collect()]
     assert len(set(offsets)) == len(offsets)
+
+
+def test_read_stream_follows_the_store_from_its_commit_point(spark: object, tmp_path: Path) -> None:
+    """readStream reads what is committed, then, on the next trigger, only what was committed since."""
+    from store import MessageStore
+    from store.config import StoreConfig
+    from store.format.codec import Message
+
+    root, checkpoint = tmp_path / "store", tmp_path / "checkpoint"
+    msgs = [Message(topic="T", body=b"m%d" % i, queue_id=i % 2, store_timestamp=1000 + i) for i in range(300)]
+
+    out = tmp_path / "out"
+
+    def drain() -> list[bytes]:
+        """One trigger of the stream into a parquet sink; every body the sink holds so far."""
+        query = (spark.readStream.format("rocketmq-commitlog").load(str(root))  # type: ignore[attr-defined]
+                 .select("body").writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(checkpoint)).trigger(once=True).start())
+        query.awaitTermination(120)
+        return sorted(bytes(r.body) for r in spark.read.parquet(str(out)).collect())  # type: ignore[attr-defined]
+
+    with MessageStore.open(root, StoreConfig(segment_size=64 * 1024)) as store:
+        store.append(msgs[:200])
+        store.commit()
+        store.append(msgs[200:250])        # appended, not committed: not read
+        store.flush()
+        assert drain() == sorted(m.body for m in msgs[:200])
+        store.commit()
+        store.append(msgs[250:])
+        store.commit()
+    assert drain() == sorted(m.body for m in msgs)      # the rest, once: nothing read twice

@@ -14,10 +14,13 @@ Filters on topic, queueId (=, IN) and storeTimestamp (=, <, <=, >, >=) are pushe
 chosen queues hold at most ``consumeQueueShare`` of the records, the tasks read just their records,
 found through the consume queues; otherwise they scan and drop the others before building columns.
 
+spark.readStream follows a live store: offsets are physical offsets, each micro-batch reads up to
+the commit point seen when it is planned (``startingOffsets`` earliest or latest).
+
 Options: ``path`` (or load(path)), ``maxBytesPerPartition`` (default 128 MiB), ``batchSize`` (rows
 per Arrow batch, default 65536), ``checkCrc`` (check each BODYCRC, default false), ``pushFilters``
 (default true; false when spark.sql.python.filterPushdown.enabled must stay off),
-``consumeQueueShare`` (default 0.5).
+``consumeQueueShare`` (default 0.5), ``startingOffsets`` (readStream: earliest or latest).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -75,6 +79,7 @@ class ReadOptions:
     check_crc: bool = False
     push_filters: bool = True
     cq_share: float = 0.5
+    starting: str = "earliest"             # readStream only
 
     @classmethod
     def parse(cls, options: Any) -> ReadOptions:
@@ -86,9 +91,17 @@ class ReadOptions:
             return cls(path=path, max_bytes=int(opts.get("maxbytesperpartition", cls.max_bytes)),
                        batch_size=int(opts.get("batchsize", cls.batch_size)),
                        check_crc=_flag(opts, "checkcrc", False), push_filters=_flag(opts, "pushfilters", True),
-                       cq_share=float(opts.get("consumequeueshare", cls.cq_share)))
+                       cq_share=float(opts.get("consumequeueshare", cls.cq_share)),
+                       starting=_choice(opts, "startingoffsets", ("earliest", "latest")))
         except ValueError as exc:
             raise ReadbackOptionError(f"rocketmq-commitlog option: {exc}") from None
+
+
+def _choice(opts: dict[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    value = opts.get(name, allowed[0]).strip().lower()
+    if value not in allowed:
+        raise ReadbackOptionError(f"option '{name}' is {value!r}: use {' or '.join(allowed)}")
+    return value
 
 
 def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
@@ -111,6 +124,9 @@ class CommitLogDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
         return CommitLogReader(opts) if opts.push_filters else PlainCommitLogReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return CommitLogStreamReader(ReadOptions.parse(self.options))
 
 
 @dataclass
@@ -175,6 +191,41 @@ class CommitLogReader(PlainCommitLogReader):
         for f in filters:
             if not _push(self.pushed, f):
                 yield f
+
+
+class CommitLogStreamReader(DataSourceStreamReader):
+    """spark.readStream: follows a live store. An offset is a physical offset of the commit log;
+    each micro-batch reads from the last one to the commit point seen when it is planned
+    (``startingOffsets``: earliest, the default, or latest). No filter is pushed (Spark filters)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._read = PlainCommitLogReader(options)
+
+    def initialOffset(self) -> dict:
+        with _open(self.options.path) as reader:
+            start = reader.committed_offset if self.options.starting == "latest" else reader.min_offset
+        return {"offset": start}
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        with _open(self.options.path) as reader:
+            return {"offset": max(reader.committed_offset, int(start["offset"]))}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo, hi = int(start["offset"]), int(end["offset"])
+        if lo >= hi:
+            return []
+        with _open(self.options.path) as reader:
+            if lo < reader.min_offset:
+                raise StoreError(f"the stream is at offset {lo} but the store's first offset is now "
+                                 f"{reader.min_offset}: retention deleted records not yet read")
+            return [StoreRange(a, b) for a, b in reader.read_ranges(self.options.max_bytes, lo, hi)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self._read.read(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the store keeps no reader state."""
 
 
 def _push(p: _Pushed, f: Filter) -> bool:

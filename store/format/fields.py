@@ -135,7 +135,7 @@ def rows_at(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-byte_rows = _rows
+byte_rows = rows_at
 """``width`` bytes from each of many positions, as rows of a uint8 matrix (one fancy-index copy)."""
 
 

@@ -1,0 +1,154 @@
+"""How fast is a store read back, as Arrow batches and as a Spark DataFrame, against its peers?
+
+Builds a store (256 MiB, 16 MiB in quick mode; segments of 64 MiB, 4 MiB) of the issue's messages
+(10-byte topic, TAGS/KEYS/UNIQ_KEY properties) with 1 KiB bodies and with 100-byte bodies, page
+cache warm, then measures in the same run:
+
+- ``arrow``: StoreReader.record_batches over the whole store (every column built, bodies copied
+  into plain binary columns), against the raw scan of ``commitlog verify``: the same segments
+  walked and checked by store.format.scan (BODYCRC included, as verify does), one thread, in this
+  process; and ``commitlog verify STORE`` end to end (a subprocess: start-up, consume-queue checks
+  and its parallel pieces included). Targets: arrow >= 0.5 of the raw scan.
+- ``spark``: spark.read.format("rocketmq-commitlog").load(STORE) written to Spark's ``noop`` sink
+  (every column read), against spark.read.parquet of the same rows written as Parquet (snappy) by
+  Spark, on a local[2] session. Target: >= 0.8 of Parquet.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+import records  # noqa: E402
+
+MIB = 1 << 20
+FULL = {"store_bytes": 256 * MIB, "segment_size": 64 * MIB, "bodies": [1024, 100]}
+QUICK = {"store_bytes": 16 * MIB, "segment_size": 4 * MIB, "bodies": [1024, 100]}
+
+
+def build_store(root: Path, segment_size: int, nbytes: int, body: int) -> tuple[int, int]:
+    """Append pre-encoded batches until the store holds about ``nbytes``; (end offset, messages)."""
+    from store import MessageStore, StoreConfig
+
+    per = body + 200
+    batch_records = max(1, min(20_000, (nbytes // per) // 8))
+    batch = records.encode(records.message_table(batch_records, body))
+    n = 0
+    with MessageStore.open(root, StoreConfig(segment_size=segment_size, flush_mode="async")) as store:
+        while store.max_offset + batch.nbytes + 8 <= nbytes:
+            store.append_encoded(batch)
+            n += len(batch)
+        store.commit()
+        return store.committed_offset, n
+
+
+def arrow_read(root: Path) -> tuple[float, int]:
+    """Seconds to read every committed message as Arrow batches; and the rows."""
+    from store import StoreReader
+
+    rows = 0
+    t0 = time.perf_counter()
+    with StoreReader.open(root) as reader:
+        for batch in reader.record_batches():
+            rows += batch.num_rows
+    return time.perf_counter() - t0, rows
+
+
+def verify_scan(root: Path) -> float:
+    """Seconds of verify's raw scan of the same segments (walk, checks, BODYCRC), one thread."""
+    from store import StoreReader
+    from store.format.codec import CodecConfig
+    from store.format.scan import scan_segment_fast
+
+    t0 = time.perf_counter()
+    with StoreReader.open(root) as reader:
+        end = reader.committed_offset
+        for path, base, size in reader.segments():
+            if base >= end:
+                break
+            seg = reader._segments.find(base)          # the mapping the reader already holds
+            scan_segment_fast(seg.view, base, min(size, end - base), CodecConfig(), columns=True)
+    return time.perf_counter() - t0
+
+
+def verify_command(root: Path) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(root)], capture_output=True,
+                          text=True, env=common.env_for_subprocess(), timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"commitlog verify {root} exited {done.returncode}:\n{done.stdout[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def spark_read(spark: object, reader: object) -> float:
+    t0 = time.perf_counter()
+    reader.write.format("noop").mode("overwrite").save()  # type: ignore[attr-defined]
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    runs = common.runs_of(args, quick_default=1)
+    p = QUICK if args.quick else FULL
+    rep = common.Report("readback", args)
+    rep.params = dict(p, runs=runs)
+    out = Path(args.out) / "readback"
+    spark = None
+    with common.work_dir(out, args.keep):
+        for body in p["bodies"]:
+            root = out / f"store-body{body}"
+            end, n = build_store(root, p["segment_size"], p["store_bytes"], body)
+            rep.params[f"body{body}.bytes"] = end
+            rep.params[f"body{body}.messages"] = n
+            rep.log(f"== store of {end / MIB:.0f} MiB, {n:,} messages, {body}-byte bodies")
+            tag = f"body{body}"
+
+            arrow_read(root)
+            verify_scan(root)                           # warm-up: page cache, imports
+            arrow = [arrow_read(root) for _ in range(runs)]
+            assert all(rows == n for _, rows in arrow), f"read back {arrow[0][1]} of {n} messages"
+            scan = [verify_scan(root) for _ in range(runs)]
+            verify_command(root)
+            command = [verify_command(root) for _ in range(runs)]
+            rep.add(f"{tag}.arrow.mb_per_s", [end / s / 1e6 for s, _ in arrow], "MB/s")
+            rep.add(f"{tag}.arrow.msg_per_s", [n / s for s, _ in arrow], "msg/s")
+            rep.add(f"{tag}.verify_scan.mb_per_s", [end / s / 1e6 for s in scan], "MB/s")
+            rep.add(f"{tag}.verify_command.mb_per_s", [end / s / 1e6 for s in command], "MB/s")
+            rep.ratio(f"{tag}.ratio.arrow_vs_verify_scan", f"{tag}.arrow.mb_per_s", f"{tag}.verify_scan.mb_per_s")
+            rep.ratio(f"{tag}.ratio.arrow_vs_verify_command", f"{tag}.arrow.mb_per_s",
+                      f"{tag}.verify_command.mb_per_s")
+
+            if spark is None:
+                import common_stream as cs
+                spark = cs.spark_session(2)
+            parquet_dir = out / f"parquet-body{body}"
+            ours = spark.read.format("rocketmq-commitlog").load(str(root))
+            ours.write.mode("overwrite").parquet(str(parquet_dir))     # the same rows, as Parquet
+            theirs = spark.read.parquet(str(parquet_dir))
+            assert theirs.count() == n
+            rep.params[f"{tag}.parquet_bytes"] = sum(f.stat().st_size for f in parquet_dir.rglob("*.parquet"))
+            rep.params[f"{tag}.spark_partitions"] = ours.rdd.getNumPartitions()
+            spark_read(spark, ours)
+            spark_read(spark, theirs)
+            mine, peer = [], []
+            for _ in range(runs):                       # alternated: both see the same machine load
+                mine.append(spark_read(spark, ours))
+                peer.append(spark_read(spark, theirs))
+            rep.add(f"{tag}.spark.commitlog.msg_per_s", [n / s for s in mine], "msg/s")
+            rep.add(f"{tag}.spark.parquet.msg_per_s", [n / s for s in peer], "msg/s")
+            rep.ratio(f"{tag}.ratio.spark_commitlog_vs_parquet", f"{tag}.spark.commitlog.msg_per_s",
+                      f"{tag}.spark.parquet.msg_per_s")
+            common.shutil.rmtree(root, ignore_errors=True)
+            common.shutil.rmtree(parquet_dir, ignore_errors=True)
+        if spark is not None:
+            spark.stop()
+    rep.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

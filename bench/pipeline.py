@@ -19,6 +19,10 @@ RSS of the Python driver and of the driver JVM. Ratios: commitlog SYNC over noop
 and over parquet (target >= 1.0).
 ``--soak SECONDS`` adds a run of that length against a live producer, sampling the driver's RSS
 (it must not grow with the store).
+``--workloads`` names the topics (bench/workloads.py: ``uniform``, the default, ``mixed``,
+``uniform_dlq``, ``lz4``, ``zstd``); a workload other than ``uniform`` runs SYNC commitlog and the
+noop sink only, on ``--workload-messages`` records, and reports the share of its records the read
+tasks' C pass encodes (``<workload>.direct_share``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import common_stream as cs  # noqa: E402
+import workloads as wl  # noqa: E402
 
 MIB = 1 << 20
 FULL = {"messages": 300_000, "batches": [10_000, 30_000, 50_000, 100_000], "partitions": 2}
@@ -43,8 +48,8 @@ TOPIC = "bench-pipeline"
 MIN_BATCHES = 10
 
 
-def topic_for(messages: int) -> str:
-    return f"{TOPIC}-{messages}"
+def topic_for(messages: int, workload: str = "uniform") -> str:
+    return f"{TOPIC}-{messages}" if workload == "uniform" else f"{TOPIC}-{workload}-{messages}"
 
 
 def job_config(bootstrap: str, root: Path, batch: int, flush: str, trigger: str = "available-now",
@@ -104,12 +109,12 @@ FIGURES = {"msgs_per_s": "msg/s", "batch_p50_ms": "ms", "batch_p99_ms": "ms", "d
 
 
 def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what: str, batch: int,
-            n: int) -> dict[str, float]:
+            n: int, workload: str = "uniform") -> dict[str, float]:
     """One run of one kind over the pre-filled topic of ``n`` records: its FIGURES, and its number
     of data batches."""
     with common.scratch(args, f"pipeline/{tag}") as root:
         flush = what.split(".")[1].split("_")[0] if what.startswith("commitlog") else "sync"
-        cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n))
+        cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n, workload))
         cfg.message_index = not what.endswith("_noindex")
         if what.startswith("commitlog"):
             prog, rss = run_commitlog(spark, events, cfg, n)
@@ -119,6 +124,36 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
             "batch_p99_ms": prog.latency_ms(99), "driver_python_rss_peak_mib": rss.python_peak / MIB,
             "driver_python_anon_peak_mib": rss.python_anon_peak / MIB,
             "driver_jvm_rss_peak_mib": rss.jvm_peak / MIB, "batches": len(prog.data_batches)}
+
+
+WORKLOAD_KINDS = ("commitlog.sync", "noop")
+
+
+def run_workload(args: Any, rep: common.Report, spark: Any, events: list, bootstrap: str, workload: str, n: int,
+                 batches: list[int], runs: int, partitions: int) -> None:
+    """SYNC commitlog and the noop sink on one workload's topic, in rotating rounds per batch size,
+    and the share of its records the C pass encodes."""
+    for batch in batches:
+        tag = f"{workload}.batch{batch}"
+        res: dict[str, dict[str, list[float]]] = {what: {k: [] for k in [*FIGURES, "batches"]}
+                                                  for what in WORKLOAD_KINDS}
+        for r in range(runs):
+            for what in WORKLOAD_KINDS[r % 2:] + WORKLOAD_KINDS[:r % 2]:
+                for k, v in measure(args, spark, events, bootstrap, tag, what, batch, n, workload).items():
+                    res[what][k].append(v)
+        for what in WORKLOAD_KINDS:
+            for figure, unit in FIGURES.items():
+                rep.add(f"{tag}.{what}.{figure}", res[what][figure], unit)
+            rep.params[f"{tag}.{what}.batches"] = res[what]["batches"]
+        rep.ratio(f"{tag}.ratio.commitlog_sync_vs_noop", f"{tag}.commitlog.sync.msgs_per_s", f"{tag}.noop.msgs_per_s")
+        uniform = f"batch{batch}.commitlog.sync.msgs_per_s"
+        if uniform in rep.figures:
+            rep.ratio(f"{tag}.ratio.commitlog_sync_vs_uniform_sync", f"{tag}.commitlog.sync.msgs_per_s", uniform)
+    with common.scratch(args, f"pipeline/{workload}-share") as root:
+        share, reasons = wl.direct_share(bootstrap, topic_for(n, workload), partitions, n,
+                                         job_config(bootstrap, root, batches[0], "sync"))
+    rep.add(f"{workload}.direct_share", [share], "share")
+    rep.params[f"{workload}.general_way_records"] = reasons
 
 
 def soak(args: Any, rep: common.Report, spark: Any, bootstrap: str, seconds: float, rate: int) -> None:
@@ -230,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak-rate", type=int, default=20_000, help="msg/s the soak producer writes")
     ap.add_argument("--soak-only", action="store_true", help="only the soak run (with --soak SECONDS)")
     ap.add_argument("--batches", default=None, help="maxOffsetsPerTrigger values, comma separated")
+    ap.add_argument("--workloads", default="uniform",
+                    help=f"topics to read, comma separated: {', '.join(wl.WORKLOADS)} (bench/workloads.py)")
+    ap.add_argument("--workload-messages", type=int, default=None,
+                    help="records of each workload other than uniform (default 200,000; quick 10,000)")
     ap.add_argument("--png", default=None, help="also plot throughput and latency against batch size here")
     ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
     args = ap.parse_args(argv)
@@ -243,6 +282,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches:
         p["batches"] = [int(x) for x in args.batches.split(",")]
     min_batches = 1 if args.quick else MIN_BATCHES   # --quick only proves the script runs
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in names if w not in wl.WORKLOADS]
+    if unknown:
+        ap.error(f"--workloads: {', '.join(unknown)} unknown; use {', '.join(wl.WORKLOADS)}")
+    others = [w for w in names if w != "uniform"]
+    if "uniform" not in names:
+        p["batches"] = []
+    other_n = args.workload_messages or (10_000 if args.quick else 200_000)
+    other_batches = [int(x) for x in args.batches.split(",")] if args.batches else (
+        [10_000] if args.quick else [50_000, 100_000])
     sizes = {batch: max(p["messages"], min_batches * batch) for batch in p["batches"]}
     rep = common.Report("pipeline", args)
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]")
@@ -253,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                 secs = cs.prefill_topic(broker.bootstrap_servers, topic_for(n), p["partitions"], n)
                 rep.log(f"pre-filled {topic_for(n)} with {n:,} records in {secs:.1f} s")
                 rep.params[f"topic.{topic_for(n)}.messages"] = n
+            for w in ([] if args.soak_only else others):
+                secs = wl.prefill(broker.bootstrap_servers, topic_for(other_n, w), p["partitions"], other_n,
+                                  wl.WORKLOADS[w], common.SEED)
+                rep.log(f"pre-filled {topic_for(other_n, w)} with {other_n:,} records in {secs:.1f} s")
+                rep.params[f"topic.{topic_for(other_n, w)}.messages"] = other_n
             spark = cs.spark_session(2)
             try:
                 _, events = cs.progress_listener(spark)
@@ -285,6 +339,15 @@ def main(argv: list[str] | None = None) -> int:
                         for peer in ("noop", "parquet"):
                             rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",
                                       f"{tag}.{peer}.msgs_per_s")
+                for w in ([] if args.soak_only else others):
+                    run_workload(args, rep, spark, events, broker.bootstrap_servers, w, other_n, other_batches,
+                                 runs, p["partitions"])
+                if batches and "uniform" in names and not args.soak_only:
+                    share, reasons = wl.direct_share(broker.bootstrap_servers, topic_for(sizes[batches[0]]),
+                                                     p["partitions"], sizes[batches[0]],
+                                                     job_config(broker.bootstrap_servers, out, batches[0], "sync"))
+                    rep.add("uniform.direct_share", [share], "share")
+                    rep.params["uniform.general_way_records"] = reasons
                 if args.soak > 0:
                     soak(args, rep, spark, broker.bootstrap_servers, args.soak, args.soak_rate)
             finally:

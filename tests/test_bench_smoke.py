@@ -38,7 +38,7 @@ EXPECTED = {
     "pipeline": (
         ["batch10000.commitlog.sync.msgs_per_s", "batch10000.commitlog.async.batch_p99_ms",
          "batch10000.noop.msgs_per_s", "batch10000.parquet.msgs_per_s",
-         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib"],
+         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib", "uniform.direct_share"],
         ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet",
          "batch10000.ratio.commitlog_sync_index_on_vs_off"]),
     "index_lookup": (

@@ -207,14 +207,17 @@ def jvm_child() -> int | None:
     return None
 
 
-def spark_session(cores: int = 2) -> Any:
-    """A SparkSession configured as ``commitlog run`` configures its own (ingest.job.spark_session)."""
+def spark_session(cores: int = 2, driver_memory: str | None = None) -> Any:
+    """A SparkSession configured as ``commitlog run`` configures its own (ingest.job.spark_session);
+    ``driver_memory`` as `--spark-conf spark.driver.memory=...` would set it."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from ingest.config import JobConfig
     from ingest.job import spark_session as job_session
 
-    return job_session(JobConfig(master=f"local[{cores}]"))
+    conf = {"spark.driver.memory": driver_memory} if driver_memory else {}
+    conf.update(dict(kv.split("=", 1) for kv in os.environ.get("BENCH_SPARK_CONF", "").split(",") if kv))
+    return job_session(JobConfig(master=f"local[{cores}]", spark_conf=conf))
 
 
 if __name__ == "__main__":  # `make bench-quick` runs every bench/*.py: this one is only a library

@@ -119,6 +119,26 @@ def test_records_encoded_elsewhere_read_the_same_from_chunks_and_slices() -> Non
     assert list(again.topic_index) == list(whole.topic_index) and again.topic_names == whole.topic_names
 
 
+def test_chosen_rows_skip_the_empty_null_records_of_dead_letters() -> None:
+    rows = [row(body=bytes([i]) * i, topic=f"T{i % 3}", queue_id=i % 4) for i in range(12)]
+    encoded = encode_batch_to_arrow(table(rows))
+    dead = [2, 5, 11]
+    live = np.array([i for i in range(12) if i not in dead])
+    records = pa.array([None if i in dead else r for i, r in enumerate(encoded.column("record").to_pylist())],
+                       pa.binary())
+    with_dead = encoded.set_column(encoded.schema.get_field_index("record"), "record", records)
+    chosen = EncodedBatch.from_arrow(with_dead, live)
+    want = EncodedBatch.from_arrow(encoded.take(pa.array(live)))
+    assert bytes(chosen.data) == bytes(want.data)
+    assert list(chosen.offsets) == list(want.offsets) and list(chosen.sizes) == list(want.sizes)
+    assert list(chosen.queue_ids) == list(want.queue_ids) and chosen.topic_names == want.topic_names
+    # rows left out that still hold bytes are taken out by a copy, not appended
+    kept = EncodedBatch.from_arrow(encoded, live)
+    assert bytes(kept.data) == bytes(want.data)
+    with pytest.raises(InvalidMessageError, match="null rows to append"):
+        EncodedBatch.from_arrow(with_dead, np.array([0, 2]))
+
+
 def test_a_row_over_the_body_limit_is_refused_naming_field_size_limit_and_row() -> None:
     config = CodecConfig(max_message_size=100)
     t = table([row(body=bytes(100)), row(body=bytes(101))])

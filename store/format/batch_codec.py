@@ -85,25 +85,39 @@ class EncodedBatch:
         return memoryview(self.data)[int(self.offsets[i]):int(self.offsets[i]) + int(self.sizes[i])]
 
     @classmethod
-    def from_arrow(cls, table: pa.Table | pa.RecordBatch) -> "EncodedBatch":
+    def from_arrow(cls, table: pa.Table | pa.RecordBatch, rows: np.ndarray | None = None) -> "EncodedBatch":
         """From the ``encode_batch_to_arrow`` form: a ``record`` binary column (records encoded
         elsewhere, e.g. by Spark executors) with topic, queue_id, sys_flag, tags_code,
         delay_level and queue_offset columns. Metadata columns are used without copying; the
-        record bytes are copied once into one writable buffer."""
+        record bytes are copied once into one writable buffer. ``rows`` (ascending) takes only
+        those rows; the others' records must be null and empty (a batch's dead letters), so the
+        one copy is still all there is."""
         records = table.column("record")
-        if records.null_count:
-            raise InvalidMessageError(f"column record has {records.null_count} null rows")
         if not (pa.types.is_binary(records.type) or pa.types.is_large_binary(records.type)):
             raise InvalidMessageError(f"column record is {records.type}, not binary")
-        n = len(records)
+        if rows is not None:
+            present = pc.is_valid(records).to_numpy(zero_copy_only=False)
+            if not present[rows].all():
+                raise InvalidMessageError(f"column record has {int((~present[rows]).sum())} null rows to append")
+            left_out = np.ones(len(records), dtype=bool)
+            left_out[rows] = False
+            if pc.binary_length(records).fill_null(0).to_numpy(zero_copy_only=False)[left_out].any():
+                return cls.from_arrow(table.take(pa.array(rows)))    # rows left out hold bytes: copy
+        elif records.null_count:
+            raise InvalidMessageError(f"column record has {records.null_count} null rows")
         starts, data = gather_binary(records)
-        cols = columns_of(table.select([name for name in table.schema.names if name != "record"]))
+        sizes = np.diff(np.append(starts, data.size)).astype(np.int32)
+        meta = table.select([name for name in table.schema.names if name != "record"])
+        if rows is not None:
+            starts, sizes, meta = starts[rows], sizes[rows], meta.take(pa.array(rows))
+        n = len(starts)
+        cols = columns_of(meta)
         topics = pc.dictionary_encode(cols["topic"])
         queue_offsets = None
         if "queue_offset" in cols and cols["queue_offset"].null_count < n:
             queue_offsets = int_column(cols["queue_offset"], np.int64)
         return cls(
-            data=data, offsets=starts, sizes=np.diff(np.append(starts, data.size)).astype(np.int32),
+            data=data, offsets=starts, sizes=sizes,
             topic_names=topics.dictionary.to_pylist(), topic_index=int_column(topics.indices, np.int32),
             queue_ids=int_column(cols["queue_id"], np.int32), sys_flags=int_column(cols["sys_flag"], np.int32),
             tags_codes=int_column(cols["tags_code"], np.int64), delay_levels=int_column(cols["delay_level"], np.int32),

@@ -81,13 +81,24 @@ def batch_keys(arr: np.ndarray, f: RecordFields) -> BatchKeys:
         if record:
             keep = ~slow[np.concatenate(record)]
             record, rank, key_hash = ([np.concatenate(x)[keep]] for x in (record, rank, key_hash))
+    # the records the fast path is not sure of: decoded one at a time, hashed all together
+    slow_rec: list[int] = []
+    slow_rank: list[int] = []
+    slow_topics: list[str] = []
+    slow_keys: list[str] = []
     for i in np.flatnonzero(slow).tolist():
         p, ln = int(f.props_pos[i]), int(f.props_len[i])
         keys = indexed_keys(string_to_properties(java_string(arr[p:p + ln].tobytes())), int(f.sys_flag[i]))
-        if keys:
-            record.append(np.full(len(keys), i, dtype=np.int64))
-            rank.append(np.arange(len(keys), dtype=np.int64))
-            key_hash.append(index_key_hashes([f.topics[f.topic_id[i]]] * len(keys), keys))
+        topic = f.topics[f.topic_id[i]]
+        for r, key in enumerate(keys):
+            slow_rec.append(i)
+            slow_rank.append(r)
+            slow_topics.append(topic)
+            slow_keys.append(key)
+    if slow_keys:
+        record.append(np.array(slow_rec, dtype=np.int64))
+        rank.append(np.array(slow_rank, dtype=np.int64))
+        key_hash.append(index_key_hashes(slow_topics, slow_keys))
     if not record:
         return BatchKeys(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
     rec_all = np.concatenate(record)

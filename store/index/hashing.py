@@ -13,11 +13,10 @@ _MASK = np.uint64(0xFFFFFFFF)
 
 
 def _powers_of_31(n: int) -> np.ndarray:
-    """31**i mod 2**32 for i in [0, n), as uint64."""
-    out = np.ones(max(n, 1), dtype=np.uint64)
-    for i in range(1, n):
-        out[i] = (out[i - 1] * np.uint64(31)) & _MASK
-    return out
+    """31**i mod 2**32 for i in [0, n), as uint64 (uint32 products wrap as Java's int does)."""
+    steps = np.full(max(n, 1), 31, dtype=np.uint32)
+    steps[0] = 1
+    return np.cumprod(steps, dtype=np.uint32).astype(np.uint64)
 
 
 def java_string_hashes(texts: Sequence[str]) -> np.ndarray:

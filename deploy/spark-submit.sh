@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Submit the commitlog job to a Spark cluster (standalone, YARN or Kubernetes), shipping the
-# project's code (ingest/, sink/, store/) to the driver and the executors as one zip (--py-files).
+# project (ingest/, sink/, store/ and the compiled C kernel of the read tasks) to the executors as
+# one archive (--archives, unpacked in each executor's directory), and its Python code to the driver
+# as a zip. COMMITLOG_SHIP=zip ships the Python code alone (--py-files) to the executors as well:
+# no kernel there, so every fetch is mapped and encoded the general way (several times the CPU per
+# record; BENCHMARKS.md, "Pipeline").
 #
 #   deploy/spark-submit.sh [spark-submit options ...] -- COMMITLOG_ARGS ...
 #
@@ -18,7 +22,9 @@
 #                              project's dependencies (pyspark, numpy, pyarrow, pandas,
 #                              kafka-python, crc32c) but NOT the project: that is shipped.
 #   COMMITLOG_DRIVER_PYTHON    python of the driver in client mode (default: $PYTHON)
-#   COMMITLOG_BUILD_DIR        where the zip is built (default: <repo>/build/deploy)
+#   COMMITLOG_BUILD_DIR        where the zip and the archive are built (default: <repo>/build/deploy)
+#   COMMITLOG_SHIP             archive (default: the code and the kernel, built here for $PYTHON, so
+#                              the executors' Python must be the same version and platform) or zip
 #   COMMITLOG_DRIVER_SCRIPT    the application file (default: deploy/driver.py; tests put a
 #                              probe script here)
 #
@@ -50,15 +56,36 @@ fi
 
 build="${COMMITLOG_BUILD_DIR:-$repo/build/deploy}"
 mkdir -p "$build"
+ship="${COMMITLOG_SHIP:-archive}"
+if [[ "$ship" != "archive" && "$ship" != "zip" ]]; then
+    echo "spark-submit.sh: COMMITLOG_SHIP is '$ship': use archive (the default) or zip" >&2
+    exit 2
+fi
 zip_path="$build/commitlog_ingest.zip"
-# The zip holds the three packages at its root, so `import store` works with it on sys.path.
-# Python bytecode caches and tests stay out; the zip is rebuilt on every submit so it always
-# matches the checkout being submitted.
-"$python" - "$repo" "$zip_path" <<'PY'
-import os, sys, zipfile
-repo, out = sys.argv[1], sys.argv[2]
-tmp = out + ".tmp"
-with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+archive_path="$build/commitlog_ingest.tar.gz"
+# The zip holds the three packages' Python files at its root, so `import store` works with it on
+# sys.path; a zip cannot hold the compiled kernel (Python does not load extension modules from
+# one). The archive holds the same tree plus the kernel, built here for $PYTHON (the executors'
+# Python must be the same version on the same platform: a homogeneous cluster or the image).
+# Bytecode caches and tests stay out; both are rebuilt on every submit, so they always match the
+# checkout being submitted.
+kernel_dir=""
+if [[ "$ship" == "archive" ]]; then
+    kernel_dir="$build/kernel"
+    rm -rf "$kernel_dir" "$build/kernel-tmp"
+    if ! (cd "$repo" && "$python" setup.py -q build_ext --build-lib "$kernel_dir" --build-temp "$build/kernel-tmp" \
+            >"$build/kernel-build.log" 2>&1) || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null; then
+        echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
+             "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
+        ship="zip"
+        kernel_dir=""
+    fi
+fi
+"$python" - "$repo" "$zip_path" "$archive_path" "$ship" "$kernel_dir" <<'PY'
+import os, sys, tarfile, zipfile
+repo, zip_out, archive_out, ship, kernel_dir = sys.argv[1:6]
+
+def files():
     for pkg in ("ingest", "sink", "store"):
         root = os.path.join(repo, pkg)
         if not os.path.isfile(os.path.join(root, "__init__.py")):
@@ -68,14 +95,29 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
             for name in sorted(filenames):
                 if name.endswith(".py"):
                     path = os.path.join(dirpath, name)
-                    z.write(path, os.path.relpath(path, repo))
-os.replace(tmp, out)
+                    yield path, os.path.relpath(path, repo)
+
+tmp = zip_out + ".tmp"
+with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+    for path, name in files():
+        z.write(path, name)
+os.replace(tmp, zip_out)
+if ship == "archive":
+    tmp = archive_out + ".tmp"
+    with tarfile.open(tmp, "w:gz") as t:
+        for path, name in files():
+            t.add(path, name)
+        encode = os.path.join(kernel_dir, "ingest", "encode")
+        for name in sorted(os.listdir(encode)):
+            if name.startswith("_direct_encode"):
+                t.add(os.path.join(encode, name), f"ingest/encode/{name}")
+    os.replace(tmp, archive_out)
 PY
 
 # The driver JVM also starts Python workers of its own: the one that plans a Python streaming data
 # source (our Kafka source) gets neither --py-files nor the driver's sys.path, only the JVM's
-# PYTHONPATH. In client mode the zip is a local file, so put it there too; executors still get the
-# code only through --py-files.
+# PYTHONPATH. In client mode the zip is a local file, so put it there too (the driver plans and
+# commits; it encodes nothing).
 export PYTHONPATH="$zip_path${PYTHONPATH:+:$PYTHONPATH}"
 
 app="${COMMITLOG_DRIVER_SCRIPT:-$here/driver.py}"
@@ -84,10 +126,17 @@ conf=(--conf "spark.pyspark.driver.python=$driver_python")
 if [[ -n "${COMMITLOG_EXECUTOR_PYTHON:-}" ]]; then
     conf+=(--conf "spark.pyspark.python=$COMMITLOG_EXECUTOR_PYTHON")
 fi
+if [[ "$ship" == "archive" ]]; then
+    # Spark unpacks an --archives entry into each executor's working directory under the name after
+    # '#'; the executors' Python workers start there, so the relative path finds the packages.
+    ship_args=(--archives "$archive_path#commitlog_ingest" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest")
+else
+    ship_args=(--py-files "$zip_path")
+fi
 
 exec "$SPARK_HOME/bin/spark-submit" \
     --name "${COMMITLOG_APP_NAME:-commitlog-ingest}" \
-    --py-files "$zip_path" \
+    "${ship_args[@]}" \
     "${conf[@]}" \
     "${submit_args[@]}" \
     "$app" "$@"

@@ -110,14 +110,14 @@ def _wait_for(predicate, timeout_s: float, what: str, logs) -> None:  # noqa: AN
 @contextmanager
 def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
                        env: Mapping[str, str] | None = None,
-                       timeout_s: float = 90.0) -> Iterator[SparkCluster]:
-    """Start a Master and one Worker on 127.0.0.1 under ``base``; stop both by pid on exit."""
+                       timeout_s: float = 90.0, workers: int = 1) -> Iterator[SparkCluster]:
+    """Start a Master and ``workers`` Workers on 127.0.0.1 under ``base``; stop them by pid on exit."""
     home = spark_home()
     base.mkdir(parents=True, exist_ok=True)
     for d in ("local", "work", "logs"):
         (base / d).mkdir(exist_ok=True)
     denv = daemon_env(home, base, env)
-    port, web_port, worker_web_port = free_port(), free_port(), free_port()
+    port, web_port = free_port(), free_port()
     spark_class = str(home / "bin" / "spark-class")
     master_log, worker_log = base / "logs" / "master.log", base / "logs" / "worker.log"
     procs: list[subprocess.Popen] = []
@@ -145,23 +145,27 @@ def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
 
         _wait_for(master_alive, timeout_s, "the Master did not answer", logs)
 
-        wlog = open(worker_log, "wb")
-        files.append(wlog)
-        worker = subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", master_url,
-             "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-             "--webui-port", str(worker_web_port), "--work-dir", str(base / "work")],
-            cwd=base, env=denv, stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        procs.append(worker)
+        for w in range(workers):
+            wlog = open(worker_log if w == 0 else base / "logs" / f"worker{w}.log", "wb")
+            files.append(wlog)
+            worker = subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", master_url,
+                 "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                 "--webui-port", str(free_port()), "--work-dir", str(base / "work")],
+                cwd=base, env=denv, stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+            procs.append(worker)
 
         def worker_registered() -> bool:
-            if worker.poll() is not None:
-                raise SparkClusterError(f"Worker exited with {worker.returncode}\n{logs()}")
+            for proc in procs[1:]:
+                if proc.poll() is not None:
+                    raise SparkClusterError(f"a Worker exited with {proc.returncode}\n{logs()}")
             with urllib.request.urlopen(f"{web}/json/", timeout=3) as r:
-                return any(w.get("state") == "ALIVE" for w in json.load(r).get("workers", []))
+                alive = [w for w in json.load(r).get("workers", []) if w.get("state") == "ALIVE"]
+            return len(alive) >= workers
 
-        _wait_for(worker_registered, timeout_s, "the Worker did not register", logs)
+        _wait_for(worker_registered, timeout_s, "the Workers did not register", logs)
+        worker = procs[1]
         yield SparkCluster(master_url, web, home, base / "work", master.pid, worker.pid,
                            master_log, worker_log)
     finally:

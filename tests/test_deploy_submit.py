@@ -95,7 +95,33 @@ PROBE = textwrap.dedent('''
         found = {pkg: os.path.abspath(importlib.util.find_spec(pkg).origin)
                  for pkg in ("ingest", "sink", "store")}
         found["constants"] = os.path.abspath(importlib.import_module("store.format.constants").__file__)
-        yield {"pid": os.getpid(), "python": sys.executable, "cwd": os.getcwd(), **found}
+        yield {"pid": os.getpid(), "python": sys.executable, "cwd": os.getcwd(), **found, **kernel_share()}
+
+    def kernel_share():
+        # one fetch of 100 records as a read task gets it; one (a repeated header) is handed back
+        from kafka.consumer.fetcher import Fetcher
+        from kafka.record import MemoryRecords
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+        from kafka.structs import TopicPartition
+        from ingest.encode import direct_encode
+        from ingest.encode.mapping import MappingConfig
+        from ingest.encode.message_source import EncodedBatches
+        from ingest.kafka.fetch import fast_partition_records
+        from ingest.kafka.offsets import KafkaOffsetRange
+        from ingest.kafka.read import KafkaColumns
+        from ingest.kafka.source import arrow_schema, kafka_schema
+        from store.format.codec import CodecConfig
+
+        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, batch_size=1 << 20)
+        for i in range(100):
+            headers = [("h", "\u00e9".encode())] + ([("h", b"again")] if i == 50 else [])
+            builder.append(i, timestamp=1_700_000_000_000, key=b"k%d" % i, value=b"v" * 10, headers=headers)
+        records = MemoryRecords(bytes(builder.build()))
+        part = fast_partition_records(Fetcher.PartitionRecords)(0, TopicPartition("t", 0), records, check_crcs=False)
+        (chunk,) = part.take(None)
+        maker = EncodedBatches(KafkaColumns(arrow_schema(kafka_schema(True))), MappingConfig(), CodecConfig())
+        rows = maker.from_chunk(chunk, KafkaOffsetRange("t", 0, 0, 100)).num_rows
+        return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows}
 
     spark = SparkSession.builder.getOrCreate()
     sc = spark.sparkContext
@@ -108,12 +134,15 @@ PROBE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.parametrize("ship", ["archive", "zip"])
 def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster, executor_python: Path,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, ship: str) -> None:
+    """By default the executors get the code and the C kernel (--archives) and encode with it; with
+    COMMITLOG_SHIP=zip they get the Python code only and encode every record the general way."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     result = submit(cluster, executor_python, tmp_path, ["run", "--store", "/somewhere"],
-                    driver_script=probe)
+                    driver_script=probe, extra_env={} if ship == "archive" else {"COMMITLOG_SHIP": "zip"})
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     assert result.returncode == 0 and lines, (
         f"spark-submit.sh failed ({result.returncode})\n{result.stdout[-3000:]}\n"
@@ -123,7 +152,7 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
 
     assert report["master"] == cluster.master_url
     assert report["argv"] == ["run", "--store", "/somewhere"], "arguments after -- reach the app"
-    # The client-mode driver imports the shipped zip too (SparkContext's copy of it).
+    # The client-mode driver imports the shipped zip (it plans and commits; it encodes nothing).
     assert "/commitlog_ingest.zip/store/" in report["driver_store"], report["driver_store"]
     assert Path(zip_path).is_file()
     assert len(report["executors"]) == 2
@@ -131,9 +160,14 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
         assert ex["pid"] != report["driver_pid"]
         assert ex["python"] == str(executor_python)
         assert Path(ex["cwd"]).is_relative_to(cluster.work_dir), "runs in a Worker's executor dir"
+        shipped = Path(ex["cwd"]) / ("commitlog_ingest" if ship == "archive" else "commitlog_ingest.zip")
         for pkg in ("store", "ingest", "sink", "constants"):
-            # The executor fetched the zip into its own work dir and imports from inside it.
-            assert Path(ex[pkg]).is_relative_to(Path(ex["cwd"]) / "commitlog_ingest.zip"), ex
+            # The executor fetched the archive (unpacked) or the zip into its own work dir and imports from it.
+            assert Path(ex[pkg]).is_relative_to(shipped), ex
+        if ship == "archive":
+            assert ex["kernel"] and ex["kernel_share"] == 0.99, ex    # all but the handed-back record
+        else:
+            assert not ex["kernel"] and ex["kernel_share"] == 0.0, ex
     apps = cluster.state()["completedapps"]
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 

@@ -36,11 +36,9 @@ def tansu(log_dir: Path) -> Iterator[Any]:
         b.stop()
 
 
-def prefill_topic(bootstrap: str, topic: str, partitions: int, n: int, value_size: int = VALUE_BYTES,
-                  seed: int = common.SEED) -> float:
-    """Create ``topic`` and produce ``n`` random ``value_size``-byte records round-robin over its
-    partitions with a kafka-python producer in big batches. Returns the seconds it took."""
-    from kafka import KafkaAdminClient, KafkaProducer
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` unless it is there."""
+    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
@@ -52,6 +50,15 @@ def prefill_topic(bootstrap: str, topic: str, partitions: int, n: int, value_siz
             pass
     finally:
         admin.close()
+
+
+def prefill_topic(bootstrap: str, topic: str, partitions: int, n: int, value_size: int = VALUE_BYTES,
+                  seed: int = common.SEED) -> float:
+    """Create ``topic`` and produce ``n`` random ``value_size``-byte records round-robin over its
+    partitions with a kafka-python producer in big batches. Returns the seconds it took."""
+    from kafka import KafkaProducer
+
+    create_topic(bootstrap, topic, partitions)
     values = np.random.default_rng(seed).integers(0, 256, size=(n, value_size), dtype=np.uint8)
     keys = [b"key-%d" % i for i in range(64)]
     t0 = time.perf_counter()

@@ -76,18 +76,10 @@ def _json_like(n: int, seed: int) -> Iterator[Record]:
 def prefill(bootstrap: str, topic: str, partitions: int, n: int, workload: Workload, seed: int) -> float:
     """Create ``topic`` and produce the workload's ``n`` records round-robin over its partitions with
     a kafka-python producer in big batches. Returns the seconds it took."""
-    from kafka import KafkaAdminClient, KafkaProducer
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from common_stream import create_topic
+    from kafka import KafkaProducer
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
-    try:
-        try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-        except TopicAlreadyExistsError:
-            pass
-    finally:
-        admin.close()
+    create_topic(bootstrap, topic, partitions)
     t0 = time.perf_counter()
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 20,
                              max_request_size=8 << 20, compression_type=workload.compression)

@@ -85,15 +85,7 @@ class RecordReads:
         """(physical offset, message) of every record in [from_offset, to_offset), across
         segments; BLANK padding is skipped without being read. ``from_offset`` must be a record
         start or a segment start."""
-        limit = self._read_limit()
-        stop = limit if to_offset is None else min(to_offset, limit)
-        pos = self.min_offset if from_offset is None else from_offset
-        if pos < self.min_offset:
-            raise NotARecordStartError(
-                f"offset {pos} is below the commit log's first offset {self.min_offset}")
-        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size \
-                and not self._is_blank_at(pos):
-            self.read(pos)  # raises unless a record starts there
+        pos, stop = self._walk_bounds(from_offset, to_offset, self._read_limit())
         while pos < stop:
             seg = self._segments.find(pos)
             if seg is None:
@@ -374,11 +366,9 @@ class StoreReader(RecordReads):
             out.extend(zip(cuts[:-1], cuts[1:]))
         return out
 
-    def _segment_ranges(self, from_offset: int | None, to_offset: int | None
-                        ) -> Iterator[tuple[Any, int, int, int | None]]:
-        """(segment, first position, readable end, pause position or None) of each segment
-        holding readable records in [from_offset, to_offset)."""
-        limit = self._committed
+    def _walk_bounds(self, from_offset: int | None, to_offset: int | None, limit: int) -> tuple[int, int]:
+        """(first, stop) of a walk over [from_offset, to_offset) below ``limit``; the first offset
+        must be a record start, a segment start or BLANK padding."""
         stop = limit if to_offset is None else min(to_offset, limit)
         pos = self.min_offset if from_offset is None else from_offset
         if pos < self.min_offset:
@@ -387,11 +377,19 @@ class StoreReader(RecordReads):
         if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size \
                 and not self._is_blank_at(pos):
             self.read(pos)  # raises unless a record starts there
+        return pos, stop
+
+    def _segment_ranges(self, from_offset: int | None, to_offset: int | None
+                        ) -> Iterator[tuple[Any, int, int, int | None]]:
+        """(segment, first position, readable end, pause position or None) of each segment
+        holding readable records in [from_offset, to_offset)."""
+        limit = self._committed
+        pos, stop = self._walk_bounds(from_offset, to_offset, limit)
         while pos < stop:
             seg = self._segments.find(pos)
             if seg is None:
-                raise CorruptRecordError(pos, "missing", f"no segment file holds offset {pos}, below "
-                                         f"the readable end {limit}")
+                raise CorruptRecordError(pos, "missingSegment", f"no segment holds offset {pos}, below the readable "
+                                                                f"end {limit}: a segment is missing")
             base = seg.base_offset
             yield seg, pos - base, min(seg.size, limit - base), (stop - base if stop < seg.end_offset else None)
             pos = seg.end_offset

@@ -307,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                                   wl.WORKLOADS[w], common.SEED)
                 rep.log(f"pre-filled {topic_for(other_n, w)} with {other_n:,} records in {secs:.1f} s")
                 rep.params[f"topic.{topic_for(other_n, w)}.messages"] = other_n
-            spark = cs.spark_session(2)
+            # a batch of 100,000 mixed records is ~400 MB collected in the driver JVM: past its
+            # default 1 GiB heap (what `--spark-conf spark.driver.memory=4g` gives a user)
+            spark = cs.spark_session(2, "4g" if "mixed" in others else None)
             try:
                 _, events = cs.progress_listener(spark)
                 batches = [] if args.soak_only else p["batches"]

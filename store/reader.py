@@ -80,6 +80,19 @@ class RecordReads:
                 f"{seg.path.name}, position {pos})")
         return decode_message(seg.view, pos)
 
+    def _walk_bounds(self, from_offset: int | None, to_offset: int | None, limit: int) -> tuple[int, int]:
+        """(first, stop) of a walk over [from_offset, to_offset) below ``limit``; the first offset
+        must be a record start, a segment start or BLANK padding."""
+        stop = limit if to_offset is None else min(to_offset, limit)
+        pos = self.min_offset if from_offset is None else from_offset
+        if pos < self.min_offset:
+            raise NotARecordStartError(
+                f"offset {pos} is below the commit log's first offset {self.min_offset}")
+        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size \
+                and not self._is_blank_at(pos):
+            self.read(pos)  # raises unless a record starts there
+        return pos, stop
+
     def iter_messages(self, from_offset: int | None = None, to_offset: int | None = None
                       ) -> Iterator[tuple[int, DecodedMessage]]:
         """(physical offset, message) of every record in [from_offset, to_offset), across
@@ -365,19 +378,6 @@ class StoreReader(RecordReads):
             cuts.append(hi)
             out.extend(zip(cuts[:-1], cuts[1:]))
         return out
-
-    def _walk_bounds(self, from_offset: int | None, to_offset: int | None, limit: int) -> tuple[int, int]:
-        """(first, stop) of a walk over [from_offset, to_offset) below ``limit``; the first offset
-        must be a record start, a segment start or BLANK padding."""
-        stop = limit if to_offset is None else min(to_offset, limit)
-        pos = self.min_offset if from_offset is None else from_offset
-        if pos < self.min_offset:
-            raise NotARecordStartError(
-                f"offset {pos} is below the commit log's first offset {self.min_offset}")
-        if pos < stop and (pos - self._segments.first_base) % self._segments.segment_size \
-                and not self._is_blank_at(pos):
-            self.read(pos)  # raises unless a record starts there
-        return pos, stop
 
     def _segment_ranges(self, from_offset: int | None, to_offset: int | None
                         ) -> Iterator[tuple[Any, int, int, int | None]]:

@@ -48,6 +48,9 @@ EXPECTED = {
     "replay": (
         ["replay.msgs_per_s", "plain_consumer.msgs_per_s"],
         ["ratio.replay_vs_plain_consumer"]),
+    "cluster": (
+        ["local.commitlog.sync.msgs_per_s", "cluster.commitlog.sync.msgs_per_s"],
+        ["ratio.cluster_vs_local"]),
     "readback": (
         ["body1024.arrow.mb_per_s", "body1024.verify_scan.mb_per_s", "body100.spark.commitlog.msg_per_s",
          "body100.spark.parquet.msg_per_s"],

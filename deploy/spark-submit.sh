@@ -129,7 +129,22 @@ fi
 if [[ "$ship" == "archive" ]]; then
     # Spark unpacks an --archives entry into each executor's working directory under the name after
     # '#'; the executors' Python workers start there, so the relative path finds the packages.
-    ship_args=(--archives "$archive_path#commitlog_ingest" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest")
+    # spark-submit keeps only the last --archives it is given, so one of the user's own is joined
+    # with ours rather than passed beside it.
+    archives="$archive_path#commitlog_ingest"
+    rest=()
+    for (( i = 0; i < ${#submit_args[@]}; i++ )); do
+        arg="${submit_args[$i]}"
+        if [[ "$arg" == "--archives" && $(( i + 1 )) -lt ${#submit_args[@]} ]]; then
+            archives="${submit_args[$((i + 1))]},$archives"; i=$(( i + 1 ))
+        elif [[ "$arg" == --archives=* ]]; then
+            archives="${arg#--archives=},$archives"
+        else
+            rest+=("$arg")
+        fi
+    done
+    submit_args=("${rest[@]}")
+    ship_args=(--archives "$archives" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest")
 else
     ship_args=(--py-files "$zip_path")
 fi
@@ -138,5 +153,5 @@ exec "$SPARK_HOME/bin/spark-submit" \
     --name "${COMMITLOG_APP_NAME:-commitlog-ingest}" \
     "${ship_args[@]}" \
     "${conf[@]}" \
-    "${submit_args[@]}" \
+    ${submit_args[@]+"${submit_args[@]}"} \
     "$app" "$@"

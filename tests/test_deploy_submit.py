@@ -172,6 +172,24 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 
 
+def test_a_users_own_archives_are_joined_with_the_project_archive(tmp_path: Path) -> None:
+    """spark-submit keeps only the last --archives: the user's must travel in the same list as ours."""
+    fake = tmp_path / "spark" / "bin" / "spark-submit"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do echo \"ARG $a\"; done\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "SPARK_HOME": str(tmp_path / "spark"), "PYTHON": sys.executable,
+           "COMMITLOG_BUILD_DIR": str(tmp_path / "build")}
+    done = subprocess.run(["bash", str(SUBMIT), "--archives", "env.tar.gz#env", "--master", "local[1]",
+                           "--", "run", "--store", "/s"], env=env, capture_output=True, text=True, timeout=300)
+    args = [line[4:] for line in done.stdout.splitlines() if line.startswith("ARG ")]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert args.count("--archives") == 1
+    archives = args[args.index("--archives") + 1].split(",")
+    assert archives[0] == "env.tar.gz#env" and archives[1].endswith("commitlog_ingest.tar.gz#commitlog_ingest")
+    assert args[-3:] == ["run", "--store", "/s"] and "--master" in args
+
+
 def test_submit_without_commitlog_arguments_prints_usage(tmp_path: Path) -> None:
     result = subprocess.run(["bash", str(SUBMIT), "--master", "local[1]"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)

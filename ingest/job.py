@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -174,6 +175,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             lag.after(query.lastProgress)
         if stop.is_set():
             sink.request_stop()
+            _wait_between_triggers(query)
         if query.isActive:
             query.stop()
         sink.drain()   # the last batch in the writer: its failure fails the run
@@ -193,6 +195,22 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()
+
+
+def _wait_between_triggers(query: Any, timeout_s: float = 60.0) -> None:
+    """Let the trigger in progress end before query.stop(): stop() interrupts the stream thread, and
+    one caught writing Spark's offset or commit log ends in a Java stack trace (the data is safe
+    either way: the store's commit point decides)."""
+    from py4j.protocol import Py4JError
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if not query.isActive or not query.status.get("isTriggerActive"):
+                return
+        except Py4JError:      # the query ended while asked: nothing left to wait for
+            return
+        time.sleep(0.05)
 
 
 class LagLog:

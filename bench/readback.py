@@ -34,6 +34,7 @@ def build_store(root: Path, segment_size: int, nbytes: int, body: int) -> tuple[
     """Append pre-encoded batches until the store holds about ``nbytes``; (end offset, messages)."""
     from store import MessageStore, StoreConfig
 
+    common.shutil.rmtree(root, ignore_errors=True)   # a killed run's store would be counted as 0 messages
     per = body + 200
     batch_records = max(1, min(20_000, (nbytes // per) // 8))
     batch = records.encode(records.message_table(batch_records, body))

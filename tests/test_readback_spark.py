@@ -56,6 +56,25 @@ def test_pushed_filters_give_what_spark_filtering_gives(spark: object, case: str
     assert _rows(only) == [r for r in _rows(plain) if (r["topic"], r["queueId"]) == (topic, queue)]
 
 
+def test_a_batch_read_stops_at_the_commit_point_while_a_writer_runs(spark: object, tmp_path: Path) -> None:
+    """Records appended and flushed but not yet committed are not read, however the filters go."""
+    from store import MessageStore
+    from store.config import StoreConfig
+    from store.format.codec import Message
+
+    root = tmp_path / "store"
+    msgs = [Message(topic="T", body=b"m%d" % i, queue_id=i % 2, store_timestamp=1000 + i) for i in range(120)]
+    with MessageStore.open(root, StoreConfig(segment_size=64 * 1024)) as store:
+        store.append(msgs[:100])
+        store.commit()
+        store.append(msgs[100:])
+        store.flush()
+        df = spark.read.format("rocketmq-commitlog").load(str(root))  # type: ignore[attr-defined]
+        assert sorted(bytes(r.body) for r in df.select("body").collect()) == sorted(m.body for m in msgs[:100])
+        through_queue = df.where("topic = 'T' AND queueId = 1").count()
+        assert through_queue == 50
+
+
 def test_a_path_that_is_no_store_is_refused_with_its_name(spark: object, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="is not a store"):
         spark.read.format("rocketmq-commitlog").load(str(tmp_path)).count()  # type: ignore[attr-defined]

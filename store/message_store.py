@@ -27,8 +27,8 @@ from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
 from store.index.writer import IndexWriter, mark_index_incomplete
 from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
-from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
-from store.log.commitlog import CommitLog, queue_eligible
+from store.log.commit_point import CommitPoint, queue_offsets_before, read_commit_point, write_commit_point
+from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
 from store.log.lock import StoreLock
 from store.log.recovery import recover, recover_queues, remove_unfinished_queue_files
@@ -36,7 +36,7 @@ from store.log.segment import fsync_dir
 from store.log.segment_queue import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.queue.dispatch import DispatchService
-from store.topics import known_queue_counts, merge_topics, queue_counts
+from store.topics import TopicsPublisher
 from store.reader import RecordReads
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class MessageStore(RecordReads):
         self._last_commit = CommitPoint(0)
         self._retention: Any = None
         self._dispatcher: DispatchService | None = None
-        self._topic_queues: dict[str, int] | None = None    # what config/topics.json gives each topic
+        self._topics = TopicsPublisher(root)
         self._index = IndexWriter(root, config.index) if config.index.enabled else None
 
     # --- opening -------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ class MessageStore(RecordReads):
                 queue_offsets = dict(self._log.queue_offsets)
                 last_record = self._log.last_record_offset
             if offset is not None and offset != end:
-                queue_offsets, last_record = self._queue_offsets_at(offset, end, queue_offsets)
+                queue_offsets, last_record = queue_offsets_before(self, self._last_commit, offset, end, queue_offsets)
                 end = offset
             self.flush()
             if self._log.flushed_offset < end:
@@ -309,7 +309,7 @@ class MessageStore(RecordReads):
             meta = dict(self._last_commit.metadata if metadata is None else metadata)
             cp = CommitPoint(end, queue_offsets, meta, _now_ms(), last_record)
             try:
-                self._publish_topics(queue_offsets)
+                self._topics.cover(queue_offsets)   # config/topics.json before the point that needs it
                 write_commit_point(self.root, cp)
                 self._checkpoint.confirm_phy_offset = end
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
@@ -320,33 +320,6 @@ class MessageStore(RecordReads):
                                  f"the store refuses writes until reopened") from e
             self._last_commit = cp
             return cp
-
-    def _publish_topics(self, queue_offsets: Mapping[tuple[str, int], int]) -> None:
-        """config/topics.json covers every topic and queue before a commit point holds them."""
-        needed = queue_counts(queue_offsets)
-        if self._topic_queues is None:
-            self._topic_queues = known_queue_counts(self.root)
-        if any(self._topic_queues.get(t, 0) < n for t, n in needed.items()):
-            self._topic_queues = merge_topics(self.root, needed)
-
-    def _queue_offsets_at(self, offset: int, end: int, queue_offsets: dict[tuple[str, int], int]
-                          ) -> tuple[dict[tuple[str, int], int], int]:
-        """Queue offsets as they were at an earlier record boundary ``offset``: undo the
-        records in [offset, end)."""
-        if not self._last_commit.offset <= offset <= end:
-            raise ValueError(f"commit offset {offset} must lie between the last commit point "
-                             f"{self._last_commit.offset} and the write end {end}")
-        qo = dict(queue_offsets)
-        if offset < end:
-            self.read(offset)  # NotARecordStartError unless a record starts there
-        last = -1
-        for phys, m in self.iter_messages(self._last_commit.offset, end):
-            if phys < offset:
-                last = phys
-                continue
-            if queue_eligible(np.array([m.sys_flag]))[0]:
-                qo[(m.topic, m.queue_id)] = min(qo[(m.topic, m.queue_id)], m.queue_offset)
-        return qo, (last if last >= 0 else self._last_commit.last_record_offset)
 
     # --- state ---------------------------------------------------------------------------------
     def _read_limit(self) -> int:

@@ -95,6 +95,23 @@ def merge_topics(root: Path, needed: Mapping[str, int]) -> dict[str, int]:
     return {name: min(int(c.get("readQueueNums", 0)), int(c.get("writeQueueNums", 0))) for name, c in table.items()}
 
 
+class TopicsPublisher:
+    """The writer's view of config/topics.json: what it gives each topic, read once, written only
+    when a commit needs a topic or queue it does not cover yet."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._known: dict[str, int] | None = None
+
+    def cover(self, queue_keys: Iterable[tuple[str, int]]) -> None:
+        """config/topics.json covers every (topic, queueId) of ``queue_keys`` when this returns."""
+        needed = queue_counts(queue_keys)
+        if self._known is None:
+            self._known = known_queue_counts(self.root)
+        if any(self._known.get(t, 0) < n for t, n in needed.items()):
+            self._known = merge_topics(self.root, needed)
+
+
 def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

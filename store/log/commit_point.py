@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
 
 from store.errors import CommitPointError
+from store.log.commitlog import queue_eligible
 from store.log.segment import fsync_dir
 
 COMMIT_POINT_FILE = "commitpoint.json"
@@ -81,3 +86,28 @@ def write_commit_point(root: Path, cp: CommitPoint) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(root)
+
+
+class _Reads(Protocol):
+    def read(self, physical_offset: int) -> Any: ...
+    def iter_messages(self, from_offset: int | None = None, to_offset: int | None = None) -> Iterator[tuple[int, Any]]: ...
+
+
+def queue_offsets_before(reads: _Reads, last_commit: CommitPoint, offset: int, end: int,
+                         queue_offsets: Mapping[tuple[str, int], int]) -> tuple[dict[tuple[str, int], int], int]:
+    """(next queue offsets, last record offset) as they were at an earlier record boundary
+    ``offset`` between ``last_commit`` and the write ``end``: the records in [offset, end) undone."""
+    if not last_commit.offset <= offset <= end:
+        raise ValueError(f"commit offset {offset} must lie between the last commit point "
+                         f"{last_commit.offset} and the write end {end}")
+    qo = dict(queue_offsets)
+    if offset < end:
+        reads.read(offset)  # NotARecordStartError unless a record starts there
+    last = -1
+    for phys, m in reads.iter_messages(last_commit.offset, end):
+        if phys < offset:
+            last = phys
+            continue
+        if queue_eligible(np.array([m.sys_flag]))[0]:
+            qo[(m.topic, m.queue_id)] = min(qo[(m.topic, m.queue_id)], m.queue_offset)
+    return qo, (last if last >= 0 else last_commit.last_record_offset)

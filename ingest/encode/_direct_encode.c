@@ -270,17 +270,17 @@ static int encode_records(Job *j) {
         const Py_ssize_t body_len = val_len > 0 ? (Py_ssize_t)val_len : 0;
         pos += body_len;
         if (varint(in, rec_end, &pos, &header_count) || header_count < 0) { status = FB_CORRUPT; goto done; }
-        const Py_ssize_t headers_at = pos;
         const uint8_t *name, *val;
         Py_ssize_t name_len, vlen;
-        /* every header parses, whatever becomes of the record: a damaged one fails the fetch */
-        for (int64_t h = 0; h < header_count; h++)
-            if (next_header(in, rec_end, &pos, &name, &name_len, &val, &vlen)) { status = FB_CORRUPT; goto done; }
-        if (pos != rec_end) { status = FB_CORRUPT; goto done; }
 
         const int64_t offset = (int64_t)base_offset + off_delta;
-        if (offset < lo || offset >= hi)
-            continue;   /* outside the task's range: only walked over */
+        if (offset < lo || offset >= hi) {
+            /* outside the task's range: only walked over */
+            for (int64_t h = 0; h < header_count; h++)
+                if (next_header(in, rec_end, &pos, &name, &name_len, &val, &vlen)) { status = FB_CORRUPT; goto done; }
+            if (pos != rec_end) { status = FB_CORRUPT; goto done; }
+            continue;
+        }
         if (row >= rows_cap) { status = FB_CAPACITY; goto done; }
         const Py_ssize_t start = o;
         int reason = 0;
@@ -312,9 +312,8 @@ static int encode_records(Job *j) {
         }
         const uint8_t *tags = NULL;
         Py_ssize_t tags_len = 0;
-        pos = headers_at;
         for (int64_t h = 0; h < header_count; h++) {
-            next_header(in, rec_end, &pos, &name, &name_len, &val, &vlen);   /* parsed above */
+            if (next_header(in, rec_end, &pos, &name, &name_len, &val, &vlen)) { status = FB_CORRUPT; goto done; }
             if (name_len == 0 || odd_bytes(name, name_len, 1)) { reason = FB_HEADER_NAME; goto hand_back; }
             if (same(name, name_len, j->b.born_header.buf, j->b.born_header.len) || same(name, name_len, "DELAY", 5)) {
                 reason = FB_SPECIAL_HEADER; goto hand_back;
@@ -340,7 +339,7 @@ static int encode_records(Job *j) {
                 tags_len = vlen;
             }
         }
-        pos = rec_end;
+        if (pos != rec_end) { status = FB_CORRUPT; goto done; }
         if (val_len < 0) {
             /* a tombstone: RocketMQ has no null body, so the property tells it from an empty value */
             NEED(22);
@@ -391,7 +390,8 @@ static int encode_records(Job *j) {
         row++;
         continue;
     hand_back:
-        /* nothing of it stays in the output; the caller encodes it the general way */
+        /* nothing of it stays in the output; the caller decodes it the general way, which also
+         * reports any damage in the part of it not walked here */
         if (nback >= back_cap) { status = FB_CAPACITY; goto done; }
         back[4 * nback] = j->section;
         back[4 * nback + 1] = rec_start;

@@ -10,7 +10,6 @@ a topic in the file may at worst have no committed message yet, never the other 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from store.errors import StoreError
 from store.format.constants import (CONFIG_DIR, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, TOPIC_FILTER_TYPE,
                                     TOPIC_PERM_READ_WRITE, TOPICS_FILE)
+from store.log.segment import write_atomically
 
 
 class TopicConfigError(StoreError):
@@ -91,7 +91,7 @@ def merge_topics(root: Path, needed: Mapping[str, int]) -> dict[str, int]:
         version["counter"] = int(version.get("counter", 0)) + 1
         version.setdefault("stateVersion", 0)
         version["timestamp"] = int(time.time() * 1000)
-        _write_atomically(topics_path(root), json.dumps(obj, indent=1, ensure_ascii=False))
+        write_atomically(topics_path(root), json.dumps(obj, indent=1, ensure_ascii=False).encode("utf-8"))
     return {name: min(int(c.get("readQueueNums", 0)), int(c.get("writeQueueNums", 0))) for name, c in table.items()}
 
 
@@ -110,18 +110,3 @@ class TopicsPublisher:
             self._known = known_queue_counts(self.root)
         if any(self._known.get(t, 0) < n for t, n in needed.items()):
             self._known = merge_topics(self.root, needed)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

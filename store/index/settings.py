@@ -6,13 +6,13 @@ writer has appended with the index off: the files then miss messages until `comm
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from store.errors import IndexFileError
 from store.format.constants import CONFIG_DIR, INDEX_SETTINGS_FILE
 from store.index.service import IndexConfig
+from store.log.segment import write_atomically
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,6 @@ def read_index_settings(root: Path) -> IndexSettings | None:
 
 def write_index_settings(root: Path, settings: IndexSettings) -> None:
     """Atomically (write, fsync, rename): a crash leaves the old file or the new one."""
-    path = settings_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"maxHashSlotNum": settings.max_hash_slot_num, "maxIndexNum": settings.max_index_num,
-                   "complete": settings.complete}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomically(settings_path(root), json.dumps(
+        {"maxHashSlotNum": settings.max_hash_slot_num, "maxIndexNum": settings.max_index_num,
+         "complete": settings.complete}, indent=1).encode())

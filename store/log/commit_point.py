@@ -8,7 +8,6 @@ old or the new commit point, never a mix.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ import numpy as np
 
 from store.errors import CommitPointError
 from store.log.commitlog import queue_eligible
-from store.log.segment import fsync_dir
+from store.log.segment import write_atomically
 
 COMMIT_POINT_FILE = "commitpoint.json"
 _FORMAT_VERSION = 1
@@ -65,7 +64,6 @@ def read_commit_point(root: Path) -> CommitPoint | None:
 def write_commit_point(root: Path, cp: CommitPoint) -> None:
     root = Path(root)
     path = commit_point_path(root)
-    tmp = path.with_name(path.name + ".tmp")
     doc = {
         "version": _FORMAT_VERSION,
         "offset": cp.offset,
@@ -75,17 +73,7 @@ def write_commit_point(root: Path, cp: CommitPoint) -> None:
                           for (t, q), n in sorted(cp.queue_offsets.items())],
         "metadata": cp.metadata,
     }
-    data = json.dumps(doc, sort_keys=False, separators=(",", ":")).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(root)
+    write_atomically(path, json.dumps(doc, sort_keys=False, separators=(",", ":")).encode())
 
 
 class _Reads(Protocol):

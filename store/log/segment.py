@@ -95,6 +95,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one, never a
+    part: write a sibling, fsync it, rename it over, fsync the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 def _mapping_address(mm: mmap.mmap) -> int:
     """Where ``mm`` is mapped. The ctypes view exports the buffer, so it is dropped at once (an
     exported mmap refuses to close); the address stays valid until the mapping is closed."""

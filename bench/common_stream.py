@@ -223,7 +223,6 @@ def spark_session(cores: int = 2, driver_memory: str | None = None) -> Any:
     from ingest.job import spark_session as job_session
 
     conf = {"spark.driver.memory": driver_memory} if driver_memory else {}
-    conf.update(dict(kv.split("=", 1) for kv in os.environ.get("BENCH_SPARK_CONF", "").split(",") if kv))
     return job_session(JobConfig(master=f"local[{cores}]", spark_conf=conf))
 
 

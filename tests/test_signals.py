@@ -20,6 +20,25 @@ from tests.test_job_crash import Producer, job_command, wait_for_line
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 
+def signalled(cmd: list[str], out: Path, *signals: tuple[int, bool], timeout_s: float = 120) -> tuple[int, str]:
+    """Start ``cmd`` as the leader of its own group, wait for its first batch, send each (signal,
+    to the group?) 50 ms apart; its exit code and its log. Whatever is left running is killed."""
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=f, start_new_session=True)
+    try:
+        assert wait_for_line(out, " rec/s", proc, 240), out.read_text(errors="replace")[-3000:]
+        for i, (sig, to_group) in enumerate(signals):
+            if i:
+                time.sleep(0.05)
+            send(proc, sig, to_group)
+        code = proc.wait(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return code, out.read_text(errors="replace")
+
+
 def send(proc: subprocess.Popen, sig: int, to_group: bool) -> None:
     if to_group:
         os.killpg(proc.pid, sig)       # the test started it as the leader of its own group
@@ -36,19 +55,8 @@ def test_run_stops_cleanly_on_each_signal_sent_either_way(bootstrap_servers: str
     try:
         for i, (sig, to_group) in enumerate([(signal.SIGINT, True), (signal.SIGTERM, True),
                                              (signal.SIGINT, False), (signal.SIGTERM, False)]):
-            out = tmp_path / f"run-{i}.log"
-            with open(out, "wb") as f:
-                proc = subprocess.Popen(job_command(bootstrap_servers, topic, tmp_path), stdout=f, stderr=f,
-                                        start_new_session=True)
-            try:
-                assert wait_for_line(out, " rec/s", proc, 240), out.read_text(errors="replace")[-3000:]
-                send(proc, sig, to_group)
-                code = proc.wait(timeout=120)
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-            text = out.read_text(errors="replace")
+            code, text = signalled(job_command(bootstrap_servers, topic, tmp_path), tmp_path / f"run-{i}.log",
+                                   (sig, to_group))
             what = f"{signal.Signals(sig).name} to the {'group' if to_group else 'process'}"
             assert code == 0, f"{what}: exit {code}\n{text[-3000:]}"
             assert "Traceback" not in text and "Exception" not in text, f"{what}:\n{text[-5000:]}"
@@ -70,22 +78,9 @@ def test_a_second_signal_stops_at_once_and_loses_nothing_committed(bootstrap_ser
     topic = unique_topic("signals2")
     create_topics(bootstrap_servers, [topic])
     sent = produce(bootstrap_servers, [(topic, i % 4, f"k{i}".encode(), b"v" * 50, []) for i in range(3000)])
-    out = tmp_path / "run.log"
     cmd = job_command(bootstrap_servers, topic, tmp_path)
     cmd[cmd.index("--max-offsets-per-trigger") + 1] = "200"
-    with open(out, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=f, start_new_session=True)
-    try:
-        assert wait_for_line(out, " rec/s", proc, 240), out.read_text(errors="replace")[-3000:]
-        os.killpg(proc.pid, signal.SIGTERM)
-        time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGTERM)
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    text = out.read_text(errors="replace")
+    code, text = signalled(cmd, tmp_path / "run.log", (signal.SIGTERM, True), (signal.SIGTERM, True), timeout_s=60)
     assert code in (0, 128 + signal.SIGTERM), text[-3000:]
     assert "Traceback" not in text, text[-5000:]
     final = subprocess.run(job_command(bootstrap_servers, topic, tmp_path, trigger="available-now"),
@@ -105,18 +100,7 @@ def test_replay_stops_cleanly_on_each_signal_and_resumes(bootstrap_servers: str,
            "--store", str(tmp_path / "store"), "--segment-size", "1m", "--max-offsets-per-trigger", "500",
            "--master", "local[1]", "--shuffle-partitions", "1"]
     for i, (sig, to_group) in enumerate([(signal.SIGINT, True), (signal.SIGTERM, False)]):
-        out = tmp_path / f"replay-{i}.log"
-        with open(out, "wb") as f:
-            proc = subprocess.Popen(cmd, stdout=f, stderr=f, start_new_session=True)
-        try:
-            assert wait_for_line(out, " rec/s", proc, 240), out.read_text(errors="replace")[-3000:]
-            send(proc, sig, to_group)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        text = out.read_text(errors="replace")
+        code, text = signalled(cmd, tmp_path / f"replay-{i}.log", (sig, to_group))
         assert "Traceback" not in text, text[-5000:]
         assert code in (0, 3), f"exit {code}\n{text[-3000:]}"   # 3: stopped before the end, resumable
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, start_new_session=True)

@@ -73,8 +73,21 @@ kernel_dir=""
 if [[ "$ship" == "archive" ]]; then
     kernel_dir="$build/kernel"
     rm -rf "$kernel_dir" "$build/kernel-tmp"
-    if ! (cd "$repo" && "$python" setup.py -q build_ext --build-lib "$kernel_dir" --build-temp "$build/kernel-tmp" \
-            >"$build/kernel-build.log" 2>&1) || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null; then
+    # Built with the extension alone, away from the checkout: setup.py would make setuptools read
+    # pyproject.toml, whose metadata an older setuptools in the user's Python may refuse.
+    mkdir -p "$build/kernel-tmp"
+    if ! (cd "$build/kernel-tmp" && "$python" - "$repo/ingest/encode/_direct_encode.c" "$kernel_dir" <<'PY'
+import sys
+from setuptools import Distribution, Extension
+source, build_lib = sys.argv[1:3]
+ext = Extension("ingest.encode._direct_encode", [source],
+                extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"])
+dist = Distribution({"name": "commitlog-kernel", "ext_modules": [ext],
+                     "script_args": ["build_ext", "--build-lib", build_lib, "--build-temp", "."]})
+dist.parse_command_line()
+dist.run_commands()
+PY
+            ) >"$build/kernel-build.log" 2>&1 || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null; then
         echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
              "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
         ship="zip"

@@ -9,6 +9,8 @@ figure:
 - ``commitlog.sync`` / ``commitlog.async``: ingest.job.run_stream (what `commitlog run` runs), one
   durable commit per batch; flush SYNC or ASYNC; ``commitlog.sync_noindex``: SYNC with the index
   off (``--message-index false``), so the index's cost shows in the same run (target >= 0.9);
+  ``commitlog.sync_nospool``: SYNC with the batches crossing Spark (``--spool-dir off``, what a
+  cluster does) instead of the local-mode spool files (sink.spool);
 - peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
   source's ceiling).
 Each batch size is measured in rounds: every kind runs once per round, in a rotating order, so a
@@ -20,8 +22,8 @@ and over parquet (target >= 1.0).
 ``--soak SECONDS`` adds a run of that length against a live producer, sampling the driver's RSS
 (it must not grow with the store).
 ``--workloads`` names the topics (bench/workloads.py: ``uniform``, the default, ``mixed``,
-``uniform_dlq``, ``lz4``, ``zstd``); a workload other than ``uniform`` runs SYNC commitlog and the
-noop sink only, on ``--workload-messages`` records, and reports the share of its records the read
+``uniform_dlq``, ``lz4``, ``zstd``); a workload other than ``uniform`` runs SYNC commitlog (spooled
+and not) and the noop sink only, on ``--workload-messages`` records, and reports the share of its records the read
 tasks' C pass encodes (``<workload>.direct_share``).
 """
 
@@ -101,8 +103,9 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
     return prog, rss
 
 
-# sync_noindex: SYNC with the index off (--message-index false), the index's cost in the same run
-KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.async", "noop", "parquet")
+# sync_noindex: SYNC with the index off (--message-index false), the index's cost in the same run;
+# sync_nospool: SYNC with the batches through Spark (--spool-dir off), as on a cluster
+KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.sync_nospool", "commitlog.async", "noop", "parquet")
 # a run's figures: name in the report, unit
 FIGURES = {"msgs_per_s": "msg/s", "batch_p50_ms": "ms", "batch_p99_ms": "ms", "driver_python_rss_peak_mib": "MiB",
            "driver_python_anon_peak_mib": "MiB", "driver_jvm_rss_peak_mib": "MiB"}
@@ -116,6 +119,7 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
         flush = what.split(".")[1].split("_")[0] if what.startswith("commitlog") else "sync"
         cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n, workload))
         cfg.message_index = not what.endswith("_noindex")
+        cfg.spool_dir = "off" if what.endswith("_nospool") else "auto"
         if what.startswith("commitlog"):
             prog, rss = run_commitlog(spark, events, cfg, n)
         else:
@@ -126,7 +130,8 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
             "driver_jvm_rss_peak_mib": rss.jvm_peak / MIB, "batches": len(prog.data_batches)}
 
 
-WORKLOAD_KINDS = ("commitlog.sync", "noop")
+# sync_nospool: batches through Spark (--spool-dir off), as on a cluster, the spool's gain in the same run
+WORKLOAD_KINDS = ("commitlog.sync", "commitlog.sync_nospool", "noop")
 
 
 def run_workload(args: Any, rep: common.Report, spark: Any, events: list, bootstrap: str, workload: str, n: int,
@@ -138,7 +143,8 @@ def run_workload(args: Any, rep: common.Report, spark: Any, events: list, bootst
         res: dict[str, dict[str, list[float]]] = {what: {k: [] for k in [*FIGURES, "batches"]}
                                                   for what in WORKLOAD_KINDS}
         for r in range(runs):
-            for what in WORKLOAD_KINDS[r % 2:] + WORKLOAD_KINDS[:r % 2]:
+            turn = r % len(WORKLOAD_KINDS)
+            for what in WORKLOAD_KINDS[turn:] + WORKLOAD_KINDS[:turn]:
                 for k, v in measure(args, spark, events, bootstrap, tag, what, batch, n, workload).items():
                     res[what][k].append(v)
         for what in WORKLOAD_KINDS:
@@ -146,6 +152,8 @@ def run_workload(args: Any, rep: common.Report, spark: Any, events: list, bootst
                 rep.add(f"{tag}.{what}.{figure}", res[what][figure], unit)
             rep.params[f"{tag}.{what}.batches"] = res[what]["batches"]
         rep.ratio(f"{tag}.ratio.commitlog_sync_vs_noop", f"{tag}.commitlog.sync.msgs_per_s", f"{tag}.noop.msgs_per_s")
+        rep.ratio(f"{tag}.ratio.commitlog_sync_nospool_vs_noop", f"{tag}.commitlog.sync_nospool.msgs_per_s",
+                  f"{tag}.noop.msgs_per_s")
         uniform = f"batch{batch}.commitlog.sync.msgs_per_s"
         if uniform in rep.figures:
             rep.ratio(f"{tag}.ratio.commitlog_sync_vs_uniform_sync", f"{tag}.commitlog.sync.msgs_per_s", uniform)
@@ -337,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                         rep.params[f"{name}.batches"] = res[what]["batches"]
                     rep.ratio(f"{tag}.ratio.commitlog_sync_index_on_vs_off", f"{tag}.commitlog.sync.msgs_per_s",
                               f"{tag}.commitlog.sync_noindex.msgs_per_s")
+                    rep.ratio(f"{tag}.ratio.commitlog_sync_nospool_vs_noop", f"{tag}.commitlog.sync_nospool.msgs_per_s",
+                              f"{tag}.noop.msgs_per_s")
                     for flush in ("sync", "async"):
                         for peer in ("noop", "parquet"):
                             rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",

@@ -61,6 +61,7 @@ class JobConfig:
     max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
     skip_preflight: bool = False
+    spool_dir: str = "auto"                  # auto | off | a directory the executors share (sink.spool)
 
     @property
     def message_size_limit(self) -> int:
@@ -100,6 +101,8 @@ class JobConfig:
                     f"{_human(self.segment_size)}: a record is its body plus up to {RECORD_OVERHEAD_ALLOWANCE} "
                     f"bytes of other fields and a segment keeps 8 bytes for its BLANK; give --max-message-size "
                     f"{room} or less, or --segment-size {_human(_segment_for(self.max_message_size))} or more")
+        if not self.spool_dir:
+            raise JobConfigError("--spool-dir '': give auto, off or a directory")
         if self.max_hash_slot_num <= 0:
             raise JobConfigError(f"--max-hash-slot-num {self.max_hash_slot_num}: must be positive")
         if self.max_index_num < 2:
@@ -205,6 +208,10 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="disk usage that triggers retention at any hour (default 0.75)")
     p.add_argument("--truncate-on-corruption", action="store_true", default=S,
                    help="open a store with damaged committed data by cutting it at the damage (loses data)")
+    p.add_argument("--spool-dir", default=S,
+                   help="where the read tasks hand their encoded batches to the driver as files: auto (a "
+                        "temporary directory in local mode, through Spark otherwise), off (always through "
+                        "Spark), or a directory the executors share with the driver at the same path")
     p.add_argument("--skip-preflight", action="store_true", default=S,
                    help="do not check that the store path is persistent and lockable")
     if streaming:

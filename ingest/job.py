@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import hashlib
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -23,7 +25,7 @@ from ingest.config import JobConfig, kafka_reader_options, spark_interval
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import collect_packed
 from ingest.kafka.admin import earliest_offsets
-from sink import CommitLogWriter
+from sink import CommitLogWriter, spool
 from sink.foreach_batch import ForeachBatchSink
 from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
@@ -66,7 +68,27 @@ def spark_session(cfg: JobConfig) -> Any:
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
 
 
-def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str]) -> tuple[str, dict[str, str]]:
+def spool_directory(cfg: JobConfig, spark: Any) -> str | None:
+    """Where our source's read tasks leave their batches for the driver (sink.spool), or None:
+    through Spark. ``auto`` spools only when the executors are on this machine (local mode), in a
+    directory of this store's own under the temporary directory."""
+    if cfg.spool_dir == "off" or cfg.source != "kafka-python":
+        return None
+    if cfg.spool_dir != "auto":
+        return os.path.abspath(cfg.spool_dir)
+    if not str(spark.sparkContext.master).startswith("local"):
+        return None
+    digest = hashlib.sha1(os.path.realpath(cfg.store).encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"commitlog-spool-{digest}")
+
+
+def close_spool(cfg: JobConfig, spool_dir: str | None) -> None:
+    if spool_dir is not None:
+        (spool.remove_dir if cfg.spool_dir == "auto" else spool.sweep)(spool_dir)
+
+
+def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str],
+                  spool_dir: str | None = None) -> tuple[str, dict[str, str]]:
     """(format, options) to read with. Ours (``kafka-python``) reads through the message source, which
     maps and encodes in its read tasks; Spark's own, only when its package is on the classpath, gives
     Kafka columns that ingest.encode.prepare maps with mapInArrow."""
@@ -79,7 +101,7 @@ def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str]) -> 
             raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
                                "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
         return fmt, kafka_options
-    return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg))
+    return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg), spool_dir)
 
 
 def codec_config(cfg: JobConfig) -> CodecConfig:
@@ -149,13 +171,18 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     own_spark = spark is None
     query = None
     sink = None
+    spool_dir = None
     try:
         rewind_to_store(cfg.checkpoint or None, writer.state)
         spark = spark or spark_session(cfg)
         options = kafka_reader_options(cfg, starting_offsets(writer, cfg))
-        fmt, reader_options = source_reader(cfg, spark, options)
+        spool_dir = spool_directory(cfg, spark)
+        if spool_dir is not None:
+            spool.prepare_dir(spool_dir)    # after the writer took the store's lock: no other job uses it
+        fmt, reader_options = source_reader(cfg, spark, options, spool_dir)
         df = spark.readStream.format(fmt).options(**reader_options).load()
-        sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg)),
+        sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg),
+                                                spool_dir=spool_dir),
                                 checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch,
                                 overlap=overlap_writes(cfg))
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
@@ -192,6 +219,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             except RuntimeError as exc:   # already raised above, or the query's own failure is
                 log.error("%s", exc)
         writer.close()
+        close_spool(cfg, spool_dir)
         log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()

@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 CHUNK = "chunk"
-PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary())])
+SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool)
+PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string())])
 # costs the task a little and saves the JVM more (BENCHMARKS.md, "Replay")
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -35,8 +36,8 @@ def pack(batch: pa.RecordBatch) -> pa.RecordBatch:
         writer.write_batch(batch)
     data = sink.getvalue()
     offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32))
-    return pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])],
-                                      schema=PACKED_SCHEMA)
+    return pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]),
+                                       pa.nulls(1, pa.string())], schema=PACKED_SCHEMA)
 
 
 def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -50,6 +51,8 @@ def unpack(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The record batches packed in ``table``'s rows, in order, as one table of ``schema``."""
     batches: list[pa.RecordBatch] = []
     for chunk in table.column(CHUNK).chunks:
+        if chunk.null_count:
+            raise PackedBatchError("a packed batch names a spool file: sink.spool.resolve it first")
         for i in range(len(chunk)):
             reader = pa.ipc.open_stream(chunk[i].as_buffer())
             if not reader.schema.equals(schema):

@@ -193,3 +193,42 @@ def test_a_store_that_never_committed_the_querys_first_batch_gets_it_from_spark_
 
     found = assert_exactly_once(cfg.store, sent)
     assert len(found) == len(sent)
+
+
+def test_in_local_mode_batches_reach_the_driver_through_spool_files_and_none_is_left(
+        bootstrap_servers: str, spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingest.job import spool_directory
+    from sink import spool
+
+    topics = [unique_topic("job-spool")]
+    create_topics(bootstrap_servers, topics)
+    sent = produce(bootstrap_servers, sample(topics, 2000))
+    spooled: list[int] = []
+    orphans: list[int] = []
+    resolve, sweep = spool.resolve, spool.sweep
+
+    def counting(table):  # noqa: ANN001, ANN202
+        spooled.append(table.num_rows - table.column("spool").null_count)
+        return resolve(table)
+
+    monkeypatch.setattr(spool, "resolve", counting)
+    monkeypatch.setattr(spool, "sweep", lambda d: orphans.append(sweep(d)) or orphans[-1])
+    by_spark = job_config(bootstrap_servers, topics, tmp_path / "through-spark", spool_dir="off")
+    run_until_caught_up(by_spark, spark)
+    assert spooled and sum(spooled) == 0, "with --spool-dir off every batch crosses Spark"
+
+    spooled.clear()
+    cfg = job_config(bootstrap_servers, topics, tmp_path)
+    spool_dir = Path(spool_directory(cfg, spark))
+    run_until_caught_up(cfg, spark)
+    assert len(spooled) >= 3 and all(n > 0 for n in spooled), spooled
+    assert orphans and sum(orphans) == 0, "every file a task wrote was taken by its batch, none left to sweep"
+    assert not spool_dir.exists(), "the job removes its spool directory when it ends"
+
+    found = assert_exactly_once(cfg.store, sent)
+    assert_queues_contiguous_in_partition_order(found)
+    other = store_by_coordinates(by_spark.store)
+    for coords, [(phys, msg)] in found.items():
+        [(phys2, msg2)] = other[coords]
+        assert (phys, bytes(msg.body), msg.properties, msg.queue_offset) == \
+               (phys2, bytes(msg2.body), msg2.properties, msg2.queue_offset)

@@ -7,7 +7,8 @@ The options and offsets are the ``kafka-python`` source's (ingest.kafka.source);
 of ingest.encode.prepare.ENCODED_SCHEMA records packed into one binary value (sink.packed). Mapping and
 encoding inside the read task means a record enters the JVM once, as a commit-log record: going in
 as Kafka columns and back out to Python for a ``mapInArrow`` cost as much again as the whole read
-(BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions. Where the mapping's
+(BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions; with the ``commitlog.spoolDir`` option (local
+mode) a task writes its batch to a file there and only the file's name crosses Spark (sink.spool). Where the mapping's
 default rules cover a fetch, the task goes from the fetched bytes to CommitLog records in one C pass
 (ingest.encode.direct_encode); otherwise through Kafka columns and ingest.encode.prepare.map_and_encode. A task reads one
 Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
@@ -34,10 +35,13 @@ from ingest.kafka.options import KafkaOptionError, parse_options
 from ingest.kafka.read import BatchMaker, KafkaColumns
 from ingest.kafka.source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
 from sink.packed import pack_batches, packed_spark_schema
+from sink.spool import spool_batches
 from store.format import CodecConfig
 
 SHORT_NAME = "kafka-rocketmq"
 PREPARE_OPTION = "commitlog.prepare"
+# a directory the driver shares with the executors: batches come back through files in it (sink.spool)
+SPOOL_OPTION = "commitlog.spoolDir"
 
 
 def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
@@ -47,7 +51,8 @@ def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
 
 def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig, CodecConfig]:
     """(the Kafka source's options, mapping, codec) from this source's options."""
-    kafka = {k: v for k, v in options.items() if str(k).lower() not in (PREPARE_OPTION, "includeheaders")}
+    ours = (PREPARE_OPTION, SPOOL_OPTION.lower(), "includeheaders")
+    kafka = {k: v for k, v in options.items() if str(k).lower() not in ours}
     kafka["includeHeaders"] = "true"   # the mapping reads the headers
     raw = next((v for k, v in options.items() if str(k).lower() == PREPARE_OPTION), None)
     try:
@@ -105,13 +110,15 @@ class _Encoding:
 
     def __init__(self, options: Mapping[str, str]) -> None:
         kafka, self.mapping, self.codec = _settings(options)
+        self.spool_dir = next((v for k, v in options.items() if str(k).lower() == SPOOL_OPTION.lower()), None) or None
         super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
 
     def batch_maker(self) -> BatchMaker:
         return EncodedBatches(super().batch_maker(), self.mapping, self.codec)  # type: ignore[misc, arg-type]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return pack_batches(super().read(partition))  # type: ignore[misc]
+        batches = super().read(partition)  # type: ignore[misc]
+        return pack_batches(batches) if self.spool_dir is None else spool_batches(batches, self.spool_dir)
 
 
 class MessageBatchReader(_Encoding, KafkaBatchReader):
@@ -139,6 +146,9 @@ class KafkaMessageSource(KafkaDataSource):
         return MessageStreamReader(self.options)
 
 
-def source_options(kafka_options: Mapping[str, str], mapping: MappingConfig, codec: CodecConfig) -> dict[str, Any]:
-    """``kafka_options`` plus the prepare option: what ``format("kafka-rocketmq")`` takes."""
-    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec)}
+def source_options(kafka_options: Mapping[str, str], mapping: MappingConfig, codec: CodecConfig,
+                   spool_dir: str | None = None) -> dict[str, Any]:
+    """``kafka_options`` plus the prepare option (and the spool directory, if the batches are to
+    come back through files): what ``format("kafka-rocketmq")`` takes."""
+    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec),
+            **({SPOOL_OPTION: spool_dir} if spool_dir else {})}

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from ingest.encode.mapping import MappingConfig, map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA
+from sink import spool
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
 from store.format import CodecConfig, encode_valid_rows
 
@@ -110,13 +111,17 @@ def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
     return pack_batches(map_and_encode_batches(batches, mapping, codec))
 
 
-def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig) -> pa.Table:
+def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool_dir: str | None = None) -> pa.Table:
     """The Spark part of a micro-batch, independent of the store's state (so the next batch can be
     read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
     batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
-    encoded by the executors. Returns the packed batches on the driver (sink.packed), in order."""
+    encoded by the executors. Returns the packed batches on the driver (sink.packed), in order; those
+    the tasks left in ``spool_dir`` (sink.spool) mapped in, and the directory swept of the rest."""
     if CHUNK not in df.columns:
         df = df.orderBy("topic", "partition", "offset").mapInArrow(
             partial(encode_and_pack, mapping=mapping, codec=codec), packed_spark_schema())
-    return df.toArrow()
+    table = spool.resolve(df.toArrow())
+    if spool_dir is not None:
+        spool.sweep(spool_dir)
+    return table
 

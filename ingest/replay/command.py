@@ -136,16 +136,18 @@ def _kafka_client_params(cfg: JobConfig) -> dict[str, Any]:
     return kafka_client_params(kafka_reader_options(cfg, "earliest"))
 
 
-def kafka_batch_loader(cfg: JobConfig, spark: Any) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
+def kafka_batch_loader(cfg: JobConfig, spark: Any, spool_dir: str | None = None
+                       ) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
     """Ranges -> a batch DataFrame read by the job's own source (encoded records, or Kafka columns
-    with Spark's source), as ingest.encode.prepare takes it."""
+    with Spark's source), as ingest.encode.prepare takes it; its tasks leave their batches in
+    ``spool_dir`` when one is given (sink.spool)."""
     from ingest.job import source_reader
     from ingest.kafka.offsets import offsets_to_json
 
     base = kafka_reader_options(cfg, "earliest")
     for name in ("subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "startingOffsets"):
         base.pop(name, None)
-    fmt, base = source_reader(cfg, spark, base)
+    fmt, base = source_reader(cfg, spark, base, spool_dir)
 
     def load(ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> Any:
         assign: dict[str, list[int]] = {}
@@ -177,8 +179,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
     from ingest.encode.prepare import collect_packed
-    from ingest.job import codec_config, mapping_config, spark_session, store_config
-    from sink import CommitLogWriter
+    from ingest.job import close_spool, codec_config, mapping_config, spark_session, spool_directory, store_config
+    from sink import CommitLogWriter, spool
     from sink.foreach_batch import ForeachBatchSink
 
     started = time.monotonic()
@@ -197,6 +199,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     files_df = None
     plan_file = None
     writer = None
+    spool_dir = None
     batch_log = logging.getLogger("commitlog.batch")
     batch_log_level = batch_log.level
     try:
@@ -213,8 +216,11 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
         else:
             plan, notes, plan_file = _kafka_plan(cfg, opts)
-            load = kafka_batch_loader(cfg, spark)
+            spool_dir = spool_directory(cfg, spark)
+            load = kafka_batch_loader(cfg, spark, spool_dir)
         writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
+        if spool_dir is not None:
+            spool.prepare_dir(spool_dir)    # after the writer took the store's lock: no other job uses it
         notes += apply_store_offsets(plan, writer.state.kafka_offsets)
         for note in notes:
             log.warning("%s", note)
@@ -238,7 +244,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             log.warning("nothing to replay: the store already holds the whole range")
         sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None,
                                 on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
-        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg))
+        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool_dir=spool_dir)
         with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
             summary.complete = _write_batches(
                 (reader.submit(collect, load(sub_ranges(start, until)))
@@ -259,6 +265,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         batch_log.setLevel(batch_log_level)
         if writer is not None:
             writer.close()
+            close_spool(cfg, spool_dir)
         if files_df is not None:
             files_df.unpersist()
         if own_spark and spark is not None:

@@ -77,3 +77,11 @@ def test_a_batch_at_the_end_of_its_buffer():
     rec, hashes = found(msgs)
     assert (rec, hashes) == expected(msgs)
     assert np.bincount(rec).tolist() == [2] * 50
+
+
+def test_non_ascii_values_among_ascii_ones_keep_their_place_and_java_hash():
+    msgs = [Message("T", b"x", properties=f"UNIQ_KEY\x01U{i}\x02KEYS\x01" + ("user-é k" if i % 3 else f"user-{i} k")
+                    + "\x02") for i in range(30)]
+    msgs.append(Message("T", b"x", properties="UNIQ_KEY\x01ü-\U0001F600\x02KEYS\x01\u6771\u4eac  x\x02"))  # a surrogate pair
+    assert found(msgs) == expected(msgs)
+    assert found(msgs)[0][-4:] == [29, 30, 30, 30]

@@ -4,9 +4,10 @@ decoded message, found with numpy in the records' bytes, so that indexing keeps 
 Each record's properties are laid side by side as fixed-width byte strings (numpy's C string
 search finds UNIQ_KEY and KEYS in them), the values are cut out as small windows, and the Java
 hash of "topic#key" is built from the hash of "topic#" and running hashes of the value bytes
-(uint32 arithmetic wraps as Java's int does). A record the fast path cannot be sure of (a name
-found twice or inside another, a non-ASCII value, very long properties) is decoded and keyed
-one at a time by store.index.keys: the two ways agree byte for byte (tests/test_index_keys.py).
+(uint32 arithmetic wraps as Java's int does); a non-ASCII value alone is decoded, as Java would,
+before its keys are hashed. A record the fast path cannot be sure of (a name found twice or inside
+another, very long properties or values) is decoded and keyed one at a time by
+store.index.keys: the ways agree byte for byte (tests/test_index_keys.py).
 """
 
 from __future__ import annotations
@@ -69,15 +70,22 @@ def batch_keys(arr: np.ndarray, f: RecordFields) -> BatchKeys:
             at, vstart, vend, unsure = _value_of(text, rows, plen, name)
             slow[live[unsure]] = True
             if len(at):
-                rec, r, h, bad = _hashes(arr, f.props_pos[live[at]] + vstart, vend - vstart, prefix[at],
-                                         split=name == _KEYS_NAME)
+                pos, length = f.props_pos[live[at]] + vstart, vend - vstart
+                rec, r, h, bad, utf8 = _hashes(arr, pos, length, prefix[at], split=name == _KEYS_NAME)
                 slow[live[at[bad]]] = True
                 owner = live[at[rec]]
                 record.append(owner)
                 rank.append(r + has_uniq[owner])
                 key_hash.append(h)
+                if len(utf8):
+                    rec, r, h = _utf8_hashes(arr, pos[utf8], length[utf8], [f.topics[t] for t in f.topic_id[live[at[utf8]]]],
+                                             split=name == _KEYS_NAME)
+                    owner = live[at[utf8[rec]]]
+                    record.append(owner)
+                    rank.append(r + has_uniq[owner])
+                    key_hash.append(h)
                 if name == _UNIQ_NAME:
-                    has_uniq[owner] = 1
+                    has_uniq[live[at]] = 1
         if record:
             keep = ~slow[np.concatenate(record)]
             record, rank, key_hash = ([np.concatenate(x)[keep]] for x in (record, rank, key_hash))
@@ -136,15 +144,37 @@ def _value_of(text: np.ndarray, rows: np.ndarray, plen: np.ndarray, name: bytes
     return has[nonempty], vstart[nonempty], vend[nonempty], unsure_rows
 
 
+def _utf8_hashes(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, topics: list[str], split: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_hashes for values that are not ASCII: each value decoded as Java decodes it (Java's hash
+    is over UTF-16 units), the keys of all of them hashed together. The separators are ASCII, so a
+    value decodes alone as it does inside the whole properties string."""
+    rec: list[int] = []
+    rank: list[int] = []
+    keys: list[str] = []
+    key_topics: list[str] = []
+    for row, (p, ln) in enumerate(zip(pos.tolist(), length.tolist())):
+        text = java_string(arr[p:p + ln].tobytes())
+        tokens = [t for t in text.split(INDEX_KEY_SEPARATOR) if t] if split else [text]
+        for r, token in enumerate(tokens):
+            rec.append(row)
+            rank.append(r)
+            keys.append(token)
+            key_topics.append(topics[row])
+    return (np.array(rec, dtype=np.int64), np.array(rank, dtype=np.int64),
+            index_key_hashes(key_topics, keys) if keys else np.zeros(0, dtype=np.int32))
+
+
 def _hashes(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, prefix: np.ndarray, split: bool
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """keyHash of each value (or, with ``split``, of each non-empty space-separated token of it):
-    (value row, rank within its value, hash) per key, and the value rows to key the slow way
-    (non-ASCII or too long)."""
+    (value row, rank within its value, hash) per key of the ASCII values, the value rows whose
+    record is to be keyed the slow way (too long) and the non-ASCII value rows (_utf8_hashes)."""
     width = int(min(length.max(), _MAX_VALUE))
     win = rows_at(arr, pos, width)
     inside = np.arange(width) < length[:, None]
-    bad = (length > _MAX_VALUE) | ((win >= 0x80) & inside).any(axis=1)
+    bad = length > _MAX_VALUE
+    utf8 = ~bad & ((win >= 0x80) & inside).any(axis=1)
     # running[c] = Java hash of each value's first c bytes (uint32 wraps as Java's int); one
     # contiguous row per byte position, so that each step is one pass over the values
     cols = np.ascontiguousarray(win.T)
@@ -171,4 +201,6 @@ def _hashes(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, prefix: np.nda
     key_hash[key_hash > 0x7FFFFFFF] = 0
     first_of_value = np.searchsorted(rec, rec, side="left")
     rank = np.arange(len(rec)) - first_of_value
-    return rec, rank, key_hash.astype(np.int32), np.flatnonzero(bad)
+    ascii_key = ~utf8[rec]
+    return (rec[ascii_key], rank[ascii_key], key_hash.astype(np.int32)[ascii_key], np.flatnonzero(bad),
+            np.flatnonzero(utf8))

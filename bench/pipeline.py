@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="uniform",
                     help=f"topics to read, comma separated: {', '.join(wl.WORKLOADS)} (bench/workloads.py)")
     ap.add_argument("--workload-messages", type=int, default=None,
-                    help="records of each workload other than uniform (default 200,000; quick 10,000)")
+                    help="records of each workload other than uniform (default: 200,000 or 10 of the largest "
+                         "batch, if more; quick 10,000)")
     ap.add_argument("--png", default=None, help="also plot throughput and latency against batch size here")
     ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
     args = ap.parse_args(argv)
@@ -297,9 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     others = [w for w in names if w != "uniform"]
     if "uniform" not in names:
         p["batches"] = []
-    other_n = args.workload_messages or (10_000 if args.quick else 200_000)
     other_batches = [int(x) for x in args.batches.split(",")] if args.batches else (
         [10_000] if args.quick else [50_000, 100_000])
+    # like uniform's, a workload's topic holds at least MIN_BATCHES of the largest batch, so that a
+    # query's first batch does not weigh more in one workload's figure than in another's
+    other_n = args.workload_messages or (10_000 if args.quick else max(200_000, min_batches * max(other_batches)))
     sizes = {batch: max(p["messages"], min_batches * batch) for batch in p["batches"]}
     rep = common.Report("pipeline", args)
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]")

@@ -66,6 +66,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "SIGTERM or Ctrl-C stops after the current batch and closes the store.")
     add_job_arguments(p, streaming=True)
     p.set_defaults(func=_run)
-    from ingest.replay import command as replay
+    from ingest.replay import cli as replay
 
     replay.add_command(sub)

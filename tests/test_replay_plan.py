@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.replay.command import job_config_from_args, options_from_args
+from ingest.replay.cli import job_config_from_args, options_from_args
 from ingest.replay.plan import (
     Bound,
     PartitionPlan,

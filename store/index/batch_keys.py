@@ -27,7 +27,7 @@ from store.format.constants import (
 from store.format.fields import RecordFields, rows_at
 from store.format.properties import java_string, string_to_properties
 from store.index.hashing import index_key_hashes, java_string_hashes
-from store.index.keys import indexed_keys
+from store.index.keys import indexed_keys, keys_tokens
 
 _MAX_PROPS_ROW = 2048       # longer properties: the record is keyed the slow way
 _MAX_VALUE = 256            # longer UNIQ_KEY / KEYS values: likewise
@@ -155,7 +155,7 @@ def _utf8_hashes(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, topics: l
     key_topics: list[str] = []
     for row, (p, ln) in enumerate(zip(pos.tolist(), length.tolist())):
         text = java_string(arr[p:p + ln].tobytes())
-        tokens = [t for t in text.split(INDEX_KEY_SEPARATOR) if t] if split else [text]
+        tokens = keys_tokens(text) if split else [text]
         for r, token in enumerate(tokens):
             rec.append(row)
             rank.append(r)

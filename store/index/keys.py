@@ -19,5 +19,10 @@ def indexed_keys(properties: Mapping[str, str], sys_flag: int) -> list[str]:
         out.append(uniq)
     keys = properties.get(PROPERTY_KEYS)
     if keys:
-        out += [k for k in keys.split(INDEX_KEY_SEPARATOR) if k]
+        out += keys_tokens(keys)
     return out
+
+
+def keys_tokens(keys: str) -> list[str]:
+    """The tokens of a KEYS value that are indexed: split on a single space, empty ones dropped."""
+    return [k for k in keys.split(INDEX_KEY_SEPARATOR) if k]

@@ -1,8 +1,18 @@
-"""The one compiled part: ingest/encode/_direct_encode.c (Kafka record batches straight to CommitLog
-records, see ingest/encode/direct_encode.py). Optional: without a C compiler the install still succeeds
-and the job maps and encodes with pyarrow/numpy alone (slower, same bytes)."""
+"""The compiled parts, both optional: without a C compiler the install still succeeds and the same
+bytes come out of the pyarrow/numpy paths, slower.
+
+- ingest/encode/_direct_encode.c: Kafka record batches straight to CommitLog records
+  (ingest/encode/direct_encode.py).
+- store/format/_properties_split.c: the PROPERTIES of many records split into pairs when a store is
+  read back as Arrow (store/format/arrow_text.py).
+"""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True,
-                             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"])])
+FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+
+setup(ext_modules=[
+    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("store.format._properties_split", ["store/format/_properties_split.c"], optional=True,
+              extra_compile_args=FLAGS),
+])

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store import CorruptRecordError, StoreReader
-from store.format.arrow_text import parse_properties, properties_of
+from store.format.arrow_text import kernel_available, parse_properties, properties_of
 from store.format.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
@@ -46,27 +48,59 @@ def _split_reference(blobs: list[bytes]) -> list[dict[str, str]]:
     return [properties_of(b) for b in blobs]
 
 
-def _split_vectorized(blobs: list[bytes]) -> list[dict[str, str]]:
-    buf = b"#".join(blobs)   # records are never adjacent in a segment
+def _laid_out(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blobs in one buffer as a segment holds PROPERTIES: never adjacent, other bytes between."""
+    buf = b"#".join(blobs)
     pos, at = [], 0
     for b in blobs:
         pos.append(at)
         at += len(b) + 1
-    props = parse_properties(np.frombuffer(buf, np.uint8), np.array(pos, np.int64),
-                             np.array([len(b) for b in blobs], np.int64))
-    m = props.map_array().to_pylist()
-    return [dict(x) for x in m]
+    return np.frombuffer(buf, np.uint8), np.array(pos, np.int64), np.array([len(b) for b in blobs], np.int64)
 
 
-def test_the_properties_split_is_string2messageProperties() -> None:
-    cases = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"noname\x02k\x01v\x02",
-             b"a\x011\x02a\x012\x02", b"k\x01v\x01w\x02", b"\x02\x02k\x01v", "ü\x01€\x02".encode(),
-             b"bad\x01\xff\xfe\x02ok\x01\xe2\x02", b"\x02", b"\x01", b"x\x01y\x02\x02z\x01\x02x\x01q"]
-    assert _split_vectorized(cases) == _split_reference(cases)
+def _split(blobs: list[bytes], kernel: bool) -> list[dict[str, str]]:
+    props = parse_properties(*_laid_out(blobs), kernel=kernel)
+    return [dict(x) for x in props.map.to_pylist()]
+
+
+SPLIT_CASES = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"noname\x02k\x01v\x02",
+               b"a\x011\x02a\x012\x02", b"k\x01v\x01w\x02", b"\x02\x02k\x01v", "ü\x01€\x02".encode(),
+               b"bad\x01\xff\xfe\x02ok\x01\xe2\x02", b"\x02", b"\x01", b"x\x01y\x02\x02z\x01\x02x\x01q",
+               b"".join(b"k%d\x01v%d\x02" % (i % 23, i) for i in range(100))]    # many pairs, names repeated
+
+
+def test_the_c_split_was_built() -> None:
+    assert kernel_available(), "setup.py's store/format/_properties_split.c did not build: run `make venv`"
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["c", "numpy"])
+def test_the_properties_split_is_string2messageProperties(kernel: bool) -> None:
+    assert _split(SPLIT_CASES, kernel) == _split_reference(SPLIT_CASES)
     rng = random.Random(28)
     alphabet = [b"a", b"b", b"K", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"TAGS"]
     fuzz = [b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30))) for _ in range(3000)]
-    assert _split_vectorized(fuzz) == _split_reference(fuzz)
+    assert _split(fuzz, kernel) == _split_reference(fuzz)
+
+
+_PIECES = st.sampled_from([b"a", b"b", b"KEYS", b"TAGS", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"\xe2\x82",
+                           b"\xf0\x9f\x98\x80", b"\x00", b"#"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_PIECES, max_size=40).map(b"".join), max_size=30))
+def test_the_c_split_gives_the_numpy_split_pair_for_pair(blobs: list[bytes]) -> None:
+    wanted = ("KEYS", "TAGS", "b")
+    c = parse_properties(*_laid_out(blobs), wanted, kernel=True)
+    py = parse_properties(*_laid_out(blobs), wanted, kernel=False)
+    assert c.map.equals(py.map)                     # the same pairs, in the same order
+    assert {k: v.to_pylist() for k, v in c.named.items()} == {k: v.to_pylist() for k, v in py.named.items()}
+    assert [dict(x) for x in c.map.to_pylist()] == _split_reference(blobs)
+
+
+def test_the_c_split_refuses_properties_outside_its_buffer() -> None:
+    data, pos, length = _laid_out([b"a\x01b", b"c\x01d"])
+    with pytest.raises(ValueError, match="outside the buffer"):
+        parse_properties(data, pos, length + 5, kernel=True)
 
 
 def _store_with_uncommitted_tail(root: Path) -> tuple[int, list]:

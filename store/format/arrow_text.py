@@ -1,7 +1,11 @@
 """Variable-length fields of many records as Arrow arrays, with no Python step per record:
 binary_view values pointing into a buffer (a mapped segment), short strings that repeat (hosts,
 property names) told apart once each, and the properties string of every record split into
-(record, name, value) pairs the way RocketMQ's MessageDecoder.string2messageProperties does."""
+(record, name, value) pairs the way RocketMQ's MessageDecoder.string2messageProperties does.
+
+The split has two ways with the same result: store/format/_properties_split.c (built by setup.py,
+one pass per record) and, without a C compiler, a dozen numpy passes over all the records at once;
+tests/test_readback_arrow.py holds them to each other and to the per-record reference."""
 
 from __future__ import annotations
 
@@ -10,9 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from store.errors import StoreError
 from store.format.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from store.format.fields import byte_rows, text_ids
 from store.format.properties import java_string, string_to_properties
+
+try:
+    from store.format import _properties_split as _kernel
+except ImportError:  # built without a C compiler: the numpy split only
+    _kernel = None
 
 _SEP2 = ord(PROPERTY_SEPARATOR)
 _SEP1 = ord(NAME_VALUE_SEPARATOR)
@@ -58,37 +68,73 @@ def few_distinct(words: np.ndarray, most: int = 16) -> tuple[np.ndarray, np.ndar
 
 @dataclass
 class Properties:
-    """Every record's properties as (record, name, value) pairs, RocketMQ's dedup applied; names
-    as indexes into the distinct ones (``name_id``, ``name_list``)."""
+    """Every record's properties: ``map`` (map<string, string>, one entry per kept pair, in the
+    order the pairs stand) and ``named``, the value of each wanted name per record (null where
+    absent)."""
 
-    n: int                      # records
-    record: np.ndarray          # the record of each pair
-    name_id: np.ndarray
-    name_list: list[str]
-    values: pa.Array
-
-    def map_array(self) -> pa.Array:
-        offsets = np.zeros(self.n + 1, dtype=np.int32)
-        np.cumsum(np.bincount(self.record, minlength=self.n), out=offsets[1:])
-        names = pa.array(self.name_list, pa.string()).take(pa.array(self.name_id))
-        return pa.MapArray.from_arrays(pa.array(offsets), names, self.values)
-
-    def named(self, wanted: list[str]) -> list[pa.Array]:
-        """The value of each wanted property per record (null where absent)."""
-        out = []
-        for name in wanted:
-            idx = np.full(self.n, -1, dtype=np.int64)
-            if name in self.name_list:
-                hit = np.flatnonzero(self.name_id == self.name_list.index(name))
-                idx[self.record[hit]] = hit
-            out.append(self.values.take(pa.array(idx, mask=idx < 0)))
-        return out
+    map: pa.MapArray
+    named: dict[str, pa.Array]
 
 
-def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray) -> Properties:
+def kernel_available() -> bool:
+    """Whether setup.py built the C split (the numpy one is used otherwise)."""
+    return _kernel is not None
+
+
+def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, wanted: tuple[str, ...] = (),
+                     *, kernel: bool | None = None) -> Properties:
     """string2messageProperties over every record: pieces split on \\x02, the name ends at the
     first \\x01, pieces without one or with an empty name or value are dropped, a later pair
-    overwrites an earlier one of the same name. Text is decoded like Java's new String(UTF_8)."""
+    overwrites an earlier one of the same name (the earlier one is dropped). Text is decoded like
+    Java's new String(UTF_8). ``kernel``: the C split (True), the numpy one (False), or the C
+    split when built (None)."""
+    use_c = kernel_available() if kernel is None else kernel
+    if use_c and not kernel_available():
+        raise StoreError("the C properties split was not built: run `make venv` and read pip's output")
+    props_pos = np.ascontiguousarray(props_pos, dtype=np.int64)
+    props_len = np.ascontiguousarray(props_len, dtype=np.int64)
+    if use_c and int(props_len.sum()) < 1 << 31:
+        return _split_c(arr, props_pos, props_len, wanted)
+    return _split_numpy(arr, props_pos, props_len, wanted)
+
+
+def _split_c(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, wanted: tuple[str, ...]) -> Properties:
+    n = len(pos)
+    pair_cap = int(((length + 1) // 4).sum())
+    text_cap = int(length.sum())
+    map_offsets = np.empty(n + 1, dtype=np.int32)
+    name_offsets = np.empty(pair_cap + 1, dtype=np.int32)
+    value_offsets = np.empty(pair_cap + 1, dtype=np.int32)
+    name_data = pa.allocate_buffer(text_cap)
+    value_data = pa.allocate_buffer(text_cap)
+    wanted_pair = np.empty(len(wanted) * n, dtype=np.int32)
+    assert _kernel is not None
+    pairs, not_ascii = _kernel.split(arr, pos, length, b"\0".join(w.encode() for w in wanted), map_offsets,
+                                     name_offsets, name_data, value_offsets, value_data, wanted_pair)
+    names = _strings(name_offsets[:pairs + 1], name_data, not_ascii)
+    values = _strings(value_offsets[:pairs + 1], value_data, not_ascii)
+    out = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
+    named = {}
+    for k, name in enumerate(wanted):
+        idx = wanted_pair[k * n:(k + 1) * n]
+        named[name] = values.take(pa.array(idx, mask=idx < 0))
+    return Properties(out, named)
+
+
+def _strings(offsets: np.ndarray, data: pa.Buffer, check: bool) -> pa.Array:
+    """A string array over the split's output; bytes that are not UTF-8 become U+FFFD as in Java."""
+    out = pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), data])
+    if check:
+        try:
+            out.validate(full=True)
+        except pa.ArrowInvalid:
+            raw = out.view(pa.binary())
+            return pa.array([java_string(b) for b in raw.to_pylist()], pa.string())
+    return out
+
+
+def _split_numpy(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray,
+                 wanted: tuple[str, ...]) -> Properties:
     n = len(props_pos)
     # each record's properties and the byte after them, which stands for a closing \x02: then
     # every piece of every record ends at a separator (the last record of a buffer may have none)
@@ -125,7 +171,17 @@ def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarr
     keep = _last_of_each_name(record, name_id, len(name_list), n)
     if keep is not None:
         record, name_id, values = record[keep], name_id[keep], values.filter(pa.array(keep))
-    return Properties(n, record, name_id, name_list, values)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(record, minlength=n), out=offsets[1:])
+    names = pa.array(name_list, pa.string()).take(pa.array(name_id))
+    named = {}
+    for name in wanted:
+        idx = np.full(n, -1, dtype=np.int64)
+        if name in name_list:
+            hit = np.flatnonzero(name_id == name_list.index(name))
+            idx[record[hit]] = hit
+        named[name] = values.take(pa.array(idx, mask=idx < 0))
+    return Properties(pa.MapArray.from_arrays(pa.array(offsets), names, values), named)
 
 
 def _names(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:

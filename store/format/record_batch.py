@@ -58,6 +58,7 @@ READBACK_SCHEMA = pa.schema([
 """The columns of a store read back (StoreReader.record_batches, the rocketmq-commitlog Spark source).
 Timestamps are RocketMQ's epoch milliseconds; hosts are "ip:port" ("[v6]:port")."""
 
+_NAMED = (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_KAFKA_TOPIC, PROPERTY_KAFKA_PARTITION, PROPERTY_KAFKA_OFFSET)
 DEFAULT_BATCH_SIZE = 65_536
 SCAN_WINDOW_BYTES = 32 << 20        # scanned, then turned into columns, at a time (bounded memory)
 
@@ -187,9 +188,8 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
     body_pos = f.starts + tail_pos + 16
     body_len = be_ints(arr, body_pos - 4, 4) if v6 else _i32(head, 84)
     body = binary_views(arr, body_pos, body_len)
-    props = parse_properties(arr, f.props_pos, f.props_len)
-    named = props.named([PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_KAFKA_TOPIC, PROPERTY_KAFKA_PARTITION,
-                         PROPERTY_KAFKA_OFFSET])
+    props = parse_properties(arr, f.props_pos, f.props_len, _NAMED)
+    named = [props.named[name] for name in _NAMED]
     columns = [
         pa.array(f.topics, pa.string()).take(pa.array(f.topic_id)),
         pa.array(f.queue_id.astype(np.int32)),
@@ -202,7 +202,7 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
         pa.array(f.sys_flag.astype(np.int32)),
         pa.array(_i32(head, 16).astype(np.int32)),
         pa.array(reconsume.astype(np.int32)),
-        named[0], named[1], props.map_array(),
+        named[0], named[1], props.map,
         body if zero_copy else body.cast(pa.binary()),
         named[2], _to_int(named[3], pa.int32()), _to_int(named[4], pa.int64()),
     ]

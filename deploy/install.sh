@@ -18,7 +18,7 @@ python="${PYTHON:-python3}"
 if (( system )); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    # gcc only while pip builds ingest/encode/_direct_encode.c (setup.py), removed again below
+    # gcc only while pip builds the C kernels (setup.py), removed again below
     apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini gcc libc6-dev
 fi
 
@@ -42,9 +42,11 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
         sys.exit(f"{name} imported from {mod.__file__}, not from the installed package")
 import pyspark
 from ingest.encode import direct_encode
+from store.format import arrow_text
 kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
+split = "built" if arrow_text.kernel_available() else "NOT built (no C compiler: read-back splits properties the slower way)"
 print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; "
-      f"C kernel {kernel}")
+      f"C kernel {kernel}; properties split {split}")
 PY
 )
 if ! java -version >/dev/null 2>&1; then

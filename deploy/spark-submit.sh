@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Submit the commitlog job to a Spark cluster (standalone, YARN or Kubernetes), shipping the
-# project (ingest/, sink/, store/ and the compiled C kernel of the read tasks) to the executors as
+# project (ingest/, sink/, store/ and the compiled C kernels: the read tasks' encode pass and the
+# store reader's properties split) to the executors as
 # one archive (--archives, unpacked in each executor's directory), and its Python code to the driver
 # as a zip. COMMITLOG_SHIP=zip ships the Python code alone (--py-files) to the executors as well:
 # no kernel there, so every fetch is mapped and encoded the general way (several times the CPU per
@@ -23,7 +24,7 @@
 #                              kafka-python, crc32c) but NOT the project: that is shipped.
 #   COMMITLOG_DRIVER_PYTHON    python of the driver in client mode (default: $PYTHON)
 #   COMMITLOG_BUILD_DIR        where the zip and the archive are built (default: <repo>/build/deploy)
-#   COMMITLOG_SHIP             archive (default: the code and the kernel, built here for $PYTHON, so
+#   COMMITLOG_SHIP             archive (default: the code and the kernels, built here for $PYTHON, so
 #                              the executors' Python must be the same version and platform) or zip
 #   COMMITLOG_DRIVER_SCRIPT    the application file (default: deploy/driver.py; tests put a
 #                              probe script here)
@@ -64,8 +65,8 @@ fi
 zip_path="$build/commitlog_ingest.zip"
 archive_path="$build/commitlog_ingest.tar.gz"
 # The zip holds the three packages' Python files at its root, so `import store` works with it on
-# sys.path; a zip cannot hold the compiled kernel (Python does not load extension modules from
-# one). The archive holds the same tree plus the kernel, built here for $PYTHON (the executors'
+# sys.path; a zip cannot hold the compiled kernels (Python does not load extension modules from
+# one). The archive holds the same tree plus the kernels, built here for $PYTHON (the executors'
 # Python must be the same version on the same platform: a homogeneous cluster or the image).
 # Bytecode caches and tests stay out; both are rebuilt on every submit, so they always match the
 # checkout being submitted.
@@ -76,18 +77,22 @@ if [[ "$ship" == "archive" ]]; then
     # Built with the extension alone, away from the checkout: setup.py would make setuptools read
     # pyproject.toml, whose metadata an older setuptools in the user's Python may refuse.
     mkdir -p "$build/kernel-tmp"
-    if ! (cd "$build/kernel-tmp" && "$python" - "$repo/ingest/encode/_direct_encode.c" "$kernel_dir" <<'PY'
-import sys
+    if ! (cd "$build/kernel-tmp" && "$python" - "$repo" "$kernel_dir" <<'PY'
+import os, sys
 from setuptools import Distribution, Extension
-source, build_lib = sys.argv[1:3]
-ext = Extension("ingest.encode._direct_encode", [source],
-                extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"])
-dist = Distribution({"name": "commitlog-kernel", "ext_modules": [ext],
+repo, build_lib = sys.argv[1:3]
+flags = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+exts = [Extension("ingest.encode._direct_encode", [os.path.join(repo, "ingest/encode/_direct_encode.c")],
+                  extra_compile_args=flags),
+        Extension("store.format._properties_split", [os.path.join(repo, "store/format/_properties_split.c")],
+                  extra_compile_args=flags)]
+dist = Distribution({"name": "commitlog-kernel", "ext_modules": exts,
                      "script_args": ["build_ext", "--build-lib", build_lib, "--build-temp", "."]})
 dist.parse_command_line()
 dist.run_commands()
 PY
-            ) >"$build/kernel-build.log" 2>&1 || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null; then
+            ) >"$build/kernel-build.log" 2>&1 || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null \
+            || ! compgen -G "$kernel_dir/store/format/_properties_split*" >/dev/null; then
         echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
              "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
         ship="zip"
@@ -120,10 +125,11 @@ if ship == "archive":
     with tarfile.open(tmp, "w:gz") as t:
         for path, name in files():
             t.add(path, name)
-        encode = os.path.join(kernel_dir, "ingest", "encode")
-        for name in sorted(os.listdir(encode)):
-            if name.startswith("_direct_encode"):
-                t.add(os.path.join(encode, name), f"ingest/encode/{name}")
+        for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split")):
+            built = os.path.join(kernel_dir, package)
+            for name in sorted(os.listdir(built)):
+                if name.startswith(module):
+                    t.add(os.path.join(built, name), f"{package}/{name}")
     os.replace(tmp, archive_out)
 PY
 

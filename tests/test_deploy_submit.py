@@ -121,7 +121,9 @@ PROBE = textwrap.dedent('''
         (chunk,) = part.take(None)
         maker = EncodedBatches(KafkaColumns(arrow_schema(kafka_schema(True))), MappingConfig(), CodecConfig())
         rows = maker.from_chunk(chunk, KafkaOffsetRange("t", 0, 0, 100)).num_rows
-        return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows}
+        from store.format import arrow_text
+        return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows,
+                "split_kernel": arrow_text.kernel_available()}
 
     spark = SparkSession.builder.getOrCreate()
     sc = spark.sparkContext
@@ -137,7 +139,7 @@ PROBE = textwrap.dedent('''
 @pytest.mark.parametrize("ship", ["archive", "zip"])
 def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster, executor_python: Path,
                                                           tmp_path: Path, ship: str) -> None:
-    """By default the executors get the code and the C kernel (--archives) and encode with it; with
+    """By default the executors get the code and the C kernels (--archives) and encode with them; with
     COMMITLOG_SHIP=zip they get the Python code only and encode every record the general way."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
@@ -166,8 +168,10 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
             assert Path(ex[pkg]).is_relative_to(shipped), ex
         if ship == "archive":
             assert ex["kernel"] and ex["kernel_share"] == 0.99, ex    # all but the handed-back record
+            assert ex["split_kernel"], "the store reader's properties split is shipped too"
         else:
             assert not ex["kernel"] and ex["kernel_share"] == 0.0, ex
+            assert not ex["split_kernel"], ex
     apps = cluster.state()["completedapps"]
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 

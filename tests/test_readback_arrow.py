@@ -103,6 +103,15 @@ def test_the_c_split_refuses_properties_outside_its_buffer() -> None:
         parse_properties(data, pos, length + 5, kernel=True)
 
 
+def test_more_named_values_than_the_c_split_picks_out_take_the_numpy_split() -> None:
+    names = tuple(f"n{i}" for i in range(17))
+    blobs = [b"\x02".join(b"%s\x01v%d" % (n.encode(), r) for n in names) for r in range(3)]
+    with pytest.raises(ValueError, match="at most 16 wanted names"):
+        parse_properties(*_laid_out(blobs), names, kernel=True)
+    got = parse_properties(*_laid_out(blobs), names)
+    assert got.named["n16"].to_pylist() == ["v0", "v1", "v2"]
+
+
 def _store_with_uncommitted_tail(root: Path) -> tuple[int, list]:
     from store import MessageStore
     from store.config import StoreConfig

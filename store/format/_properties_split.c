@@ -147,8 +147,12 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t k = 0;
     if (wanted.len) {
         const uint8_t *w = wanted.buf, *wend = w + wanted.len;
-        while (k < 16) {
+        for (;;) {
             const uint8_t *z = memchr(w, 0, (size_t)(wend - w));
+            if (k == 16) {
+                PyErr_SetString(PyExc_ValueError, "split: at most 16 wanted names");
+                goto done;
+            }
             wnames[k] = w;
             wlen[k++] = (z ? z : wend) - w;
             if (!z)

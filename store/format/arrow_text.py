@@ -26,6 +26,7 @@ except ImportError:  # built without a C compiler: the numpy split only
 
 _SEP2 = ord(PROPERTY_SEPARATOR)
 _SEP1 = ord(NAME_VALUE_SEPARATOR)
+_KERNEL_MAX_WANTED = 16             # named values the C split picks out in its pass
 _INLINE = 12                        # binary_view: values up to 12 bytes live in the view itself
 _KEEP_16 = np.frombuffer(b"".join(b"\xff" * k + bytes(16 - k) for k in range(17)), dtype=np.uint64).reshape(17, 2)
 # the first k of 12 bytes, as three 32-bit masks, for k = 0..12
@@ -88,7 +89,7 @@ def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarr
     overwrites an earlier one of the same name (the earlier one is dropped). Text is decoded like
     Java's new String(UTF_8). ``kernel``: the C split (True), the numpy one (False), or the C
     split when built (None)."""
-    use_c = kernel_available() if kernel is None else kernel
+    use_c = kernel_available() and len(wanted) <= _KERNEL_MAX_WANTED if kernel is None else kernel
     if use_c and not kernel_available():
         raise StoreError("the C properties split was not built: run `make venv` and read pip's output")
     props_pos = np.ascontiguousarray(props_pos, dtype=np.int64)

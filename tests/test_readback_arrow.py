@@ -188,3 +188,29 @@ def test_a_missing_segment_below_the_commit_point_raises(tmp_path: Path) -> None
         with pytest.raises(CorruptRecordError) as exc:
             list(reader.record_batches())
     assert exc.value.offset == base
+
+
+@pytest.mark.parametrize("partitions, offsets, want_partitions, want_offsets", [
+    (["0", "7", "2147483647"], ["0", "42", "9223372036854775807"],
+     [0, 7, 2147483647], [0, 42, 9223372036854775807]),                     # plain digits
+    (["+7", "-1", "2147483648"], ["-5", "+6", "9223372036854775808"],
+     [7, -1, None], [-5, 6, None]),                                         # signs; past the type: null
+    (["0x1f", " 1", "1.0"], ["", "1e3", "12a"], [None, None, None], [None, None, None]),   # what Java refuses
+])
+def test_kafka_coordinates_are_read_as_javas_parse_int_reads_them(
+        tmp_path: Path, partitions: list[str], offsets: list[str], want_partitions: list, want_offsets: list) -> None:
+    from store import MessageStore
+    from store.config import StoreConfig
+    from store.format.codec import Message
+
+    def props(p: str, o: str) -> str:
+        return "".join(f"{k}\x01{v}\x02" for k, v in (("KAFKA_TOPIC", "events"), ("KAFKA_PARTITION", p),
+                                                      ("KAFKA_OFFSET", o)) if v)
+    with MessageStore.open(tmp_path / "store", StoreConfig(segment_size=64 * 1024)) as store:
+        store.append([Message(topic="T", body=b"x", properties=props(p, o)) for p, o in zip(partitions, offsets)])
+        store.commit()
+    with StoreReader.open(tmp_path / "store") as reader:
+        table = reader.to_table()
+    assert table.column("kafka_topic").to_pylist() == ["events"] * 3
+    assert table.column("kafka_partition").to_pylist() == want_partitions
+    assert table.column("kafka_offset").to_pylist() == want_offsets

@@ -260,11 +260,15 @@ def _hosts(arr: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
 
 
 def _to_int(values: pa.Array, typ: pa.DataType) -> pa.Array:
-    """Digits as an integer column; anything Java's parseInt/parseLong would refuse is null."""
-    if not len(values):
-        return pa.array([], typ)
-    ok = pc.match_substring_regex(values, r"^[+-]?[0-9]{1,19}$")
-    as_text = pc.if_else(ok, values, pa.scalar(None, pa.string()))
+    """Digits as an integer column; anything Java's parseInt/parseLong would refuse is null (and
+    digits of other scripts, which Java takes but no Kafka coordinate holds)."""
+    if values.null_count == len(values):
+        return pa.nulls(len(values), typ)
+    if pc.all(pc.ascii_is_decimal(values)).as_py():         # the usual case: plain digits (nulls skipped)
+        as_text = values
+    else:   # a sign, or text Java refuses (Arrow's cast alone would also take "0x1f")
+        ok = pc.match_substring_regex(values, r"^[+-]?[0-9]{1,19}$")
+        as_text = pc.if_else(ok, values, pa.scalar(None, pa.string()))
     limit = 2**31 if typ == pa.int32() else 2**63
     try:
         return pc.cast(as_text, typ)

@@ -3,8 +3,9 @@ bytes come out of the pyarrow/numpy paths, slower.
 
 - ingest/encode/_direct_encode.c: Kafka record batches straight to CommitLog records
   (ingest/encode/direct_encode.py).
-- store/format/_properties_split.c: the PROPERTIES of many records split into pairs when a store is
-  read back as Arrow (store/format/arrow_text.py).
+- store/format/_record_columns.c and store/format/_properties_split.c: the fixed fields, hosts,
+  topics and bodies, and the PROPERTIES split into pairs, of many records when a store is read back
+  as Arrow (store/format/record_batch.py, store/format/arrow_text.py).
 """
 
 from setuptools import Extension, setup
@@ -14,5 +15,7 @@ FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers
 setup(ext_modules=[
     Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS),
     Extension("store.format._properties_split", ["store/format/_properties_split.c"], optional=True,
+              extra_compile_args=FLAGS),
+    Extension("store.format._record_columns", ["store/format/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
 ])

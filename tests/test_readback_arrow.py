@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from store import CorruptRecordError, StoreReader
 from store.format.arrow_text import kernel_available, parse_properties, properties_of
+from store.format import record_batch
 from store.format.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
@@ -23,7 +24,11 @@ pytestmark = pytest.mark.unit
 
 @pytest.mark.parametrize("case", golden_stores())
 @pytest.mark.parametrize("zero_copy", [False, True])
-def test_each_golden_store_read_as_arrow_is_its_reference_decoding(case: str, zero_copy: bool) -> None:
+@pytest.mark.parametrize("columns", ["c", "numpy"])
+def test_each_golden_store_read_as_arrow_is_its_reference_decoding(case: str, zero_copy: bool, columns: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if columns == "numpy":
+        monkeypatch.setattr(record_batch, "_columns_kernel", None)
     expected = expected_rows(case)
     with StoreReader.open(golden_root() / case) as reader:
         batches = list(reader.record_batches(batch_size=5, zero_copy=zero_copy))

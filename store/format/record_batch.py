@@ -1,11 +1,13 @@
 """Segment bytes -> Arrow record batches: every message of a byte range of one segment as columns,
 with no Python step per record.
 
-The walk and the record checks are scan.py's (the ones recovery and verify use); topics come from
-fields.py; arrow_text.py makes the text columns. Each variable-length field is an Arrow view (binary_view: a pointer into the mapped
-segment), so a body is not copied unless a plain ``binary`` column is asked for, and then Arrow
-copies all of them in one C++ pass. Properties are split into a map<string, string> the way
-RocketMQ's ``MessageDecoder.string2messageProperties`` does, over all records at once.
+The walk and the record checks are scan.py's (the ones recovery and verify use). The fixed
+fields, hosts, topics and bodies then come from one pass over the records: _record_columns.c
+(built by setup.py) or, without a C compiler, numpy gathers (fields.py) with the same result;
+tests/test_readback_arrow.py holds the two to each other. Bodies are copied into a plain
+``binary`` column, or with ``zero_copy`` are views (binary_view: pointers into the mapped
+segment). Properties are split into a map<string, string> the way RocketMQ's
+``MessageDecoder.string2messageProperties`` does (arrow_text.py).
 """
 
 from __future__ import annotations
@@ -31,9 +33,15 @@ from store.format.constants import (
     PROPERTY_TAGS,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from store.format.fields import be_ints, byte_rows, fields_from_scan
+from store.format.fields import be_ints, byte_rows, fields_from_scan, text_ids
 from store.format.hosts import HostAddress
+from store.format.properties import java_string
 from store.format.scan import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
+
+try:
+    from store.format import _record_columns as _columns_kernel
+except ImportError:  # built without a C compiler: numpy gathers only
+    _columns_kernel = None
 
 READBACK_SCHEMA = pa.schema([
     pa.field("topic", pa.string(), nullable=False),
@@ -168,8 +176,78 @@ def _failure(offset: int, kind: str, detail: str) -> RecordCheck:
     return RecordCheck("error", offset, 0, kind, detail)
 
 
+def columns_kernel_available() -> bool:
+    """Whether setup.py built the C pass over the records (numpy gathers are used otherwise)."""
+    return _columns_kernel is not None
+
+
 def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
            rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
+    # int32 body offsets: a batch of more than 2 GiB of records takes the numpy path (and Arrow's limit)
+    if _columns_kernel is not None and int(np.sum(sizes)) < 1 << 31:
+        return _batch_c(arr, base_offset, starts, sizes, cols, rf, zero_copy)
+    return _batch_numpy(arr, base_offset, starts, sizes, cols, rf, zero_copy)
+
+
+def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
+             rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
+    n = len(starts)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    topic_pos = np.ascontiguousarray(cols.topic_pos, dtype=np.int64)
+    topic_len = np.ascontiguousarray(cols.topic_len, dtype=np.int64)
+    flag, reconsume, born, store, topic_id, body_len = (np.empty(n, dtype=np.int32) for _ in range(6))
+    born_ts, store_ts, body_pos = (np.empty(n, dtype=np.int64) for _ in range(3))
+    body_offsets = np.empty(n + 1, dtype=np.int32)
+    body_data = pa.allocate_buffer(0 if zero_copy else int(np.sum(sizes)), resizable=True)
+    assert _columns_kernel is not None
+    hosts, topics = _columns_kernel.columns(arr, starts, topic_pos, topic_len, flag, born_ts, store_ts, reconsume,
+                                            born, store, topic_id, body_pos, body_len, body_offsets, body_data)
+    sys_flag = cols.sys_flag
+    if hosts == -1:     # many distinct hosts: grouped the numpy way
+        born_host = _hosts(arr, starts + 48, (sys_flag & BORNHOST_V6_FLAG) != 0)
+        store_pos = starts + 64 + 12 * ((sys_flag & BORNHOST_V6_FLAG) != 0)
+        store_host = _hosts(arr, store_pos, (sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)
+    else:
+        names = pa.array([str(HostAddress.from_bytes(arr[a:a + k])) for a, k in hosts], pa.string())
+        born_host, store_host = names.take(pa.array(born)), names.take(pa.array(store))
+    if topics == -1:
+        topic_ids, topic_list = text_ids(arr, topic_pos, topic_len)
+    else:
+        topic_ids, topic_list = topic_id, [java_string(arr[a:a + k].tobytes()) for a, k in topics]
+    if zero_copy:
+        body = binary_views(arr, body_pos, body_len)
+    else:
+        body_data.resize(int(body_offsets[-1]))
+        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(body_offsets), body_data])
+    props = parse_properties(arr, topic_pos + topic_len + 2, np.maximum(cols.props_len, 0), _NAMED)
+    named = [props.named[name] for name in _NAMED]
+    columns = [
+        pa.array(topic_list, pa.string()).take(pa.array(topic_ids)),
+        pa.array(cols.queue_id.astype(np.int32)),
+        pa.array(cols.queue_offset),
+        pa.array(starts + base_offset),
+        pa.array(store_ts),
+        pa.array(born_ts),
+        born_host,
+        store_host,
+        pa.array(sys_flag.astype(np.int32)),
+        pa.array(flag),
+        pa.array(reconsume),
+        named[0], named[1], props.map, body,
+        named[2], _to_int(named[3], pa.int32()), _to_int(named[4], pa.int64()),
+    ]
+    batch = pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
+    keep = _keep(np.asarray(topic_ids), topic_list, cols.queue_id, store_ts, rf)
+    return batch if keep is None else batch.filter(pa.array(keep))
+
+
+def _schema(zero_copy: bool) -> pa.Schema:
+    return READBACK_SCHEMA if not zero_copy else \
+        READBACK_SCHEMA.set(READBACK_SCHEMA.get_field_index("body"), pa.field("body", pa.binary_view(), False))
+
+
+def _batch_numpy(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
+                 rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
     f = fields_from_scan(arr, starts, sizes, cols)
     head = byte_rows(arr, f.starts, 88)          # TOTALSIZE .. BODYLENGTH of an all-IPv4 record
     born6 = (f.sys_flag & BORNHOST_V6_FLAG) != 0
@@ -178,7 +256,7 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
     store_pos = 56 + born_len                     # STOREHOST, after BORNHOST and STORETIMESTAMP
     tail_pos = store_pos + 8 + 12 * store6        # RECONSUMETIMES
     store_ts = _i64(head, 56) if not born6.any() else be_ints(arr, f.starts + 48 + born_len, 8)
-    keep = _keep(f, store_ts, rf)
+    keep = _keep(f.topic_id, f.topics, f.queue_id, store_ts, rf)
     if keep is not None:
         f = f.take(np.flatnonzero(keep))
         head, born6, store6, born_len = head[keep], born6[keep], store6[keep], born_len[keep]
@@ -206,21 +284,20 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
         body if zero_copy else body.cast(pa.binary()),
         named[2], _to_int(named[3], pa.int32()), _to_int(named[4], pa.int64()),
     ]
-    schema = READBACK_SCHEMA if not zero_copy else \
-        READBACK_SCHEMA.set(READBACK_SCHEMA.get_field_index("body"), pa.field("body", pa.binary_view(), False))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
 
 
-def _keep(f: Any, store_ts: np.ndarray, rf: RecordFilter) -> np.ndarray | None:
+def _keep(topic_id: np.ndarray, topics: list[str], queue_id: np.ndarray, store_ts: np.ndarray,
+          rf: RecordFilter) -> np.ndarray | None:
     """The rows the filter keeps, or None for all."""
     if rf.everything:
         return None
-    keep = np.ones(len(f.starts), dtype=bool)
+    keep = np.ones(len(topic_id), dtype=bool)
     if rf.topics is not None:
-        wanted = [i for i, t in enumerate(f.topics) if t in rf.topics]
-        keep &= np.isin(f.topic_id, wanted)
+        wanted = [i for i, t in enumerate(topics) if t in rf.topics]
+        keep &= np.isin(topic_id, wanted)
     if rf.queue_ids is not None:
-        keep &= np.isin(f.queue_id, list(rf.queue_ids))
+        keep &= np.isin(queue_id, list(rf.queue_ids))
     if rf.min_store_timestamp is not None:
         keep &= store_ts >= rf.min_store_timestamp
     if rf.max_store_timestamp is not None:

@@ -1,0 +1,105 @@
+"""The read-back's two ways to the record columns, the C pass (store/format/_record_columns.c) and
+the numpy gathers, give the same batches: hosts of both widths and more distinct ones than the
+C pass groups itself, many topics, version 2 records, empty bodies, filters, bodies copied or
+viewed."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from store import MessageStore, StoreReader
+from store.config import StoreConfig
+from store.format import record_batch
+from store.format.batch_codec import encode_messages
+from store.format.codec import Message
+from store.format.constants import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
+from store.format.hosts import HostAddress
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_c_pass_was_built() -> None:
+    assert record_batch.columns_kernel_available(), \
+        "setup.py's store/format/_record_columns.c did not build: run `make venv`"
+
+
+def _messages(count: int, hosts: int, topics: int, seed: int) -> list[Message]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(count):
+        born6, store6 = rnd.random() < 0.3, rnd.random() < 0.3
+        h = rnd.randrange(hosts)
+        born = HostAddress(f"fe80::{h:x}:1" if born6 else f"10.0.{h // 256}.{h % 256}", 1000 + h)
+        store = HostAddress("::1" if store6 else "192.168.1.7", 10911 + h % 3)
+        topic = f"topic-{rnd.randrange(topics)}" + ("x" * 130 if rnd.random() < 0.1 else "")   # > 127: version 2
+        body = b"" if rnd.random() < 0.1 else rnd.randbytes(rnd.randrange(1, 300))
+        props = f"TAGS\x01t{i % 7}\x02KEYS\x01k{i}\x02" if i % 4 else ""
+        out.append(Message(topic=topic, body=body, queue_id=i % 5, flag=rnd.randrange(-5, 5), properties=props,
+                           sys_flag=(BORNHOST_V6_FLAG if born6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store6 else 0),
+                           born_timestamp=1_700_000_000_000 + i, born_host=born, store_timestamp=1_700_000_001_000 + i,
+                           store_host=store, reconsume_times=i % 3))
+    return out
+
+
+STORED_AT = 1_700_000_001_000
+
+
+def _store(root: Path, messages: list[Message]) -> list[int]:
+    """The messages appended 100 at a time, stored a millisecond apart; their store timestamps."""
+    stamps = []
+    with MessageStore.open(root, StoreConfig(segment_size=256 * 1024)) as store:
+        for k in range(0, len(messages), 100):
+            chunk = messages[k:k + 100]
+            store.append_encoded(encode_messages(chunk, store.config.codec), store_timestamp=STORED_AT + k // 100)
+            stamps += [STORED_AT + k // 100] * len(chunk)
+        store.commit()
+    return stamps
+
+
+def _text(host: HostAddress) -> str:
+    return str(HostAddress.from_bytes(host.to_bytes()))      # Java's spelling: IPv6 in full
+
+
+def _both_ways(monkeypatch: pytest.MonkeyPatch, root: Path, **kwargs: object) -> tuple[pa.Table, pa.Table]:
+    with StoreReader.open(root) as reader:
+        c = reader.to_table(**kwargs)
+        with monkeypatch.context() as m:
+            m.setattr(record_batch, "_columns_kernel", None)
+            numpy = reader.to_table(**kwargs)
+    return c, numpy
+
+
+@pytest.mark.parametrize("hosts, topics", [(3, 2), (2000, 3), (5, 1000)], ids=["few", "many-hosts", "many-topics"])
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_the_c_pass_gives_the_numpy_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           hosts: int, topics: int, zero_copy: bool) -> None:
+    messages = _messages(1500, hosts, topics, seed=hosts * 1000 + topics)
+    stamps = _store(tmp_path / "store", messages)
+    c, numpy = _both_ways(monkeypatch, tmp_path / "store", batch_size=400, zero_copy=zero_copy)
+    assert c.num_rows == len(messages)
+    assert c.equals(numpy)
+    assert c.column("bornHost").to_pylist() == [_text(m.born_host) for m in messages]
+    assert c.column("storeHost").to_pylist() == [_text(m.store_host) for m in messages]
+    assert c.column("topic").to_pylist() == [m.topic for m in messages]
+    assert [bytes(b) for b in c.column("body").to_pylist()] == [m.body for m in messages]
+    assert c.column("flag").to_pylist() == [m.flag for m in messages]
+    assert c.column("reconsumeTimes").to_pylist() == [m.reconsume_times for m in messages]
+    assert c.column("storeTimestamp").to_pylist() == stamps
+    assert c.column("bornTimestamp").to_pylist() == [m.born_timestamp for m in messages]
+
+
+def test_filters_keep_the_same_rows_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = _messages(1200, 4, 6, seed=7)
+    stamps = _store(tmp_path / "store", messages)
+    lo, hi = STORED_AT + 2, STORED_AT + 9
+    c, numpy = _both_ways(monkeypatch, tmp_path / "store", topics=["topic-1", "topic-4"], queue_ids=[0, 3],
+                          min_store_timestamp=lo, max_store_timestamp=hi)
+    want = [(m, ts) for m, ts in zip(messages, stamps) if m.topic in ("topic-1", "topic-4") and m.queue_id in (0, 3)
+            and lo <= ts <= hi]
+    assert len(want) > 20
+    assert c.equals(numpy)
+    assert c.column("bornTimestamp").to_pylist() == [m.born_timestamp for m, _ in want]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Submit the commitlog job to a Spark cluster (standalone, YARN or Kubernetes), shipping the
 # project (ingest/, sink/, store/ and the compiled C kernels: the read tasks' encode pass and the
-# store reader's properties split) to the executors as
+# store reader's record columns and properties split) to the executors as
 # one archive (--archives, unpacked in each executor's directory), and its Python code to the driver
 # as a zip. COMMITLOG_SHIP=zip ships the Python code alone (--py-files) to the executors as well:
 # no kernel there, so every fetch is mapped and encoded the general way (several times the CPU per
@@ -82,17 +82,18 @@ import os, sys
 from setuptools import Distribution, Extension
 repo, build_lib = sys.argv[1:3]
 flags = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
-exts = [Extension("ingest.encode._direct_encode", [os.path.join(repo, "ingest/encode/_direct_encode.c")],
-                  extra_compile_args=flags),
-        Extension("store.format._properties_split", [os.path.join(repo, "store/format/_properties_split.c")],
-                  extra_compile_args=flags)]
+exts = [Extension(f"{package.replace('/', '.')}.{module}", [os.path.join(repo, package, module + ".c")],
+                  extra_compile_args=flags)
+        for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split"),
+                                ("store/format", "_record_columns"))]
 dist = Distribution({"name": "commitlog-kernel", "ext_modules": exts,
                      "script_args": ["build_ext", "--build-lib", build_lib, "--build-temp", "."]})
 dist.parse_command_line()
 dist.run_commands()
 PY
             ) >"$build/kernel-build.log" 2>&1 || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null \
-            || ! compgen -G "$kernel_dir/store/format/_properties_split*" >/dev/null; then
+            || ! compgen -G "$kernel_dir/store/format/_properties_split*" >/dev/null \
+            || ! compgen -G "$kernel_dir/store/format/_record_columns*" >/dev/null; then
         echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
              "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
         ship="zip"
@@ -125,7 +126,8 @@ if ship == "archive":
     with tarfile.open(tmp, "w:gz") as t:
         for path, name in files():
             t.add(path, name)
-        for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split")):
+        for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split"),
+                                ("store/format", "_record_columns")):
             built = os.path.join(kernel_dir, package)
             for name in sorted(os.listdir(built)):
                 if name.startswith(module):

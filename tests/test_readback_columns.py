@@ -103,3 +103,20 @@ def test_filters_keep_the_same_rows_both_ways(tmp_path: Path, monkeypatch: pytes
     assert len(want) > 20
     assert c.equals(numpy)
     assert c.column("bornTimestamp").to_pylist() == [m.born_timestamp for m, _ in want]
+
+
+def test_the_c_pass_refuses_a_record_that_runs_past_its_buffer() -> None:
+    import numpy as np
+
+    kernel = record_batch._columns_kernel
+    assert kernel is not None
+    data = np.zeros(200, dtype=np.uint8)
+    data[84:88] = [0, 0, 0x7F, 0]            # BODYLENGTH 32,512: past the 200-byte buffer
+    for starts in ([0], [150], [-1]):
+        n = len(starts)
+        out32 = [np.empty(n, np.int32) for _ in range(6)]
+        out64 = [np.empty(n, np.int64) for _ in range(3)]
+        with pytest.raises(ValueError, match="outside the buffer"):
+            kernel.columns(data, np.array(starts, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                           out32[0], out64[0], out64[1], out32[1], out32[2], out32[3], out32[4], out64[2], out32[5],
+                           np.empty(n + 1, np.int32), bytearray(0))

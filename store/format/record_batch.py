@@ -191,6 +191,9 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
 
 def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
              rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
+    if not rf.everything:   # rows dropped before their columns are built
+        idx = np.flatnonzero(_keep_scanned(arr, starts, cols, rf))
+        starts, sizes, cols = starts[idx], sizes[idx], cols.take(idx)
     n = len(starts)
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     topic_pos = np.ascontiguousarray(cols.topic_pos, dtype=np.int64)
@@ -236,9 +239,18 @@ def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.nd
         named[0], named[1], props.map, body,
         named[2], _to_int(named[3], pa.int32()), _to_int(named[4], pa.int64()),
     ]
-    batch = pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
-    keep = _keep(np.asarray(topic_ids), topic_list, cols.queue_id, store_ts, rf)
-    return batch if keep is None else batch.filter(pa.array(keep))
+    return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
+
+
+def _keep_scanned(arr: np.ndarray, starts: np.ndarray, cols: ScanColumns, rf: RecordFilter) -> np.ndarray:
+    """_keep from the scan's columns, reading topics and store timestamps only when it filters on them."""
+    topic_id, topics = text_ids(arr, cols.topic_pos, cols.topic_len) if rf.topics is not None else (None, [])
+    bounded = rf.min_store_timestamp is not None or rf.max_store_timestamp is not None
+    born6 = (cols.sys_flag & BORNHOST_V6_FLAG) != 0
+    store_ts = be_ints(arr, starts + 56 + 12 * born6, 8) if bounded else None
+    keep = _keep(topic_id, topics, cols.queue_id, store_ts, rf)
+    assert keep is not None
+    return keep
 
 
 def _schema(zero_copy: bool) -> pa.Schema:
@@ -287,20 +299,24 @@ def _batch_numpy(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: n
     return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
 
 
-def _keep(topic_id: np.ndarray, topics: list[str], queue_id: np.ndarray, store_ts: np.ndarray,
+def _keep(topic_id: np.ndarray | None, topics: list[str], queue_id: np.ndarray, store_ts: np.ndarray | None,
           rf: RecordFilter) -> np.ndarray | None:
-    """The rows the filter keeps, or None for all."""
+    """The rows the filter keeps, or None for all (topic ids and store timestamps are only read
+    when it filters on them)."""
     if rf.everything:
         return None
-    keep = np.ones(len(topic_id), dtype=bool)
+    keep = np.ones(len(queue_id), dtype=bool)
     if rf.topics is not None:
+        assert topic_id is not None
         wanted = [i for i, t in enumerate(topics) if t in rf.topics]
         keep &= np.isin(topic_id, wanted)
     if rf.queue_ids is not None:
         keep &= np.isin(queue_id, list(rf.queue_ids))
     if rf.min_store_timestamp is not None:
+        assert store_ts is not None
         keep &= store_ts >= rf.min_store_timestamp
     if rf.max_store_timestamp is not None:
+        assert store_ts is not None
         keep &= store_ts <= rf.max_store_timestamp
     return keep
 

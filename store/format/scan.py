@@ -151,6 +151,9 @@ class ScanColumns:
     def rows(self, a: int, b: int) -> ScanColumns:
         return ScanColumns(*(getattr(self, k)[a:b] for k in _COLUMN_NAMES))
 
+    def take(self, idx: np.ndarray) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[idx] for k in _COLUMN_NAMES))
+
     @staticmethod
     def joined(parts: list[ScanColumns]) -> ScanColumns:
         if not parts:

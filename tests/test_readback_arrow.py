@@ -71,7 +71,10 @@ def _split(blobs: list[bytes], kernel: bool) -> list[dict[str, str]]:
 SPLIT_CASES = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"noname\x02k\x01v\x02",
                b"a\x011\x02a\x012\x02", b"k\x01v\x01w\x02", b"\x02\x02k\x01v", "ü\x01€\x02".encode(),
                b"bad\x01\xff\xfe\x02ok\x01\xe2\x02", b"\x02", b"\x01", b"x\x01y\x02\x02z\x01\x02x\x01q",
-               b"".join(b"k%d\x01v%d\x02" % (i % 23, i) for i in range(100))]    # many pairs, names repeated
+               b"".join(b"k%d\x01v%d\x02" % (i % 23, i) for i in range(100)),   # many pairs, names repeated
+               # long runs without a separator (read a word at a time), bad or good UTF-8 inside them
+               b"key\x01" + b"abcdefg\xff" * 3 + b"\x02" + "ü".encode() * 12 + b"\x01" + b"x" * 17,
+               b"abcdefghijklmnop\x01qrstuvwxyz012345\x02ABCDEFGHIJKLMNOP\x01\xe2\x82\xacQRSTUVWXYZ"]
 
 
 def test_the_c_split_was_built() -> None:
@@ -81,14 +84,16 @@ def test_the_c_split_was_built() -> None:
 @pytest.mark.parametrize("kernel", [True, False], ids=["c", "numpy"])
 def test_the_properties_split_is_string2messageProperties(kernel: bool) -> None:
     assert _split(SPLIT_CASES, kernel) == _split_reference(SPLIT_CASES)
+    for blob in SPLIT_CASES:        # alone: no other record's bytes decide whether text is checked
+        assert _split([blob], kernel) == _split_reference([blob]), blob
     rng = random.Random(28)
-    alphabet = [b"a", b"b", b"K", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"TAGS"]
+    alphabet = [b"a", b"b", b"K", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"TAGS", b"a_long_run_of_text"]
     fuzz = [b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30))) for _ in range(3000)]
     assert _split(fuzz, kernel) == _split_reference(fuzz)
 
 
 _PIECES = st.sampled_from([b"a", b"b", b"KEYS", b"TAGS", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"\xe2\x82",
-                           b"\xf0\x9f\x98\x80", b"\x00", b"#"])
+                           b"\xf0\x9f\x98\x80", b"\x00", b"#", b"0123456789abcdef", b"\xc3\xbc" * 5])
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: venv test test-fast demo bench-quick clean
 
 $(STAMP): pyproject.toml setup.py ingest/encode/_direct_encode.c store/format/_properties_split.c \
-          store/format/_record_columns.c
+          store/format/_record_columns.c store/format/_scan_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -28,4 +28,4 @@ bench-quick: $(STAMP)
 	for b in store_append roll recovery verify pipeline replay codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store ingest/encode/_direct_encode*.so store/format/_properties_split*.so store/format/_record_columns*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store ingest/encode/_direct_encode*.so store/format/_properties_split*.so store/format/_record_columns*.so store/format/_scan_walk*.so

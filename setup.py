@@ -3,6 +3,8 @@ bytes come out of the pyarrow/numpy paths, slower.
 
 - ingest/encode/_direct_encode.c: Kafka record batches straight to CommitLog records
   (ingest/encode/direct_encode.py).
+- store/format/_scan_walk.c: the segment walk along TOTALSIZE (store/format/walk.py, for scan.py:
+  recovery, verify, the read-back).
 - store/format/_record_columns.c and store/format/_properties_split.c: the fixed fields, hosts,
   topics and bodies, and the PROPERTIES split into pairs, of many records when a store is read back
   as Arrow (store/format/record_batch.py, store/format/arrow_text.py).
@@ -18,4 +20,5 @@ setup(ext_modules=[
               extra_compile_args=FLAGS),
     Extension("store.format._record_columns", ["store/format/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
+    Extension("store.format._scan_walk", ["store/format/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),
 ])

@@ -1,4 +1,5 @@
-"""The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan."""
+"""The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan,
+walking with the C walk (store/format/_scan_walk.c) and with the numpy one: every test runs with both."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ pytestmark = pytest.mark.unit
 
 BASE = 1 << 20
 SEGMENT = 16384
+
+
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    import store.format.walk as walk
+    if request.param == "numpy":
+        monkeypatch.setattr(walk, "_scan_walk", None)
+    else:
+        assert walk.walk_kernel_available(), "setup.py's store/format/_scan_walk.c did not build: run `make venv`"
+    return request.param
 
 
 def build_segment(n: int, *, base: int = BASE, size: int = SEGMENT, blank: bool = False,

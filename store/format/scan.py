@@ -1,11 +1,11 @@
 """Record checks over segment bytes: RocketMQ's checkMessageAndReturnSize (FORMAT §11) plus our
 own rule that PHYSICALOFFSET equals the record's real position; the fast scan used by recovery
-and ``commitlog verify``; and the golden ``*.decoded.jsonl`` report of segment files."""
+and ``commitlog verify``, which walks from record to record with walk.py and checks the records
+it found vectorized."""
 
 from __future__ import annotations
 
 import struct
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +26,7 @@ from store.format.constants import (
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
+from store.format.walk import walk
 
 _HEADER = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
@@ -209,74 +210,6 @@ def _heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return _gather(arr, starts, _HEAD_DTYPE)
 
 
-def _walk(mv: memoryview, pos: int, end: int, stop_at: int) -> tuple[array, int, bool]:
-    """Follow TOTALSIZE from ``pos`` while it is plausible and the record fits; every other check
-    runs vectorized afterwards over the positions found. Returns (positions, next position,
-    whether the walk only paused at ``stop_at`` and should go on)."""
-    positions = array("q")
-    append = positions.append
-    unpack = _I32.unpack_from
-    last = min(end - MIN_RECORD_LENGTH, stop_at)
-    while pos <= last:
-        total, = unpack(mv, pos)
-        if total < MIN_RECORD_LENGTH or pos + total > end:
-            return positions, pos, False
-        append(pos)
-        pos += total
-    return positions, pos, pos <= end - MIN_RECORD_LENGTH
-
-
-_MAGIC_HEAD = np.frombuffer(MESSAGE_MAGIC_CODE.to_bytes(4, "big")[:3], dtype=np.uint8)
-_MAGIC_LAST = (MESSAGE_MAGIC_CODE & 0xFF, MESSAGE_MAGIC_CODE_V2 & 0xFF)
-_MAX_DETOURS = 16               # false magic candidates tolerated per chunk before walking in Python
-
-
-def _walk_vectorized(arr: np.ndarray, mv: memoryview, pos: int, end: int, stop_at: int) -> tuple[Any, int, bool]:
-    """_walk without a Python step per record: every place where a message magic code occurs
-    is a candidate record start, and the chain from ``pos`` is followed along TOTALSIZE between
-    candidates with array operations. Magic bytes inside a body (a false candidate) cost one
-    detour; too many of them fall back to the plain walk."""
-    last = min(end - MIN_RECORD_LENGTH, stop_at)
-    if pos > last:
-        return array("q"), pos, False
-    region = arr[pos + 4:last + 8]
-    cand = np.flatnonzero(region == _MAGIC_HEAD[0])
-    cand = cand[cand + 3 < len(region)]
-    cand = cand[(region[cand + 1] == _MAGIC_HEAD[1]) & (region[cand + 2] == _MAGIC_HEAD[2])
-                & ((region[cand + 3] == _MAGIC_LAST[0]) | (region[cand + 3] == _MAGIC_LAST[1]))]
-    starts = cand.astype(np.int64) + pos
-    if not len(starts) or starts[0] != pos:
-        return _walk(mv, pos, end, stop_at)
-    totals = _be(arr, starts, 4)
-    nxt = starts + totals
-    plausible = (totals >= MIN_RECORD_LENGTH) & (nxt <= end)
-    linked = np.zeros(len(starts), dtype=bool)
-    linked[:-1] = starts[1:] == nxt[:-1]
-    linked &= plausible
-    parts: list[np.ndarray] = []
-    i = 0
-    for _ in range(_MAX_DETOURS):
-        breaks = np.flatnonzero(~linked[i:])
-        j = i + int(breaks[0]) if len(breaks) else len(starts) - 1
-        if not plausible[j]:
-            parts.append(starts[i:j])
-            return _joined(parts), int(starts[j]), False
-        parts.append(starts[i:j + 1])
-        p = int(nxt[j])
-        if p > last:
-            return _joined(parts), p, p <= end - MIN_RECORD_LENGTH
-        k = int(np.searchsorted(starts, p))
-        if k == len(starts) or starts[k] != p:
-            return _joined(parts), p, False       # not a message start: the record check says why
-        i = k
-    rest, p, more = _walk(mv, int(starts[i]), end, stop_at)
-    return _joined(parts + [np.frombuffer(rest, dtype=np.int64)]), p, more
-
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0, np.int64))
-
-
 def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
                config: CodecConfig, columns: bool = False) -> tuple[int, ScanColumns | None]:
     """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
@@ -350,8 +283,8 @@ def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarra
 def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
                       start: int = 0, until: int | None = None, columns: bool = False) -> SegmentScan:
     """Check every record of one segment from ``start`` up to ``end``; stops at the first BLANK,
-    zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE and
-    the body CRC are the only per-record Python work; every other check is vectorized.
+    zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE (in
+    C) and the body CRC are the only per-record steps; every other check is vectorized.
 
     With ``until``, the scan also pauses at the first record start at or past it (a stop of
     kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces).
@@ -366,9 +299,8 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
     pos = start
     while True:
         stop_at = pos + _WALK_CHUNK_BYTES if until is None else min(pos + _WALK_CHUNK_BYTES, until - 1)
-        positions, next_pos, more = _walk_vectorized(arr, mv, pos, end, stop_at)
-        if len(positions):
-            starts = np.frombuffer(positions, dtype=np.int64) if isinstance(positions, array) else positions
+        starts, next_pos, more = walk(arr, mv, pos, end, stop_at)
+        if len(starts):
             sizes = np.diff(starts, append=next_pos)
             first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config, columns)
             all_starts.append(starts[:first])

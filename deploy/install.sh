@@ -42,12 +42,12 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
         sys.exit(f"{name} imported from {mod.__file__}, not from the installed package")
 import pyspark
 from ingest.encode import direct_encode
-from store.format import arrow_text, record_batch
+from store.format import arrow_text, record_batch, walk
 kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
-readback = "built" if arrow_text.kernel_available() and record_batch.columns_kernel_available() \
-    else "NOT built (no C compiler: a store is read back the slower way)"
+store = "built" if arrow_text.kernel_available() and record_batch.columns_kernel_available() \
+    and walk.walk_kernel_available() else "NOT built (no C compiler: segments are walked and read back the slower way)"
 print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; "
-      f"C kernel {kernel}; read-back kernels {readback}")
+      f"C kernel {kernel}; store kernels {store}")
 PY
 )
 if ! java -version >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Submit the commitlog job to a Spark cluster (standalone, YARN or Kubernetes), shipping the
-# project (ingest/, sink/, store/ and the compiled C kernels: the read tasks' encode pass and the
-# store reader's record columns and properties split) to the executors as
+# project (ingest/, sink/, store/ and the compiled C kernels: the read tasks' encode pass, the
+# segment walk, and the store reader's record columns and properties split) to the executors as
 # one archive (--archives, unpacked in each executor's directory), and its Python code to the driver
 # as a zip. COMMITLOG_SHIP=zip ships the Python code alone (--py-files) to the executors as well:
 # no kernel there, so every fetch is mapped and encoded the general way (several times the CPU per
@@ -85,7 +85,7 @@ flags = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers
 exts = [Extension(f"{package.replace('/', '.')}.{module}", [os.path.join(repo, package, module + ".c")],
                   extra_compile_args=flags)
         for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split"),
-                                ("store/format", "_record_columns"))]
+                                ("store/format", "_record_columns"), ("store/format", "_scan_walk"))]
 dist = Distribution({"name": "commitlog-kernel", "ext_modules": exts,
                      "script_args": ["build_ext", "--build-lib", build_lib, "--build-temp", "."]})
 dist.parse_command_line()
@@ -93,7 +93,8 @@ dist.run_commands()
 PY
             ) >"$build/kernel-build.log" 2>&1 || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null \
             || ! compgen -G "$kernel_dir/store/format/_properties_split*" >/dev/null \
-            || ! compgen -G "$kernel_dir/store/format/_record_columns*" >/dev/null; then
+            || ! compgen -G "$kernel_dir/store/format/_record_columns*" >/dev/null \
+            || ! compgen -G "$kernel_dir/store/format/_scan_walk*" >/dev/null; then
         echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
              "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
         ship="zip"
@@ -127,7 +128,7 @@ if ship == "archive":
         for path, name in files():
             t.add(path, name)
         for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split"),
-                                ("store/format", "_record_columns")):
+                                ("store/format", "_record_columns"), ("store/format", "_scan_walk")):
             built = os.path.join(kernel_dir, package)
             for name in sorted(os.listdir(built)):
                 if name.startswith(module):

@@ -59,7 +59,7 @@ def test_install_sh_installs_a_working_commitlog_into_a_fresh_venv(tmp_path: Pat
     assert "install.sh: done" in result.stdout
     if shutil.which("gcc"):
         assert "C kernel built" in result.stdout, result.stderr[-4000:]
-        assert "read-back kernels built" in result.stdout, result.stderr[-4000:]
+        assert "store kernels built" in result.stdout, result.stderr[-4000:]
 
     # The installed console script knows the job, from a directory with no checkout in sight.
     shutil.rmtree(src)

@@ -121,9 +121,10 @@ PROBE = textwrap.dedent('''
         (chunk,) = part.take(None)
         maker = EncodedBatches(KafkaColumns(arrow_schema(kafka_schema(True))), MappingConfig(), CodecConfig())
         rows = maker.from_chunk(chunk, KafkaOffsetRange("t", 0, 0, 100)).num_rows
-        from store.format import arrow_text, record_batch
+        from store.format import arrow_text, record_batch, walk
         return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows,
-                "readback_kernels": arrow_text.kernel_available() and record_batch.columns_kernel_available()}
+                "store_kernels": arrow_text.kernel_available() and record_batch.columns_kernel_available()
+                and walk.walk_kernel_available()}
 
     spark = SparkSession.builder.getOrCreate()
     sc = spark.sparkContext
@@ -168,10 +169,10 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
             assert Path(ex[pkg]).is_relative_to(shipped), ex
         if ship == "archive":
             assert ex["kernel"] and ex["kernel_share"] == 0.99, ex    # all but the handed-back record
-            assert ex["readback_kernels"], "the store reader's C passes are shipped too"
+            assert ex["store_kernels"], "the store's C passes are shipped too"
         else:
             assert not ex["kernel"] and ex["kernel_share"] == 0.0, ex
-            assert not ex["readback_kernels"], ex
+            assert not ex["store_kernels"], ex
     apps = cluster.state()["completedapps"]
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 

@@ -82,11 +82,15 @@ def _check_segment(arr: np.ndarray, base: int, phy: np.ndarray, key_hash: np.nda
     keys = batch_keys(arr, fields)
     row_of = np.full(len(starts), -1, dtype=np.int64)
     row_of[good] = np.arange(len(good))
-    # an item is right when its record has a key with its hash: compare (record, hash) pairs
-    have = np.unique(keys.record * (1 << 32) + (keys.key_hash.astype(np.int64) & 0xFFFFFFFF))
+    # an item is right when its record has a key with its hash: compare (record, hash) pairs, by
+    # sorting and searching (numpy's hashing unique/isin cost several times more on millions)
+    have = np.sort(keys.record * (1 << 32) + (keys.key_hash.astype(np.int64) & 0xFFFFFFFF))
     rows = row_of[owner]
     pairs = rows * (1 << 32) + (key_hash & 0xFFFFFFFF)
-    wrong = np.flatnonzero((rows >= 0) & ~np.isin(pairs, have))
+    found = np.zeros(len(pairs), dtype=bool)
+    if len(have):
+        found = have[np.minimum(np.searchsorted(have, pairs), len(have) - 1)] == pairs
+    wrong = np.flatnonzero((rows >= 0) & ~found)
     for i in wrong.tolist():
         out.add("indexKey", int(phy[i]), f"an index item with keyHash {int(key_hash[i])} points at this message, "
                                          f"but none of its keys hashes to it")

@@ -1,9 +1,11 @@
 """``make demo``: the main job end to end on the embedded broker, checked.
 
 Starts ``commitlog broker``, creates 3 topics of 4 partitions, produces ~200,000 sample events (tags,
-keys, headers, bodies of many sizes, a few bad records), runs ``commitlog run`` until every event is in
-the store (as a message or a dead letter), stops it with SIGTERM, then prints ``commitlog stat``, the
-dead-letter count and ``commitlog verify``. Exits non-zero when verify is not clean or a count differs.
+keys, headers, bodies of many sizes, a few bad records, a few headers only KAFKA_HEADERS can keep),
+runs ``commitlog run`` until every event is in the store (as a message or a dead letter), stops it
+with SIGTERM, then prints ``commitlog stat``, the dead-letter count and ``commitlog verify``, and reads
+the store back as Arrow to find the awkward headers as they were produced. Exits non-zero when verify
+is not clean or a count or a header differs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class Produced:
     """What the producer sent: the counts the store must end with."""
 
     total: int = 0
-    bad: int = 0
+    bad: int = 0                # dead letters to be
+    awkward: dict[int, list[tuple[str, bytes]]] = field(default_factory=dict)   # seq -> headers, kept whole
     per_topic: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -64,15 +67,19 @@ def body_sizes(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topics: tuple[str, ...] = TOPICS,
                           bad_each: int = 3) -> Produced:
-    """Produce ``n`` events (``3 * bad_each`` of them bad) across ``topics``; returns what was sent."""
+    """Produce ``n`` events across ``topics``: ``3 * bad_each`` of them bad (a body over
+    maxMessageSize, properties over RocketMQ's 32,767 bytes, a bornHost header that is no address)
+    and ``2 * bad_each`` with headers that name=value properties would lose (a separator, bytes
+    that are not UTF-8), kept in KAFKA_HEADERS; returns what was sent."""
     from kafka import KafkaProducer
 
     rng = np.random.default_rng(seed)
     sizes = body_sizes(rng, n)
     pool = rng.integers(0, 256, 65536 + 1024, dtype=np.uint8).tobytes()
     tags = ["TagA", "TagB", "TagC", "", "order-created", "paid"]
-    bad_at = set(rng.choice(n, size=3 * bad_each, replace=False).tolist())
-    bad_kinds = {i: k for k, i in enumerate(sorted(bad_at))}
+    picked = rng.choice(n, size=5 * bad_each, replace=False).tolist()
+    bad_kinds = {i: k % 3 for k, i in enumerate(sorted(picked[:3 * bad_each]))}
+    awkward_kinds = {i: k % 2 for k, i in enumerate(sorted(picked[3 * bad_each:]))}
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
                              max_request_size=4 * 1024 * 1024, acks=1, client_id="commitlog-demo")
     produced = Produced()
@@ -81,15 +88,22 @@ def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topic
         start = int(rng.integers(0, 1024))
         value = pool[start:start + int(sizes[i])]
         headers = [("TAGS", tags[i % len(tags)].encode()), ("source", b"demo"), ("seq", str(i).encode())]
-        if i in bad_at:
-            kind = bad_kinds[i] % 3
+        if i in bad_kinds:
+            kind = bad_kinds[i]
             produced.bad += 1
             if kind == 0:
                 value = b"x" * (DEMO_MAX_MESSAGE_SIZE + 1)          # over maxMessageSize
             elif kind == 1:
-                headers.append(("note", b"bad\x02separator"))        # would corrupt the properties
+                headers.append(("note", b"n" * 40_000))              # properties over 32,767 bytes
             else:
-                headers.append(("note", b"\xff\xfe not utf-8"))      # properties are text
+                headers.append(("bornHost", b"not an address"))      # BORNHOST must be ip:port
+        else:
+            if i in awkward_kinds:
+                headers.append(("note", b"a\x02separator" if awkward_kinds[i] == 0 else b"\xff\xfe not utf-8"))
+            if any(not v or b"\x01" in v or b"\x02" in v or not _utf8(v) for _, v in headers):
+                # name=value properties would lose or corrupt these (an empty value among them):
+                # KAFKA_HEADERS keeps them as sent
+                produced.awkward[i] = list(headers)
         key = f"key-{i % 5000}".encode() if i % 10 else None
         producer.send(topic, key=key, value=value, headers=headers, partition=i % PARTITIONS)
         produced.per_topic[topic] = produced.per_topic.get(topic, 0) + 1
@@ -97,6 +111,14 @@ def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topic
     producer.flush()
     producer.close()
     return produced
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def committed_counts(store: Path) -> tuple[int, int]:
@@ -110,6 +132,27 @@ def committed_counts(store: Path) -> tuple[int, int]:
         return 0, 0
     state = SinkState.from_metadata(point.metadata if point else None)
     return state.records, state.dead_letters
+
+
+def awkward_headers(store: Path) -> dict[int, list[tuple[str, bytes | None]]]:
+    """seq -> Kafka headers of the messages whose headers the store keeps in KAFKA_HEADERS, read
+    back with StoreReader and ingest/encode/restore.py."""
+    import pyarrow.compute as pc
+
+    from ingest.encode.restore import kafka_headers
+    from store import StoreReader
+    from store.format.constants import PROPERTY_KAFKA_HEADERS
+
+    out = {}
+    with StoreReader.open(store) as reader:
+        for batch in reader.record_batches():
+            props = batch.column("properties")
+            has = pc.is_valid(pc.map_lookup(props, PROPERTY_KAFKA_HEADERS, "first"))
+            for row in props.filter(has).to_pylist():
+                headers = kafka_headers(dict(row))
+                seq = int(dict((k, v) for k, v in headers if v is not None)["seq"])
+                out[seq] = headers
+    return out
 
 
 def commitlog(*args: str) -> subprocess.CompletedProcess[str]:
@@ -187,6 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"{dead} dead letters, {produced.bad} bad events produced")
     if (store / "abort").exists():
         problems.append("abort file left: the job did not close the store cleanly")
+    found = awkward_headers(store)
+    print(f"demo: read back as Arrow: {len(found)} messages with their headers in KAFKA_HEADERS")
+    if found != produced.awkward:
+        differ = sorted(set(found) ^ set(produced.awkward)
+                        | {k for k in set(found) & set(produced.awkward) if found[k] != produced.awkward[k]})
+        problems.append(f"headers kept in KAFKA_HEADERS: {len(found)} read back, {len(produced.awkward)} sent, "
+                        f"{len(differ)} differ (seq {differ[:5]} ...)")
     if problems:
         print("demo: FAILED: " + "; ".join(problems))
         return 1

@@ -28,4 +28,4 @@ bench-quick: $(STAMP)
 	for b in store_append roll recovery verify pipeline replay codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store ingest/encode/_direct_encode*.so store/format/_properties_split*.so store/format/_record_columns*.so store/format/_scan_walk*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint ingest/encode/_direct_encode*.so store/format/_properties_split*.so store/format/_record_columns*.so store/format/_scan_walk*.so

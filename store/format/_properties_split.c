@@ -54,10 +54,12 @@ static int grow(Scratch *s, Py_ssize_t pairs) {
         s->keep = k;
         s->cap = cap;
     }
+    if (pairs <= PAIRWISE_MAX)
+        return 0;                                  /* no hash table: names compared pairwise */
     Py_ssize_t want = 16;
     while (want < pairs * 2)
         want *= 2;
-    if (pairs > PAIRWISE_MAX && want > s->slot_cap) {
+    if (want > s->slot_cap) {
         int32_t *t = PyMem_Realloc(s->slots, (size_t)want * sizeof(int32_t));
         if (!t)
             return -1;

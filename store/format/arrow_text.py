@@ -115,11 +115,12 @@ def _split_c(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, wanted: tuple
     names = _strings(name_offsets[:pairs + 1], name_data, not_ascii)
     values = _strings(value_offsets[:pairs + 1], value_data, not_ascii)
     out = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
-    named = {}
-    for k, name in enumerate(wanted):
-        idx = wanted_pair[k * n:(k + 1) * n]
-        named[name] = values.take(pa.array(idx, mask=idx < 0))
-    return Properties(out, named)
+    return Properties(out, {name: _pick(values, wanted_pair[k * n:(k + 1) * n]) for k, name in enumerate(wanted)})
+
+
+def _pick(values: pa.Array, pair: np.ndarray) -> pa.Array:
+    """values[pair] per record, null where the record has no such pair (-1)."""
+    return values.take(pa.array(pair, mask=pair < 0))
 
 
 def _strings(offsets: np.ndarray, data: pa.Buffer, check: bool) -> pa.Array:
@@ -177,11 +178,11 @@ def _split_numpy(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray,
     names = pa.array(name_list, pa.string()).take(pa.array(name_id))
     named = {}
     for name in wanted:
-        idx = np.full(n, -1, dtype=np.int64)
+        pair = np.full(n, -1, dtype=np.int64)
         if name in name_list:
             hit = np.flatnonzero(name_id == name_list.index(name))
-            idx[record[hit]] = hit
-        named[name] = values.take(pa.array(idx, mask=idx < 0))
+            pair[record[hit]] = hit
+        named[name] = _pick(values, pair)
     return Properties(pa.MapArray.from_arrays(pa.array(offsets), names, values), named)
 
 

@@ -189,6 +189,23 @@ def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndar
     return _batch_numpy(arr, base_offset, starts, sizes, cols, rf, zero_copy)
 
 
+def _assemble(arr: np.ndarray, topics: pa.Array, cols: Any, physical_offset: np.ndarray,
+              store_ts: np.ndarray, born_ts: np.ndarray, born_host: pa.Array, store_host: pa.Array,
+              flag: np.ndarray, reconsume: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray,
+              body: pa.Array, zero_copy: bool) -> pa.RecordBatch:
+    """The READBACK_SCHEMA batch from the columns either way builds; the properties split here.
+    ``cols``: anything with queue_id, queue_offset and sys_flag per record."""
+    props = parse_properties(arr, props_pos, props_len, _NAMED)
+    keys, tags, kafka_topic, kafka_partition, kafka_offset = (props.named[name] for name in _NAMED)
+    columns = [
+        topics, _int32(cols.queue_id), pa.array(cols.queue_offset), pa.array(physical_offset), pa.array(store_ts),
+        pa.array(born_ts), born_host, store_host, _int32(cols.sys_flag), _int32(flag), _int32(reconsume),
+        keys, tags, props.map, body,
+        kafka_topic, _to_int(kafka_partition, pa.int32()), _to_int(kafka_offset, pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
+
+
 def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
              rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
     if not rf.everything:   # rows dropped before their columns are built
@@ -222,24 +239,9 @@ def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.nd
     else:
         body_data.resize(int(body_offsets[-1]))
         body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(body_offsets), body_data])
-    props = parse_properties(arr, topic_pos + topic_len + 2, np.maximum(cols.props_len, 0), _NAMED)
-    named = [props.named[name] for name in _NAMED]
-    columns = [
-        pa.array(topic_list, pa.string()).take(pa.array(topic_ids)),
-        pa.array(cols.queue_id.astype(np.int32)),
-        pa.array(cols.queue_offset),
-        pa.array(starts + base_offset),
-        pa.array(store_ts),
-        pa.array(born_ts),
-        born_host,
-        store_host,
-        pa.array(sys_flag.astype(np.int32)),
-        pa.array(flag),
-        pa.array(reconsume),
-        named[0], named[1], props.map, body,
-        named[2], _to_int(named[3], pa.int32()), _to_int(named[4], pa.int64()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
+    return _assemble(arr, pa.array(topic_list, pa.string()).take(pa.array(topic_ids)), cols, starts + base_offset,
+                     store_ts, born_ts, born_host, store_host, flag, reconsume, topic_pos + topic_len + 2,
+                     np.maximum(cols.props_len, 0), body, zero_copy)
 
 
 def _keep_scanned(arr: np.ndarray, starts: np.ndarray, cols: ScanColumns, rf: RecordFilter) -> np.ndarray:
@@ -251,6 +253,10 @@ def _keep_scanned(arr: np.ndarray, starts: np.ndarray, cols: ScanColumns, rf: Re
     keep = _keep(topic_id, topics, cols.queue_id, store_ts, rf)
     assert keep is not None
     return keep
+
+
+def _int32(values: np.ndarray) -> pa.Array:
+    return pa.array(values.astype(np.int32, copy=False))
 
 
 def _schema(zero_copy: bool) -> pa.Schema:
@@ -278,25 +284,10 @@ def _batch_numpy(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: n
     body_pos = f.starts + tail_pos + 16
     body_len = be_ints(arr, body_pos - 4, 4) if v6 else _i32(head, 84)
     body = binary_views(arr, body_pos, body_len)
-    props = parse_properties(arr, f.props_pos, f.props_len, _NAMED)
-    named = [props.named[name] for name in _NAMED]
-    columns = [
-        pa.array(f.topics, pa.string()).take(pa.array(f.topic_id)),
-        pa.array(f.queue_id.astype(np.int32)),
-        pa.array(f.queue_offset),
-        pa.array(f.starts + base_offset),
-        pa.array(store_ts),
-        pa.array(_i64(head, 40)),
-        _hosts(arr, f.starts + 48, born6),
-        _hosts(arr, f.starts + store_pos, store6),
-        pa.array(f.sys_flag.astype(np.int32)),
-        pa.array(_i32(head, 16).astype(np.int32)),
-        pa.array(reconsume.astype(np.int32)),
-        named[0], named[1], props.map,
-        body if zero_copy else body.cast(pa.binary()),
-        named[2], _to_int(named[3], pa.int32()), _to_int(named[4], pa.int64()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
+    hosts = _hosts(arr, f.starts + 48, born6), _hosts(arr, f.starts + store_pos, store6)
+    return _assemble(arr, pa.array(f.topics, pa.string()).take(pa.array(f.topic_id)), f, f.starts + base_offset,
+                     store_ts, _i64(head, 40), *hosts, _i32(head, 16), reconsume, f.props_pos, f.props_len,
+                     body if zero_copy else body.cast(pa.binary()), zero_copy)
 
 
 def _keep(topic_id: np.ndarray | None, topics: list[str], queue_id: np.ndarray, store_ts: np.ndarray | None,

@@ -5,7 +5,6 @@ per-record Python loop except for rare records (non-ASCII TAGS, several TAGS pai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,9 +19,6 @@ from store.format.constants import (
 # the first n bytes of 16 as two machine words, for n = 0..16
 _TOPIC_MASKS = np.frombuffer(b"".join(b"\xff" * n + bytes(16 - n) for n in range(17)), dtype=np.uint64).reshape(17, 2)
 
-if TYPE_CHECKING:
-    from store.format.scan import ScanColumns
-
 _TAGS_NAME = b"TAGS\x01"
 _SEP = ord(PROPERTY_SEPARATOR)
 _MAX_FAST_TAG = 64           # longer TAGS values take the per-record path
@@ -36,6 +32,37 @@ def be_ints(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     items = np.ndarray((len(arr) - width + 1,), dtype=f"V{width}", buffer=arr, strides=(1,))
     return items[at].view(_DT[width]).astype(np.int64)
+
+
+@dataclass
+class ScanColumns:
+    """Fields the scan reads anyway, per valid message (positions relative to the buffer), so
+    verify and the read-back need not read them again."""
+
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    topic_pos: np.ndarray
+    topic_len: np.ndarray
+    props_len: np.ndarray
+
+    def head(self, n: int) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[:n] for k in _COLUMN_NAMES))
+
+    def rows(self, a: int, b: int) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[a:b] for k in _COLUMN_NAMES))
+
+    def take(self, idx: np.ndarray) -> ScanColumns:
+        return ScanColumns(*(getattr(self, k)[idx] for k in _COLUMN_NAMES))
+
+    @staticmethod
+    def joined(parts: list[ScanColumns]) -> ScanColumns:
+        if not parts:
+            return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES))
+        return ScanColumns(*(np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
+
+
+_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len")
 
 
 @dataclass
@@ -90,7 +117,7 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
 
 
 def fields_from_scan(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns) -> RecordFields:
-    """record_fields from what the scan already read (store.format.scan.ScanColumns)."""
+    """record_fields from what the scan already read (ScanColumns)."""
     return _fields(arr, starts.astype(np.int64), sizes, cols.queue_id, cols.queue_offset, cols.sys_flag,
                    cols.topic_pos, cols.topic_len, cols.props_len)
 

@@ -26,6 +26,7 @@ from store.format.constants import (
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
+from store.format.fields import ScanColumns, be_ints
 from store.format.walk import walk
 
 _HEADER = struct.Struct(">iI")
@@ -135,37 +136,6 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
 
 
 @dataclass
-class ScanColumns:
-    """Fields the scan reads anyway, per valid message (positions relative to the buffer), so
-    verify need not read them again."""
-
-    queue_id: np.ndarray
-    queue_offset: np.ndarray
-    sys_flag: np.ndarray
-    topic_pos: np.ndarray
-    topic_len: np.ndarray
-    props_len: np.ndarray
-
-    def head(self, n: int) -> ScanColumns:
-        return ScanColumns(*(getattr(self, k)[:n] for k in _COLUMN_NAMES))
-
-    def rows(self, a: int, b: int) -> ScanColumns:
-        return ScanColumns(*(getattr(self, k)[a:b] for k in _COLUMN_NAMES))
-
-    def take(self, idx: np.ndarray) -> ScanColumns:
-        return ScanColumns(*(getattr(self, k)[idx] for k in _COLUMN_NAMES))
-
-    @staticmethod
-    def joined(parts: list[ScanColumns]) -> ScanColumns:
-        if not parts:
-            return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES))
-        return ScanColumns(*(np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
-
-
-_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len")
-
-
-@dataclass
 class SegmentScan:
     """Result of scanning one segment: the valid messages (global offsets and TOTALSIZEs, in
     order) and the check that ended the scan (blank, end or the first error)."""
@@ -181,7 +151,6 @@ class SegmentScan:
         return int(self.offsets[-1] + self.sizes[-1]) if len(self.offsets) else self.stop.offset
 
 
-_DT = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 # TOTALSIZE .. SYSFLAG: the fixed-position head of every record.
 # TOTALSIZE .. BODYLENGTH of a record with IPv4 hosts (88 bytes; every record has at least 91).
 _HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
@@ -199,11 +168,6 @@ def _gather(arr: np.ndarray, at: np.ndarray, dtype: np.dtype) -> np.ndarray:
     width = dtype.itemsize
     items = np.ndarray(shape=(max(len(arr) - width + 1, 0),), dtype=f"V{width}", buffer=arr, strides=(1,))
     return items[at].view(dtype)
-
-
-def _be(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """Big-endian signed integers of ``width`` bytes at byte positions ``at``."""
-    return _gather(arr, at, _DT[width]).astype(np.int64)
 
 
 def _heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -229,7 +193,7 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     ok &= body_pos + 4 <= rec_end
     moved = np.flatnonzero((hosts != 0) & ok)
     if len(moved):
-        body_len[moved] = _be(arr, body_pos[moved], 4)
+        body_len[moved] = be_ints(arr, body_pos[moved], 4)
     v2 = is_v2.astype(np.int64)
     ok &= (body_len >= 0) & (body_pos + 5 + body_len + v2 <= rec_end)
     tl_pos = np.where(ok, body_pos + 4 + body_len, starts)
@@ -239,15 +203,15 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     topic_len = np.where(is_v2, (tails[:, 0].astype(np.int64) << 8) | tails[:, 1], tails[:, 0].astype(np.int8))
     near_end = np.flatnonzero(~window_ok)          # the window would run past the buffer
     if len(near_end):
-        topic_len[near_end] = np.where(is_v2[near_end], _be(arr, tl_pos[near_end], 2),
-                                       _be(arr, tl_pos[near_end], 1))
+        topic_len[near_end] = np.where(is_v2[near_end], be_ints(arr, tl_pos[near_end], 2),
+                                       be_ints(arr, tl_pos[near_end], 1))
     ok &= (topic_len >= 0) & (tl_pos + 3 + v2 + topic_len <= rec_end)
     pl_off = np.where(ok, 1 + v2 + topic_len, 0)
     at = np.minimum(pl_off, _TAIL_WINDOW - 2)
     props_len = (tails[rows, at].astype(np.int64) << 8) | tails[rows, at + 1]
     far = np.flatnonzero(~window_ok | (pl_off + 2 > _TAIL_WINDOW))
     if len(far):
-        props_len[far] = _be(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
+        props_len[far] = be_ints(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
     props_len = (props_len ^ 0x8000) - 0x8000          # int16
     ok &= (91 + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
     ok &= heads["physical_offset"] == starts + base_offset

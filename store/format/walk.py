@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
+from store.format.fields import be_ints
 
 try:
     from store.format import _scan_walk
@@ -43,12 +44,6 @@ def _walk_c(arr: np.ndarray, pos: int, end: int, stop_at: int) -> tuple[Any, int
     out = np.empty(max(min(end - MIN_RECORD_LENGTH, stop_at) - pos, 0) // MIN_RECORD_LENGTH + 1, dtype=np.int64)
     count, pos, more = _scan_walk.walk(arr, pos, end, stop_at, MIN_RECORD_LENGTH, out)
     return out[:count], pos, more
-
-
-def _totals(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The TOTALSIZE at each start."""
-    items = np.ndarray(shape=(max(len(arr) - 3, 0),), dtype="V4", buffer=arr, strides=(1,))
-    return items[starts].view(">i4").astype(np.int64)
 
 
 def _walk(mv: memoryview, pos: int, end: int, stop_at: int) -> tuple[array, int, bool]:
@@ -89,7 +84,7 @@ def _walk_vectorized(arr: np.ndarray, mv: memoryview, pos: int, end: int, stop_a
     starts = cand.astype(np.int64) + pos
     if not len(starts) or starts[0] != pos:
         return _walk(mv, pos, end, stop_at)
-    totals = _totals(arr, starts)
+    totals = be_ints(arr, starts, 4)
     nxt = starts + totals
     plausible = (totals >= MIN_RECORD_LENGTH) & (nxt <= end)
     linked = np.zeros(len(starts), dtype=bool)

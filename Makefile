@@ -6,8 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: venv test test-fast demo bench-quick clean
 
-$(STAMP): pyproject.toml setup.py ingest/encode/_direct_encode.c store/format/_properties_split.c \
-          store/format/_record_columns.c store/format/_scan_walk.c
+# the C passes setup.py builds
+KERNELS := $(wildcard ingest/*/_*.c store/*/_*.c)
+
+$(STAMP): pyproject.toml setup.py $(KERNELS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -28,4 +30,5 @@ bench-quick: $(STAMP)
 	for b in store_append roll recovery verify pipeline replay codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint ingest/encode/_direct_encode*.so store/format/_properties_split*.so store/format/_record_columns*.so store/format/_scan_walk*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint
+	find ingest store -name '_*.so' -delete

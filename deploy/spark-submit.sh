@@ -78,23 +78,21 @@ if [[ "$ship" == "archive" ]]; then
     # pyproject.toml, whose metadata an older setuptools in the user's Python may refuse.
     mkdir -p "$build/kernel-tmp"
     if ! (cd "$build/kernel-tmp" && "$python" - "$repo" "$kernel_dir" <<'PY'
-import os, sys
+import glob, os, sys
 from setuptools import Distribution, Extension
 repo, build_lib = sys.argv[1:3]
+# every kernel of the project: the C files beside the modules that load them (setup.py's list)
+sources = sorted(c for pkg in ("ingest", "store") for c in glob.glob(os.path.join(repo, pkg, "*", "_*.c")))
 flags = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
-exts = [Extension(f"{package.replace('/', '.')}.{module}", [os.path.join(repo, package, module + ".c")],
-                  extra_compile_args=flags)
-        for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split"),
-                                ("store/format", "_record_columns"), ("store/format", "_scan_walk"))]
+exts = [Extension(os.path.relpath(c, repo)[:-2].replace(os.sep, "."), [c], extra_compile_args=flags) for c in sources]
 dist = Distribution({"name": "commitlog-kernel", "ext_modules": exts,
                      "script_args": ["build_ext", "--build-lib", build_lib, "--build-temp", "."]})
 dist.parse_command_line()
 dist.run_commands()
+missing = [e.name for e in exts if not glob.glob(os.path.join(build_lib, *e.name.split(".")) + ".*")]
+sys.exit(f"not built: {missing}" if missing or not exts else 0)
 PY
-            ) >"$build/kernel-build.log" 2>&1 || ! compgen -G "$kernel_dir/ingest/encode/_direct_encode*" >/dev/null \
-            || ! compgen -G "$kernel_dir/store/format/_properties_split*" >/dev/null \
-            || ! compgen -G "$kernel_dir/store/format/_record_columns*" >/dev/null \
-            || ! compgen -G "$kernel_dir/store/format/_scan_walk*" >/dev/null; then
+            ) >"$build/kernel-build.log" 2>&1; then
         echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
              "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
         ship="zip"
@@ -127,12 +125,10 @@ if ship == "archive":
     with tarfile.open(tmp, "w:gz") as t:
         for path, name in files():
             t.add(path, name)
-        for package, module in (("ingest/encode", "_direct_encode"), ("store/format", "_properties_split"),
-                                ("store/format", "_record_columns"), ("store/format", "_scan_walk")):
-            built = os.path.join(kernel_dir, package)
-            for name in sorted(os.listdir(built)):
-                if name.startswith(module):
-                    t.add(os.path.join(built, name), f"{package}/{name}")
+        for dirpath, _, filenames in sorted(os.walk(kernel_dir)):    # only the built kernels are there
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                t.add(path, os.path.relpath(path, kernel_dir))
     os.replace(tmp, archive_out)
 PY
 

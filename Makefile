@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo bench-quick clean
+.PHONY: venv jvm test test-fast demo bench-quick clean
 
 # the C passes setup.py builds
 KERNELS := $(wildcard ingest/*/_*.c store/*/_*.c)
@@ -17,16 +17,26 @@ $(STAMP): pyproject.toml setup.py $(KERNELS)
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The JVM jars (deploy/jvm/pom.xml): Apache Kafka, Spark's Kafka connector, RocketMQ 4.9 and 5.
+# Maven Central once, then offline: each set is copied again only when the pom changes.
+JVM_SETS := kafka spark-kafka rocketmq4 rocketmq5
+JVM_STAMPS := $(JVM_SETS:%=deploy/jvm/lib/%/.resolved)
+
+deploy/jvm/lib/%/.resolved: deploy/jvm/pom.xml
+	deploy/jvm/resolve.sh $*
+
+jvm: $(JVM_STAMPS)
+
+test: $(STAMP) jvm
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit
 
-demo: $(STAMP)
+demo: $(STAMP) jvm
 	$(PY) -m ingest.demo
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) jvm
 	for b in store_append roll recovery verify pipeline replay codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:

@@ -27,7 +27,7 @@ VALUE_BYTES = 100
 @contextmanager
 def tansu(log_dir: Path) -> Iterator[Any]:
     """The embedded Tansu broker (in memory), stopped afterwards."""
-    from ingest.broker import start_tansu
+    from ingest.broker.tansu import start_tansu
 
     b = start_tansu(log_dir=log_dir)
     try:

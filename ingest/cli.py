@@ -13,14 +13,23 @@ from collections.abc import Sequence
 
 
 def _add_broker_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu, in memory) "
-                                      "in the foreground and print its bootstrap address")
+    p = sub.add_parser("broker", help="run an embedded Kafka broker in the foreground (Tansu in memory, or "
+                                      "Apache Kafka from the jars `make jvm` resolves) and print its "
+                                      "bootstrap address")
+    p.add_argument("--kind", choices=["tansu", "kafka"], default="tansu",
+                   help="tansu (in memory, starts in a fraction of a second; the default) or kafka "
+                        "(Apache Kafka, KRaft, one node, on disk: transactions, compaction, retention)")
     p.add_argument("--port", type=int, default=None, help="listen port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--log-dir", default=None, help="where the broker's log goes (default: a temp dir)")
+    p.add_argument("--log-dir", "--data-dir", dest="log_dir", default=None,
+                   help="where the broker's log (and Kafka's data) go (default: a private temp dir)")
 
     def run(args: argparse.Namespace) -> int:
-        from ingest.broker import run_foreground
-        return run_foreground(port=args.port, log_dir=args.log_dir)
+        from ingest.broker import BrokerError, run_foreground
+        try:
+            return run_foreground(kind=args.kind, port=args.port, log_dir=args.log_dir)
+        except BrokerError as exc:
+            print(f"commitlog broker: {exc}", file=sys.stderr)
+            return 2
 
     p.set_defaults(func=run)
 

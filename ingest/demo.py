@@ -159,8 +159,9 @@ def commitlog(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ingest.cli", *args], text=True, capture_output=True)
 
 
-def start_broker() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "broker"], stdout=subprocess.PIPE, text=True)
+def start_broker(kind: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "broker", "--kind", kind],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.startswith("bootstrap.servers="):
@@ -174,16 +175,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--store", default="demo-store")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every event")
+    # Tansu: the faster of the two embedded brokers to start (BENCHMARKS.md, "Brokers")
+    ap.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                    help="the embedded broker: tansu (default: starts fastest) or kafka (Apache Kafka)")
     args = ap.parse_args(argv)
 
     store = Path(args.store).resolve()
     checkpoint = store.with_name(store.name + "-checkpoint")
     for path in (store, checkpoint):
         shutil.rmtree(path, ignore_errors=True)
-    broker, bootstrap = start_broker()
+    started = time.monotonic()
+    broker, bootstrap = start_broker(args.broker)
     job = None
     try:
-        print(f"demo: broker at {bootstrap}", flush=True)
+        name = {"tansu": "Tansu (in memory)", "kafka": "Apache Kafka"}[args.broker]
+        print(f"demo: {name} broker at {bootstrap}, started in {time.monotonic() - started:.1f} s "
+              f"(--broker {'kafka' if args.broker == 'tansu' else 'tansu'} for the other; Tansu is the "
+              f"default as the faster to start, BENCHMARKS.md \"Brokers\")", flush=True)
         create_topics(bootstrap)
         t0 = time.time()
         produced = produce_sample_events(bootstrap, args.events)

@@ -1,0 +1,131 @@
+"""Apache Kafka itself, one KRaft node (broker and controller in one JVM) on 127.0.0.1, its log on
+disk, from the jars ``make jvm`` resolves (deploy/jvm/pom.xml, set ``kafka``).
+
+Started as Kafka's own scripts start it: ``kafka.tools.StorageTool format`` once, then ``kafka.Kafka``
+with a server.properties of ours. Unlike Tansu it honours aborted transactions, compacts, deletes by
+retention and restarts with its data (``Broker.restart``), which the tests of those behaviours need.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from ingest.broker.base import Broker, BrokerError, free_port, wait_for_metadata
+from ingest.broker.process import ServerProcess
+from ingest.jvm import JvmJarsMissing, classpath, java
+
+# A single node: every internal topic has one replica and one partition (fifty partitions of
+# __consumer_offsets and of __transaction_state would cost seconds at the first group or transaction).
+# The cleaner and the retention check run often, so compaction and deletion show within a test.
+SINGLE_NODE = {
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "log.retention.check.interval.ms": "1000",
+    "log.cleaner.backoff.ms": "500",
+    "log.segment.delete.delay.ms": "0",
+    "file.delete.delay.ms": "0",
+    "auto.create.topics.enable": "true",
+}
+
+LOG4J2 = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = out
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = INFO
+"""
+
+JVM_OPTIONS = ["-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+               "-Djava.awt.headless=true"]
+
+
+def cluster_id() -> str:
+    """A Kafka Uuid as StorageTool's random-uuid prints it: 16 random bytes, URL-safe base64, unpadded."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+
+
+def server_properties(port: int, controller_port: int, log_dirs: Path,
+                      overrides: Mapping[str, str] | None = None) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(log_dirs),
+        **SINGLE_NODE,
+        **(overrides or {}),
+    }
+    return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+def start_kafka(data_dir: Path | None = None, port: int | None = None,
+                config: Mapping[str, str] | None = None, timeout_s: float = 90.0) -> Broker:
+    """Format (unless ``data_dir`` already holds a formatted node) and start Apache Kafka; wait
+    until it answers a metadata request. ``config`` overrides server.properties entries."""
+    try:
+        cp = classpath("kafka")
+        java_bin = java()
+    except JvmJarsMissing as exc:
+        raise BrokerError(str(exc)) from None
+    own_home = data_dir is None
+    home = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="apache-kafka-"))
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    controller_port = free_port()
+    logs = home / "kraft-logs"
+    props = home / "server.properties"
+    props.write_text(server_properties(port, controller_port, logs, config))
+    log4j = home / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    jvm = [java_bin, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
+    log_path = home / "kafka.log"
+    if not (logs / "meta.properties").exists():
+        fmt = ServerProcess([*jvm, "kafka.tools.StorageTool", "format", "--standalone",
+                             "--cluster-id", cluster_id(), "--config", str(props)], log_path)
+        fmt.start()
+        if fmt.wait(timeout_s) != 0:
+            raise BrokerError(f"formatting Kafka's storage in {logs} failed; its log: {log_path}\n{fmt.log_tail()}")
+    bootstrap = f"127.0.0.1:{port}"
+    server = ServerProcess([*jvm, "kafka.Kafka", str(props)], log_path)
+
+    def start() -> int:
+        pid = server.start()
+        try:
+            wait_for_metadata(bootstrap, timeout_s, alive=server.alive)
+        except BrokerError:
+            server.stop()
+            raise BrokerError(f"Apache Kafka did not start; its log: {log_path}\n{server.log_tail()}") from None
+        return pid
+
+    def restart() -> int:
+        server.stop()
+        return start()
+
+    def stop() -> None:
+        server.stop()
+        if own_home:   # a broker of a moment: its data goes with it
+            shutil.rmtree(home, ignore_errors=True)
+
+    pid = start()
+    return Broker(bootstrap, "apache-kafka", pid=pid, log_path=log_path, data_dir=home,
+                  _stop=stop, _restart=restart)

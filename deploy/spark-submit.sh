@@ -167,6 +167,20 @@ else
     ship_args=(--py-files "$zip_path")
 fi
 
+# Spark's own Kafka source (`run --source spark-kafka`), when `make jvm` resolved it: its jars go to
+# the driver and the executors. A user's own --jars comes after ours and wins nothing away from it.
+jvm_lib="${COMMITLOG_JVM_LIB:-$here/jvm/lib}"
+if [[ -f "$jvm_lib/spark-kafka/.resolved" ]]; then
+    jars="$(ls "$jvm_lib"/spark-kafka/*.jar | paste -sd, -)"
+    for (( i = 0; i < ${#submit_args[@]}; i++ )); do
+        if [[ "${submit_args[$i]}" == "--jars" && $(( i + 1 )) -lt ${#submit_args[@]} ]]; then
+            jars="$jars,${submit_args[$((i + 1))]}"; unset 'submit_args[i]' 'submit_args[i+1]'; i=$(( i + 1 ))
+        fi
+    done
+    submit_args=(${submit_args[@]+"${submit_args[@]}"})
+    ship_args+=(--jars "$jars")
+fi
+
 exec "$SPARK_HOME/bin/spark-submit" \
     --name "${COMMITLOG_APP_NAME:-commitlog-ingest}" \
     "${ship_args[@]}" \

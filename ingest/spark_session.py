@@ -28,6 +28,9 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     }
     conf.update(extra_conf or {})
+    if master:
+        # under spark-submit the submitter's --jars stand (deploy/spark-submit.sh passes the same)
+        conf.update(connector_jars(conf.get("spark.jars", "")))
     for key, value in conf.items():
         builder = builder.config(key, value)
     # SparkContext puts in a SIGINT handler of its own (cancel every job, raise KeyboardInterrupt:
@@ -42,6 +45,17 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
     session.sparkContext.setLogLevel("WARN")
     register_sources(session)
     return session
+
+
+def connector_jars(jars: str) -> dict[str, str]:
+    """``spark.jars`` with Spark's own Kafka source (``--source spark-kafka``) added, when ``make jvm``
+    resolved it (deploy/jvm/pom.xml, set ``spark-kafka``); nothing when it did not."""
+    from ingest.jvm import has_jar_set, jar_set
+
+    if not has_jar_set("spark-kafka"):
+        return {}
+    listed = [j for j in jars.split(",") if j]
+    return {"spark.jars": ",".join(listed + [str(j) for j in jar_set("spark-kafka") if str(j) not in listed])}
 
 
 def _start_jvm_in_its_own_session(master: str, app_name: str, conf: Mapping[str, str]) -> None:

@@ -16,6 +16,7 @@ def _run(args: argparse.Namespace) -> int:
     """Settings, the store path and the brokers are checked before Spark starts: what is wrong with
     them is one line and exit status 2."""
     from ingest.job import run
+    from ingest.kafka.options import DataLossError
     from ingest.preflight import PreflightError, check_brokers, check_store_path
     from store import StoreError
 
@@ -28,7 +29,11 @@ def _run(args: argparse.Namespace) -> int:
     except (JobConfigError, PreflightError, StoreError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run(cfg)
+    try:
+        return run(cfg)
+    except DataLossError as exc:      # found before Spark started (ingest.job.starting_offsets)
+        print(f"commitlog run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _warn_missing_topics(cfg: Any) -> None:

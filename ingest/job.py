@@ -112,25 +112,50 @@ def codec_config(cfg: JobConfig) -> CodecConfig:
 def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
     """Continue from the Kafka offsets the store recorded, whatever the Spark checkpoint says: a lost
     or reset checkpoint then re-reads nothing the store holds. Like Spark's source, the JSON form must
-    name every partition read; partitions the store has not seen start per ``--starting-offsets``."""
+    name every partition read; partitions the store has not seen start per ``--starting-offsets``.
+
+    Offsets retention deleted while the job was stopped are found here, before Spark starts: with
+    --fail-on-data-loss (the default) a DataLossError naming each partition and range, else one
+    warning with their count, and the job starts at the earliest offset left."""
     recorded = writer.state.kafka_offsets
     if not recorded:
         return cfg.starting_offsets
     if cfg.assign:
-        partitions = [(t, int(p)) for t, ps in json.loads(cfg.assign).items() for p in ps]
+        wanted = {(t, int(p)) for t, ps in json.loads(cfg.assign).items() for p in ps}
+        earliest = earliest_offsets(cfg.bootstrap_servers, topics=sorted({t for t, _ in wanted}),
+                                    kafka_params=cfg.kafka_option)
+        earliest = {tp: off for tp, off in earliest.items() if tp in wanted}
     else:
-        partitions = sorted(earliest_offsets(cfg.bootstrap_servers, topics=cfg.subscribe,
-                                             pattern=cfg.subscribe_pattern, kafka_params=cfg.kafka_option))
+        earliest = earliest_offsets(cfg.bootstrap_servers, topics=cfg.subscribe,
+                                    pattern=cfg.subscribe_pattern, kafka_params=cfg.kafka_option)
     default = {"earliest": -2, "latest": -1}.get(cfg.starting_offsets.strip().lower())
     named: dict[str, dict[str, int]] = {}
     given = {}
     if default is None:  # per-partition JSON given by the user: used where the store has nothing
         given = {(t, int(p)): int(o) for t, ps in json.loads(cfg.starting_offsets).items() for p, o in ps.items()}
-    stored = {parse_tp_key(k): v for k, v in recorded.items()}
-    for topic, partition in partitions:
+    stored = check_retention(cfg, {parse_tp_key(k): v for k, v in recorded.items()}, earliest)
+    for topic, partition in sorted(earliest):
         off = stored.get((topic, partition), given.get((topic, partition), -2 if default is None else default))
         named.setdefault(topic, {})[str(partition)] = off
     return named
+
+
+def check_retention(cfg: JobConfig, stored: dict[tuple[str, int], int],
+                    earliest: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """The stored next offsets, raised past what the brokers deleted since (see starting_offsets)."""
+    from ingest.kafka.options import DataLossError
+
+    lost = {tp: (nxt, earliest[tp]) for tp, nxt in stored.items() if tp in earliest and nxt < earliest[tp]}
+    if not lost:
+        return stored
+    ranges = ", ".join(f"{t}-{p} offsets {a}..{b - 1}" for (t, p), (a, b) in sorted(lost.items()))
+    count = sum(b - a for a, b in lost.values())
+    if cfg.fail_on_data_loss:
+        raise DataLossError(f"data loss: {ranges} ({count} offsets) were deleted by the brokers (retention?) "
+                            f"before this store took them; --fail-on-data-loss false skips them")
+    log.warning("data loss: %d offsets deleted by the brokers before this store took them, skipped: %s",
+                count, ranges)
+    return {**stored, **{tp: b for tp, (_, b) in lost.items()}}
 
 
 class StopSignal:
@@ -174,8 +199,9 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     spool_dir = None
     try:
         rewind_to_store(cfg.checkpoint or None, writer.state)
+        start = starting_offsets(writer, cfg)     # before Spark: a data loss is one line
         spark = spark or spark_session(cfg)
-        options = kafka_reader_options(cfg, starting_offsets(writer, cfg))
+        options = kafka_reader_options(cfg, start)
         spool_dir = spool_directory(cfg, spark)
         if spool_dir is not None:
             spool.prepare_dir(spool_dir)    # after the writer took the store's lock: no other job uses it

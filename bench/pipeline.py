@@ -12,7 +12,10 @@ figure:
   ``commitlog.sync_nospool``: SYNC with the batches crossing Spark (``--spool-dir off``, what a
   cluster does) instead of the local-mode spool files (sink.spool);
 - peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
-  source's ceiling).
+  source's ceiling);
+- ``spark_kafka.commitlog.sync`` / ``spark_kafka.noop``: the same through Spark's own Kafka source
+  (``--source spark-kafka``, spark-sql-kafka from `make jvm`) instead of ours, the sources compared
+  in the same run (``ratio.*_ours_vs_spark_kafka``).
 Each batch size is measured in rounds: every kind runs once per round, in a rotating order, so a
 change in the shared machine's speed during the script falls on every kind alike; the full mode
 first runs one unrecorded round (JIT and Python worker warm-up). Figures per run: sustained msg/s
@@ -86,10 +89,12 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
              ) -> tuple[cs.RunProgress, cs.RssSampler]:
     from ingest.config import kafka_reader_options
 
+    from ingest.kafka.source import source_format
+
     since = len(events)
     opts = kafka_reader_options(cfg, "earliest")
     with cs.RssSampler() as rss:
-        df = spark.readStream.format("kafka-python").options(**opts).load()
+        df = spark.readStream.format(source_format(cfg.source)).options(**opts).load()
         w = (df.writeStream.trigger(availableNow=True).queryName(f"bench-{sink}")
              .option("checkpointLocation", str(root / f"checkpoint-{sink}")))
         w = w.format("parquet").option("path", str(root / "parquet")) if sink == "parquet" else w.format("noop")
@@ -104,8 +109,10 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
 
 
 # sync_noindex: SYNC with the index off (--message-index false), the index's cost in the same run;
-# sync_nospool: SYNC with the batches through Spark (--spool-dir off), as on a cluster
-KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.sync_nospool", "commitlog.async", "noop", "parquet")
+# sync_nospool: SYNC with the batches through Spark (--spool-dir off), as on a cluster;
+# spark_kafka.*: the same through Spark's own Kafka source (--source spark-kafka) instead of ours
+KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.sync_nospool", "commitlog.async", "noop", "parquet",
+         "spark_kafka.commitlog.sync", "spark_kafka.noop")
 # a run's figures: name in the report, unit
 FIGURES = {"msgs_per_s": "msg/s", "batch_p50_ms": "ms", "batch_p99_ms": "ms", "driver_python_rss_peak_mib": "MiB",
            "driver_python_anon_peak_mib": "MiB", "driver_jvm_rss_peak_mib": "MiB"}
@@ -116,14 +123,17 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
     """One run of one kind over the pre-filled topic of ``n`` records: its FIGURES, and its number
     of data batches."""
     with common.scratch(args, f"pipeline/{tag}") as root:
-        flush = what.split(".")[1].split("_")[0] if what.startswith("commitlog") else "sync"
+        source, kind = ("spark-kafka", what[len("spark_kafka."):]) if what.startswith("spark_kafka.") \
+            else ("kafka-python", what)
+        flush = kind.split(".")[1].split("_")[0] if kind.startswith("commitlog") else "sync"
         cfg = job_config(bootstrap, root, batch, flush, topic=topic_for(n, workload))
-        cfg.message_index = not what.endswith("_noindex")
-        cfg.spool_dir = "off" if what.endswith("_nospool") else "auto"
-        if what.startswith("commitlog"):
+        cfg.source = source
+        cfg.message_index = not kind.endswith("_noindex")
+        cfg.spool_dir = "off" if kind.endswith("_nospool") else "auto"
+        if kind.startswith("commitlog"):
             prog, rss = run_commitlog(spark, events, cfg, n)
         else:
-            prog, rss = run_peer(spark, events, cfg, what, root, n)
+            prog, rss = run_peer(spark, events, cfg, kind, root, n)
     return {"msgs_per_s": prog.sustained_rate(), "batch_p50_ms": prog.latency_ms(50),
             "batch_p99_ms": prog.latency_ms(99), "driver_python_rss_peak_mib": rss.python_peak / MIB,
             "driver_python_anon_peak_mib": rss.python_anon_peak / MIB,
@@ -350,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
                               f"{tag}.commitlog.sync_noindex.msgs_per_s")
                     rep.ratio(f"{tag}.ratio.commitlog_sync_nospool_vs_noop", f"{tag}.commitlog.sync_nospool.msgs_per_s",
                               f"{tag}.noop.msgs_per_s")
+                    # ours against Spark's own Kafka source: `run`'s default source is the faster one
+                    rep.ratio(f"{tag}.ratio.commitlog_sync_ours_vs_spark_kafka", f"{tag}.commitlog.sync.msgs_per_s",
+                              f"{tag}.spark_kafka.commitlog.sync.msgs_per_s")
+                    rep.ratio(f"{tag}.ratio.noop_ours_vs_spark_kafka", f"{tag}.noop.msgs_per_s",
+                              f"{tag}.spark_kafka.noop.msgs_per_s")
+                    rep.ratio(f"{tag}.ratio.spark_kafka_commitlog_sync_vs_noop",
+                              f"{tag}.spark_kafka.commitlog.sync.msgs_per_s", f"{tag}.spark_kafka.noop.msgs_per_s")
                     for flush in ("sync", "async"):
                         for peer in ("noop", "parquet"):
                             rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",

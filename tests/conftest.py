@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     """The broker every Kafka test uses: $KAFKA_BOOTSTRAP_SERVERS, else a testcontainers Kafka
-    when a Docker engine answers, else the embedded Tansu broker."""
+    when a Docker engine answers, else Apache Kafka from the jars `make jvm` resolves, else the
+    embedded Tansu broker (ingest.broker)."""
     from ingest.broker import broker
 
     with broker(log_dir=tmp_path_factory.mktemp("broker")) as b:
@@ -42,6 +43,13 @@ def spark() -> Iterator["object"]:
     })
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["kafka-python", "spark-kafka"])
+def source(request: pytest.FixtureRequest) -> str:
+    """Each Kafka source the job can read through (``--source``): ours and Spark's own connector
+    (its jars from `make jvm`, on the session's classpath: ingest.spark_session)."""
+    return str(request.param)
 
 
 @pytest.fixture

@@ -40,7 +40,8 @@ EXPECTED = {
          "batch10000.noop.msgs_per_s", "batch10000.parquet.msgs_per_s",
          "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib", "uniform.direct_share"],
         ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet",
-         "batch10000.ratio.commitlog_sync_index_on_vs_off"]),
+         "batch10000.ratio.commitlog_sync_index_on_vs_off", "batch10000.ratio.commitlog_sync_ours_vs_spark_kafka",
+         "batch10000.ratio.noop_ours_vs_spark_kafka"]),
     "index_lookup": (
         ["append.index_on.msgs_per_s", "append.index_off.msgs_per_s", "warm.by_key_ms", "cold.by_uniq_key_ms",
          "warm.absent_ms", "warm.read_at_offset_ms", "cli.get_key_ms"],

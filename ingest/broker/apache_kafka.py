@@ -21,7 +21,9 @@ from ingest.jvm import JvmJarsMissing, classpath, java
 
 # A single node: every internal topic has one replica and one partition (fifty partitions of
 # __consumer_offsets and of __transaction_state would cost seconds at the first group or transaction).
-# The cleaner and the retention check run often, so compaction and deletion show within a test.
+# The cleaner and the retention check run often, so compaction and deletion show within a test; only a
+# topic's own retention.ms deletes by age (tests produce records with timestamps of years ago, which
+# the broker's default of 7 days would delete at once).
 SINGLE_NODE = {
     "num.partitions": "1",
     "default.replication.factor": "1",
@@ -33,6 +35,7 @@ SINGLE_NODE = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
+    "log.retention.ms": "-1",
     "log.retention.check.interval.ms": "1000",
     "log.cleaner.backoff.ms": "500",
     "log.segment.delete.delay.ms": "0",

@@ -70,7 +70,7 @@ CLIENT_SETTINGS: dict[str, tuple[str, Any]] = {
 # Valid Java settings that mean nothing here: the source never joins a consumer group.
 IGNORED_SETTINGS = frozenset({
     "group.id", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
-    "default.api.timeout.ms", "socket.connection.setup.timeout.ms",
+    "socket.connection.setup.timeout.ms",
     "socket.connection.setup.timeout.max.ms", "ssl.protocol", "ssl.enabled.protocols",
     "ssl.truststore.type", "ssl.keystore.type", "allow.auto.create.topics", "exclude.internal.topics",
 })
@@ -192,6 +192,10 @@ class KafkaSourceOptions:
     max_trigger_delay_ms: int = 15 * 60_000
     fetch_offset_retries: int = 3                # offset lookups retried on a Kafka error, as Spark does
     fetch_offset_retry_interval_ms: int = 1000
+    # how long the driver's offset lookups wait out brokers that cannot be reached (restarting, a
+    # network blip) before that counts as a failed attempt: kafka.default.api.timeout.ms, as a Java
+    # consumer's calls block that long
+    api_timeout_ms: int = 60_000
 
     @property
     def bootstrap_servers(self) -> str:
@@ -252,6 +256,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
         fetch_offset_retries=_count(opts, "fetchoffset.numretries", "fetchOffset.numRetries", 3),
         fetch_offset_retry_interval_ms=_count(opts, "fetchoffset.retryintervalms", "fetchOffset.retryIntervalMs",
                                               1000),
+        api_timeout_ms=_count(opts, "kafka.default.api.timeout.ms", "kafka.default.api.timeout.ms", 60_000),
     )
 
 

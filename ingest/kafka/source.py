@@ -141,7 +141,9 @@ class _RangeReading:
     schema: StructType
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaOffsetRange)
+        if not isinstance(partition, KafkaOffsetRange):
+            # PySpark hands a batch read that planned no range one InputPartition(None): nothing to read
+            return iter(())
         return read_range(partition, self.options.client_params, self.batch_maker(),
                           self.options.fail_on_data_loss, self.options.poll_timeout_ms)
 
@@ -221,23 +223,41 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._target = r.latest(r.partitions(**_topic_args(self.options)))
 
     def _offsets_now(self) -> tuple[list[TopicPartitionKey], Offsets, Offsets]:
-        """Partitions, earliest and latest offsets, retried as fetchOffset.numRetries says."""
+        """Partitions, earliest and latest offsets, retried as fetchOffset.numRetries says; while no
+        broker can be reached an attempt waits up to kafka.default.api.timeout.ms first (a broker
+        restarting under the job is a pause, not a failed query)."""
         o, r = self.options, self.offset_reader
-        for attempt in range(o.fetch_offset_retries + 1):
+        attempt = 0
+        unreachable_since: float | None = None
+        while True:
             try:
                 tps = r.partitions(**_topic_args(o))
                 if self._target is not None:
                     tps = [tp for tp in tps if tp in self._target]
                 earliest = r.earliest(tps)
-                return tps, earliest, r.latest(tps, earliest)
+                latest = r.latest(tps, earliest)
+                if unreachable_since is not None:
+                    log.warning("Kafka at %s answers again after %.0f s", o.bootstrap_servers,
+                                time.monotonic() - unreachable_since)
+                return tps, earliest, latest
             except (KafkaError, KafkaSourceError) as exc:
+                r.close()
+                now = time.monotonic()
+                if _unreachable(exc):
+                    if unreachable_since is None:
+                        unreachable_since = now
+                        log.warning("Kafka at %s cannot be reached (%s): waiting up to %d s for it",
+                                    o.bootstrap_servers, exc, o.api_timeout_ms // 1000)
+                    if (now - unreachable_since) * 1000 < o.api_timeout_ms:
+                        time.sleep(o.fetch_offset_retry_interval_ms / 1000)
+                        continue
+                    unreachable_since = None
                 if attempt == o.fetch_offset_retries:
                     raise
-                log.warning("fetching the latest offsets failed (%s); retry %d of %d in %d ms", exc, attempt + 1,
+                attempt += 1
+                log.warning("fetching the latest offsets failed (%s); retry %d of %d in %d ms", exc, attempt,
                             o.fetch_offset_retries, o.fetch_offset_retry_interval_ms)
-                r.close()
                 time.sleep(o.fetch_offset_retry_interval_ms / 1000)
-        raise AssertionError("unreachable")
 
     def _admit(self, begin: Offsets, end: Offsets) -> bool:
         """Spark's admission control: with minOffsetsPerTrigger, a batch waits until that many new
@@ -298,6 +318,20 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A Kafka error that says no broker answered (connection refused or lost, timed out), as
+    opposed to one a broker answered with."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError,
+                             ConnectionError)):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _lost(message: str, fail: bool) -> None:

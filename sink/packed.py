@@ -19,8 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 CHUNK = "chunk"
-SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool)
-PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string())])
+SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool) ...
+MAC = "mac"         # ... and what the driver checks it against
+PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string()), (MAC, pa.binary())])
 # costs the task a little and saves the JVM more (BENCHMARKS.md, "Replay")
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -37,7 +38,7 @@ def pack(batch: pa.RecordBatch) -> pa.RecordBatch:
     data = sink.getvalue()
     offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32))
     return pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]),
-                                       pa.nulls(1, pa.string())], schema=PACKED_SCHEMA)
+                                       pa.nulls(1, pa.string()), pa.nulls(1, pa.binary())], schema=PACKED_SCHEMA)
 
 
 def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -49,6 +50,9 @@ def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 def unpack(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The record batches packed in ``table``'s rows, in order, as one table of ``schema``."""
+    if SPOOL in table.column_names and table.column(SPOOL).null_count < table.num_rows:
+        raise PackedBatchError("a packed batch names a spool file not yet mapped and checked: "
+                               "sink.spool.Spool.resolve and .check it first")
     batches: list[pa.RecordBatch] = []
     for chunk in table.column(CHUNK).chunks:
         if chunk.null_count:

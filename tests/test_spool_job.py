@@ -91,3 +91,14 @@ def test_a_tampered_spool_file_fails_its_batch_and_the_store_ends_with_what_kafk
     assert {k: bytes(msg.body) for k, [(_, msg)] in found.items()} == by_coordinates
     if spool_dir == "given":
         assert list((tmp_path / "shared").iterdir()) == [], "the job's files (and the link at one's name) are swept"
+
+
+def test_the_runs_key_is_redacted_wherever_spark_prints_the_sources_options(spark: object, tmp_path: Path) -> None:
+    from ingest.encode.message_source import SHORT_NAME, source_options
+    from sink.spool import SpoolTarget
+
+    key = os.urandom(32)
+    options = source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, MappingConfig(),
+                             CodecConfig(), SpoolTarget(str(tmp_path), "0" * 12, key))
+    plan = spark.readStream.format(SHORT_NAME).options(**options).load()._jdf.queryExecution().toString()
+    assert "spoolSecret=*********(redacted)" in plan and key.hex() not in plan

@@ -17,6 +17,7 @@ def _run(args: argparse.Namespace) -> int:
     them is one line and exit status 2."""
     from ingest.job import check_spool_setting, run
     from ingest.preflight import PreflightError, check_brokers, check_store_path
+    from sink.spark_checkpoint import check_checkpoint_dir
     from sink.trust import UntrustedPathError
     from store import StoreError
 
@@ -28,6 +29,7 @@ def _run(args: argparse.Namespace) -> int:
             check_store_path(cfg.store)
             check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
             _warn_missing_topics(cfg)
+        check_checkpoint_dir(cfg.checkpoint)    # last: a new one is made here, before anyone else can
     except (JobConfigError, PreflightError, StoreError, UntrustedPathError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

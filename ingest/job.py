@@ -27,7 +27,7 @@ from sink import CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
 from sink.spool import Spool, auto_dir
 from sink.trust import check_existing_dir
-from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
+from sink.spark_checkpoint import check_checkpoint_dir, local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 from store import IndexConfig, RetentionConfig, StoreConfig
 from store.format import END_FILE_MIN_BLANK_LENGTH, CodecConfig
@@ -179,6 +179,7 @@ class StopSignal:
 def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any | None = None,
                on_batch: Callable[..., None] | None = None, available_now: bool = False) -> int:
     """Run the job until ``stop`` is set (or the available data is in, with ``available_now``)."""
+    check_checkpoint_dir(cfg.checkpoint or None)
     if not cfg.skip_preflight:
         from ingest.preflight import check_store_path
 

@@ -101,7 +101,9 @@ def start_tansu(log_dir: Path | None = None, port: int | None = None,
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"tansu-{port}.log"
     url = f"tcp://127.0.0.1:{port}"
-    logf = open(log_path, "ab")
+    # --log-dir may be a shared directory: never append through a link someone left at our log's name
+    logf = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+                     "ab")
     proc = subprocess.Popen(
         [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
          "--storage-engine", "memory://tansu/"],

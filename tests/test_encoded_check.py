@@ -13,10 +13,10 @@ from store.format.batch_codec import encode_batch_to_arrow
 pytestmark = pytest.mark.unit
 
 
-def records(n: int = 6, v6: bool = False) -> pa.Table:
+def records(n: int = 6, v6: bool = False, topics: tuple[str, str] = ("orders", "payments")) -> pa.Table:
     born = b"\0" * 15 + b"\x01" + b"\0\0\0\x07" if v6 else b"\x7f\0\0\x01\0\0\0\x07"
     table = pa.table({
-        "topic": ["orders", "payments"] * (n // 2),
+        "topic": list(topics) * (n // 2),
         "queue_id": pa.array(range(n), pa.int32()),
         "flag": pa.array([0] * n, pa.int32()),
         "body": [b"x" * (i * 37) for i in range(n)],          # an empty one, and longer ones
@@ -81,6 +81,15 @@ def test_a_column_that_disagrees_with_its_record_is_named() -> None:
     flags[5] ^= 8
     with pytest.raises(InvalidMessageError, match="row 5 .*sys_flag column"):
         check_encoded(table.set_column(3, "sys_flag", pa.array(flags, pa.int32())))
+
+
+def test_long_topics_are_compared_byte_for_byte() -> None:
+    long = ("t" * 300, "u" * 299 + "v")          # version-2 records (a topic over 127 bytes)
+    table = records(topics=long)
+    check_encoded(table)
+    wrong = [*long, *long, long[0], "u" * 299 + "w"]
+    with pytest.raises(InvalidMessageError, match="row 5 .*topic column says 'uuu"):
+        check_encoded(table.set_column(1, "topic", pa.array(wrong)))
 
 
 def test_rows_without_a_record_are_dead_letters_with_nothing_to_check() -> None:

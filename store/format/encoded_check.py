@@ -18,8 +18,10 @@ from store.errors import InvalidMessageError
 from store.format.batch_columns import binary_parts, int_column
 from store.format.codec import CodecConfig
 from store.format.constants import MIN_RECORD_LENGTH
-from store.format.fields import be_ints
+from store.format.fields import be_ints, rows_at
 from store.format.scan import check_record, first_bad
+
+_ROWS_WIDTH = 256       # topics up to this long are compared as rows of a byte matrix
 
 
 def check_encoded(table: pa.Table | pa.RecordBatch) -> None:
@@ -79,20 +81,25 @@ def _check_batch(batch: pa.RecordBatch, first_row: int) -> None:
 
 
 def _first_topic_mismatch(values: np.ndarray, pos: np.ndarray, length: np.ndarray, topics: pa.Array) -> int:
-    """Index of the first record whose TOPIC bytes differ from ``topics`` (UTF-8), or len(pos)."""
+    """Index of the first record whose TOPIC bytes differ from ``topics`` (UTF-8), or len(pos):
+    the lengths, then both sides' bytes as rows of one width, compared where they count."""
     t_offs, t_values = binary_parts(topics.cast(pa.binary()))
-    t_len = np.diff(t_offs)
-    lengths = np.flatnonzero(t_len != length)
-    k = int(lengths[0]) if len(lengths) else len(pos)
-    if k == 0:
-        return 0
-    ends = np.cumsum(length[:k])
-    total = int(ends[-1])
-    at = np.arange(total, dtype=np.int64) + np.repeat(pos[:k] - (ends - length[:k]), length[:k])
-    differ = np.flatnonzero(values[at] != t_values[int(t_offs[0]):int(t_offs[0]) + total])
-    if len(differ):
-        return int(np.searchsorted(ends, differ[0], side="right"))
-    return k
+    bad = np.diff(t_offs) != length
+    same = np.flatnonzero(~bad)
+    width = int(length[same].max()) if len(same) else 0
+    if width > _ROWS_WIDTH:        # very long topics: byte by byte, in one gather
+        ends = np.cumsum(length[same])
+        at = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(pos[same] - (ends - length[same]), length[same])
+        col = np.repeat(t_offs[:-1][same] - (ends - length[same]), length[same]) + np.arange(int(ends[-1]))
+        differ = np.flatnonzero(values[at] != t_values[col])
+        if len(differ):
+            bad[same[np.searchsorted(ends, differ, side="right")]] = True
+    elif width:
+        counts = np.arange(width) < length[same, None]
+        bad[same] = ((rows_at(values, pos[same], width) != rows_at(t_values, t_offs[:-1][same], width))
+                     & counts).any(axis=1)
+    wrong = np.flatnonzero(bad)
+    return int(wrong[0]) if len(wrong) else len(pos)
 
 
 def _text(values: np.ndarray, pos: int, length: int) -> str:

@@ -1,5 +1,6 @@
 """Records encoded elsewhere are checked as recovery checks a segment before the store takes them
-(store.check_encoded): framing, lengths, BODYCRC, and the columns against the records."""
+(store.check_encoded): framing, lengths, BODYCRC, and the columns against the records. Every test
+runs with the C checks (store/format/_record_check.c) and with the numpy ones."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from store import InvalidMessageError, check_encoded
 from store.format.batch_codec import encode_batch_to_arrow
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    import store.format.encoded_check as encoded_check
+    if request.param == "numpy":
+        monkeypatch.setattr(encoded_check, "_record_check", None)
+    else:
+        assert encoded_check.kernel_available(), "setup.py's store/format/_record_check.c did not build: run `make venv`"
+    return request.param
 
 
 def records(n: int = 6, v6: bool = False, topics: tuple[str, str] = ("orders", "payments")) -> pa.Table:
@@ -98,3 +109,24 @@ def test_rows_without_a_record_are_dead_letters_with_nothing_to_check() -> None:
     check_encoded(table.set_column(0, "record", pa.array([None, *rec[1:3], None, *rec[4:]], pa.binary())))
     check_encoded(table.set_column(0, "record", pa.nulls(len(rec), pa.binary())))
     assert np.all(table.column("queue_id").to_numpy() == np.arange(6))
+
+
+def test_the_c_checks_find_what_the_numpy_ones_find(kernel: str) -> None:
+    import store.format.encoded_check as encoded_check
+    from store.format.batch_columns import binary_parts
+
+    if kernel == "numpy":
+        pytest.skip("one comparison is enough")
+    rng = np.random.default_rng(40)
+    for v6, topics in ((False, ("orders", "payments")), (True, ("t" * 200, "u"))):
+        batch = records(8, v6=v6, topics=topics).to_batches()[0]
+        size = int(np.diff(binary_parts(batch.column("record"))[0]).min())
+        for _ in range(150):
+            row, at = int(rng.integers(8)), int(rng.integers(size))
+            offs, values = binary_parts(corrupt(batch, row, at).column("record"))
+            starts, sizes = offs[:-1], np.diff(offs)
+            first_c, cols_c = encoded_check._records_c(values, starts, sizes)
+            first_np, cols_np = encoded_check._records_numpy(values, starts, sizes)
+            assert first_c == first_np, (row, at)
+            for name in ("queue_id", "sys_flag", "topic_pos", "topic_len"):
+                assert np.array_equal(getattr(cols_c, name)[:first_c], getattr(cols_np, name)[:first_c]), name

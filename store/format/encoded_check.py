@@ -5,8 +5,10 @@ and sysFlag its columns name: it checks that the records fit and lie back to bac
 them. A batch that crossed a boundary it should not trust (a file another process could have
 touched, sink.spool) is checked here first, as recovery checks a segment (store.format.scan):
 TOTALSIZE equals the record's length, the magic code, every field length adds up, BODYCRC matches
-the body; and the record's own TOPIC, QUEUEID and SYSFLAG are the ones its columns say. Vectorized:
-the body CRCs are the one pass over every byte.
+the body; and the record's own TOPIC, QUEUEID and SYSFLAG are the ones its columns say. In C
+(_record_check.c, built by setup.py) every check of a record is made in one pass over its bytes,
+outside the GIL; without a compiler, numpy gathers the fields and each body's CRC is one call
+(several times the time: bench/spool.py).
 """
 
 from __future__ import annotations
@@ -17,9 +19,20 @@ import pyarrow as pa
 from store.errors import InvalidMessageError
 from store.format.batch_columns import binary_parts, int_column
 from store.format.codec import CodecConfig
-from store.format.constants import MIN_RECORD_LENGTH
-from store.format.fields import be_ints, rows_at
+from store.format.constants import (
+    BORNHOST_V6_FLAG,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_LENGTH,
+    STOREHOSTADDRESS_V6_FLAG,
+)
+from store.format.fields import ScanColumns, be_ints, rows_at
 from store.format.scan import check_record, first_bad
+
+try:
+    from store.format import _record_check
+except ImportError:  # built without a C compiler: the numpy checks
+    _record_check = None
 
 _ROWS_WIDTH = 256       # topics up to this long are compared as rows of a byte matrix
 
@@ -50,11 +63,7 @@ def _check_batch(batch: pa.RecordBatch, first_row: int) -> None:
     short = np.flatnonzero(sizes < MIN_RECORD_LENGTH)
     if len(short):
         raise fail(int(short[0]), f"shorter than any record ({MIN_RECORD_LENGTH} bytes)")
-    framed = np.flatnonzero(be_ints(values, starts, 4) != sizes)
-    n = int(framed[0]) if len(framed) else len(rows)
-    first, cols = first_bad(values, memoryview(values), starts[:n], sizes[:n], 0, CodecConfig(), columns=True,
-                            placed=False)
-    assert cols is not None
+    first, cols = (_records_c if _record_check is not None else _records_numpy)(values, starts, sizes)
     # the columns against the records, over the records that are well formed
     queue_id = int_column(batch.column("queue_id"), np.int64)[rows[:first]]
     sys_flag = int_column(batch.column("sys_flag"), np.int64)[rows[:first]]
@@ -72,12 +81,39 @@ def _check_batch(batch: pa.RecordBatch, first_row: int) -> None:
                  "queue_id": int(cols.queue_id[i]), "sys_flag": int(cols.sys_flag[i])}
         name = next(k for k in said if said[k] != holds[k])
         raise fail(i, f"its {name} column says {said[name]!r} but the record holds {holds[name]!r}")
-    if first == n and n < len(rows):
-        total = int(be_ints(values, starts[n:n + 1], 4)[0])
-        raise fail(n, f"TOTALSIZE {total} is not the record's length")
     pos = int(starts[first])
+    total = int(be_ints(values, starts[first:first + 1], 4)[0])
+    if total != int(sizes[first]):
+        raise fail(first, f"TOTALSIZE {total} is not the record's length")
     check = check_record(memoryview(values), pos, pos + int(sizes[first]), -pos, CodecConfig())
     raise fail(first, check.detail or "not a record")
+
+
+def kernel_available() -> bool:
+    """Whether setup.py built the C checks (the numpy ones are used otherwise)."""
+    return _record_check is not None
+
+
+def _records_numpy(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[int, ScanColumns]:
+    """(index of the first record that fails, or len(starts); the fields of those before it)."""
+    framed = np.flatnonzero(be_ints(values, starts, 4) != sizes)
+    n = int(framed[0]) if len(framed) else len(starts)
+    first, cols = first_bad(values, memoryview(values), starts[:n], sizes[:n], 0, CodecConfig(), columns=True,
+                            placed=False)
+    assert cols is not None
+    return first, cols
+
+
+def _records_c(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[int, ScanColumns]:
+    assert _record_check is not None
+    n = len(starts)
+    out = np.empty((4, n), np.int64)
+    first = _record_check.check(values, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),
+                                out, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG,
+                                STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
+    queue_id, sys_flag, topic_pos, topic_len = out
+    unused = np.zeros(n, np.int64)
+    return first, ScanColumns(queue_id, unused, sys_flag, topic_pos, topic_len, unused)
 
 
 def _first_topic_mismatch(values: np.ndarray, pos: np.ndarray, length: np.ndarray, topics: pa.Array) -> int:

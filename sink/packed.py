@@ -58,12 +58,20 @@ def unpack(table: pa.Table, schema: pa.Schema) -> pa.Table:
         if chunk.null_count:
             raise PackedBatchError("a packed batch names a spool file: sink.spool.resolve it first")
         for i in range(len(chunk)):
-            reader = pa.ipc.open_stream(chunk[i].as_buffer())
+            reader = pa.ipc.open_stream(value_buffer(chunk, i))
             if not reader.schema.equals(schema):
                 raise PackedBatchError(f"a packed batch has columns {reader.schema.names}, expected "
                                        f"{schema.names}: was it written by another version of the job?")
             batches.extend(reader)
     return pa.Table.from_batches(batches, schema=schema)
+
+
+def value_buffer(chunk: pa.Array, i: int) -> pa.Buffer:
+    """Value ``i`` of a binary array as a slice of its data buffer (a scalar's ``as_buffer()``
+    copies it: tens of megabytes for a batch, and for a mapped spool file the first read of it)."""
+    width = 8 if pa.types.is_large_binary(chunk.type) else 4
+    offsets = np.frombuffer(chunk.buffers()[1], dtype=f"i{width}", count=2, offset=(chunk.offset + i) * width)
+    return chunk.buffers()[2].slice(int(offsets[0]), int(offsets[1] - offsets[0]))
 
 
 def packed_spark_schema() -> Any:

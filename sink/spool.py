@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from sink.batch import ENCODED_SCHEMA
-from sink.packed import CHUNK, MAC, PACKED_SCHEMA, SPOOL, PackedBatchError
+from sink.packed import CHUNK, MAC, PACKED_SCHEMA, SPOOL, PackedBatchError, value_buffer
 from sink.trust import UntrustedPathError, check_ours_or_sticky, make_private_dir, open_dir, user_name
 from store import InvalidMessageError, check_encoded
 
@@ -244,7 +244,7 @@ class Spool:
                                     table.column(MAC).to_pylist()):
             if path is None:
                 continue
-            data = chunk[0].as_buffer()
+            data = value_buffer(chunk, 0)
             if mac is None or not hmac.compare_digest(file_mac(self.key, os.path.basename(path), data), mac):
                 raise SpoolError(f"spool file {path} is not what this job's task wrote (its HMAC does not match): "
                                  "refused, the batch is not written")

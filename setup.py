@@ -14,14 +14,16 @@ bytes come out of the pyarrow/numpy paths, slower.
 
 from setuptools import Extension, setup
 
+CRC32 = "store/format/_crc32.h"    # the table CRC two of them share (BODYCRC)
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[
-    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
+              depends=[CRC32]),
     Extension("store.format._properties_split", ["store/format/_properties_split.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.format._record_check", ["store/format/_record_check.c"], optional=True,
-              extra_compile_args=FLAGS),
+              extra_compile_args=FLAGS, depends=[CRC32]),
     Extension("store.format._record_columns", ["store/format/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.format._scan_walk", ["store/format/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),

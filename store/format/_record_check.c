@@ -11,33 +11,7 @@
 
 #define AHEAD 4      /* records asked for ahead of the one checked */
 
-static uint32_t crc_table[8][256];
-
-/* zlib's CRC-32 (UtilAll.crc32 before its mask), eight bytes a step */
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (int t = 1; t < 8; t++)
-        for (int i = 0; i < 256; i++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
-}
-
-static uint32_t crc32_bytes(const uint8_t *p, int64_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint32_t a = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        c = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF] ^ crc_table[5][(a >> 16) & 0xFF]
-            ^ crc_table[4][a >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]]
-            ^ crc_table[0][p[7]];
-    }
-    while (n-- > 0)
-        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
+#include "_crc32.h"     /* crc_init, crc32_of */
 
 static inline uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -70,7 +44,7 @@ static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const 
     int64_t body = body_pos + 4;
     if (body_len < 0 || body + body_len + 1 + v2 > end)
         return 0;
-    if (body_len > 0 && (crc32_bytes(d + body, body_len) & 0x7FFFFFFFu) != be32(p + 8))
+    if (body_len > 0 && (crc32_of(d + body, body_len) & 0x7FFFFFFFu) != be32(p + 8))
         return 0;
     int64_t t = body + body_len;
     int64_t tl = v2 ? (int64_t)be16(d + t) : (int64_t)(int8_t)d[t];

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from sink.state import SinkState
-from sink.trust import UntrustedPathError, open_dir, user_name
+from sink.trust import UntrustedPathError, mkdir_private, open_dir, user_name
 
 # What Spark keeps in a checkpoint: ``offsets`` decides which Kafka range a batch reads after a restart
 SPARK_ENTRIES = ("metadata", "offsets", "commits", "sources", "state")
@@ -57,13 +57,7 @@ def check_checkpoint_dir(checkpoint: str | None) -> None:
     what = "--checkpoint"
     real = os.path.realpath(path)
     if not os.path.lexists(real):
-        os.makedirs(os.path.dirname(real), exist_ok=True)
-        try:
-            os.mkdir(real, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise UntrustedPathError(f"{what} {checkpoint}: cannot create it: {exc.strerror or exc}") from None
+        mkdir_private(real, what)
     fd = open_dir(real, what)
     try:
         st = os.fstat(fd)

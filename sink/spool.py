@@ -163,7 +163,6 @@ class Spool:
         does, ours and writable by no one else, or sticky and shared (sink.trust)."""
         directory = os.path.realpath(directory)
         if not os.path.lexists(directory):
-            os.makedirs(os.path.dirname(directory), exist_ok=True)
             fd = _checked(make_private_dir, directory, what="--spool-dir")
         else:
             fd = _checked(open_dir, directory, what="--spool-dir")

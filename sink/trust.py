@@ -69,15 +69,22 @@ def check_ours_or_sticky(st: os.stat_result, path: str, what: str) -> None:
     check_private(st, path, what)
 
 
-def make_private_dir(path: str, what: str) -> int:
-    """Create ``path`` (mode 0700) unless it exists, then a descriptor of it once it is checked to be
-    ours and writable by no one else; tightened to 0700 if it was readable by others."""
+def mkdir_private(path: str, what: str) -> None:
+    """Make ``path`` (absolute), mode 0700, unless it exists (its parents as usual): made by us before
+    anyone else can make it in a shared parent."""
     try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     except OSError as exc:
         raise UntrustedPathError(f"{what} {path}: cannot create it: {exc.strerror or exc}") from None
+
+
+def make_private_dir(path: str, what: str) -> int:
+    """Create ``path`` (mode 0700) unless it exists, then a descriptor of it once it is checked to be
+    ours and writable by no one else; tightened to 0700 if it was readable by others."""
+    mkdir_private(path, what)
     fd = open_dir(path, what)
     try:
         st = os.fstat(fd)

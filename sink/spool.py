@@ -90,10 +90,7 @@ def file_mac(key: bytes, name: str, data: object) -> bytes:
 
 def write(batch: pa.RecordBatch, target: SpoolTarget) -> pa.RecordBatch:
     """One PACKED_SCHEMA row naming a new file in the spool directory that holds ``batch`` (in a task)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    data = sink.getvalue()
+    data = _ipc_stream(batch)
     name = f"{target.tag}.{uuid.uuid4().hex}{SUFFIX}"
     dir_fd = _task_dir(target.directory)
     try:
@@ -110,6 +107,18 @@ def write(batch: pa.RecordBatch, target: SpoolTarget) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.nulls(1, pa.binary()), pa.array([os.path.join(target.directory, name)]),
                                        pa.array([file_mac(target.key, name, data)], pa.binary())],
                                       schema=PACKED_SCHEMA)
+
+
+def _ipc_stream(batch: pa.RecordBatch) -> pa.Buffer:
+    """``batch`` as an Arrow IPC stream in one buffer of its size: counted first, then written once
+    (a growing output stream copies what it holds each time it grows)."""
+    size = pa.MockOutputStream()
+    with pa.ipc.new_stream(size, batch.schema) as writer:
+        writer.write_batch(batch)
+    data = pa.allocate_buffer(size.size())
+    with pa.ipc.new_stream(pa.FixedSizeBufferWriter(data), batch.schema) as writer:
+        writer.write_batch(batch)
+    return data
 
 
 def _task_dir(directory: str) -> int:

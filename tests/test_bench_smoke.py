@@ -55,6 +55,11 @@ EXPECTED = {
         ["body1024.arrow.mb_per_s", "body1024.verify_scan.mb_per_s", "body100.spark.commitlog.msg_per_s",
          "body100.spark.parquet.msg_per_s"],
         ["body1024.ratio.arrow_vs_verify_scan", "body100.ratio.spark_commitlog_vs_parquet"]),
+    "spool": (
+        ["body100.task.write_ms", "body100.task.write_unchecked_ms", "body100.driver.resolve_ms",
+         "body100.driver.check_ms", "body100.driver.check_hmac_ms", "body100.driver.check_records_ms",
+         "body100.store.write_ms"],
+        ["body100.ratio.handover_checked_vs_unchecked", "body100.ratio.check_vs_store_write"]),
     "codecs": (
         ["lz4.kafka_python.mb_per_s", "zstd.cramjam.mb_per_s", "snappy.kafka_python.mb_per_s", "gzip.cramjam.mb_per_s"],
         ["lz4.ratio.kafka_python_vs_cramjam", "zstd.ratio.kafka_python_vs_cramjam"]),

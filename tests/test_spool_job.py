@@ -62,7 +62,7 @@ def _tamper_with_the_first_file(monkeypatch: pytest.MonkeyPatch, how: str, topic
 @pytest.mark.parametrize("how", ["crafted", "symlink"])
 def test_a_tampered_spool_file_fails_its_batch_and_the_store_ends_with_what_kafka_had(
         bootstrap_servers: str, spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        how: str, spool_dir: str) -> None:
+        caplog: pytest.LogCaptureFixture, how: str, spool_dir: str) -> None:
     topics = [unique_topic(f"spool-{how}")]
     create_topics(bootstrap_servers, topics)
     sent = produce(bootstrap_servers, sample(topics, 1500))
@@ -78,6 +78,9 @@ def test_a_tampered_spool_file_fails_its_batch_and_the_store_ends_with_what_kafk
     with pytest.raises(Exception, match=says):     # the query fails with the batch's reason
         run_until_caught_up(cfg, spark)
     assert tampered, "a batch came through a spool file"
+    said = [r.getMessage() for r in caplog.records if r.name == "commitlog.batch" and r.levelname == "ERROR"]
+    assert len(said) == 1 and "not committed: spool file" in said[0] and says in said[0], said
+    assert len(said[0].splitlines()) == 1
     if Path(cfg.store, "commitlog").is_dir():
         held = store_by_coordinates(cfg.store)
         assert all(bytes(msg.body) != FORGED for [(_, msg)] in held.values()), "a forged record was stored"

@@ -5,6 +5,8 @@ bytes come out of the pyarrow/numpy paths, slower.
   (ingest/encode/direct_encode.py).
 - store/format/_scan_walk.c: the segment walk along TOTALSIZE (store/format/walk.py, for scan.py:
   recovery, verify, the read-back).
+- store/format/_record_check.c: the checks of records encoded elsewhere before the store takes them
+  (store/format/encoded_check.py: the spool files the driver maps).
 - store/format/_record_columns.c and store/format/_properties_split.c: the fixed fields, hosts,
   topics and bodies, and the PROPERTIES split into pairs, of many records when a store is read back
   as Arrow (store/format/record_batch.py, store/format/arrow_text.py).
@@ -12,12 +14,16 @@ bytes come out of the pyarrow/numpy paths, slower.
 
 from setuptools import Extension, setup
 
+CRC32 = "store/format/_crc32.h"    # the table CRC two of them share (BODYCRC)
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[
-    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
+              depends=[CRC32]),
     Extension("store.format._properties_split", ["store/format/_properties_split.c"], optional=True,
               extra_compile_args=FLAGS),
+    Extension("store.format._record_check", ["store/format/_record_check.c"], optional=True,
+              extra_compile_args=FLAGS, depends=[CRC32]),
     Extension("store.format._record_columns", ["store/format/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.format._scan_walk", ["store/format/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),

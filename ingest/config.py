@@ -209,9 +209,10 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
     p.add_argument("--truncate-on-corruption", action="store_true", default=S,
                    help="open a store with damaged committed data by cutting it at the damage (loses data)")
     p.add_argument("--spool-dir", default=S,
-                   help="where the read tasks hand their encoded batches to the driver as files: auto (a "
-                        "temporary directory in local mode, through Spark otherwise), off (always through "
-                        "Spark), or a directory the executors share with the driver at the same path")
+                   help="where the read tasks hand their encoded batches to the driver as files: auto "
+                        "(<store>/spool, private, in local mode; through Spark otherwise), off (always through "
+                        "Spark), or a directory the executors share with the driver at the same path, yours "
+                        "and writable by no one else (or sticky, like /tmp)")
     p.add_argument("--skip-preflight", action="store_true", default=S,
                    help="do not check that the store path is persistent and lockable")
     if streaming:

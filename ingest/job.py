@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import hashlib
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -25,9 +23,11 @@ from ingest.config import JobConfig, kafka_reader_options, spark_interval
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import collect_packed
 from ingest.kafka.admin import earliest_offsets
-from sink import CommitLogWriter, spool
+from sink import CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
-from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
+from sink.spool import Spool, auto_dir
+from sink.trust import check_existing_dir
+from sink.spark_checkpoint import check_checkpoint_dir, local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 from store import IndexConfig, RetentionConfig, StoreConfig
 from store.format import END_FILE_MIN_BLANK_LENGTH, CodecConfig
@@ -70,25 +70,40 @@ def spark_session(cfg: JobConfig) -> Any:
 
 def spool_directory(cfg: JobConfig, spark: Any) -> str | None:
     """Where our source's read tasks leave their batches for the driver (sink.spool), or None:
-    through Spark. ``auto`` spools only when the executors are on this machine (local mode), in a
-    directory of this store's own under the temporary directory."""
+    through Spark. ``auto`` spools only when the executors are on this machine (local mode), in
+    ``<store>/spool``, which the store's lock keeps to one job."""
     if cfg.spool_dir == "off" or cfg.source != "kafka-python":
         return None
     if cfg.spool_dir != "auto":
-        return os.path.abspath(cfg.spool_dir)
+        return os.path.realpath(cfg.spool_dir)
     if not str(spark.sparkContext.master).startswith("local"):
         return None
-    digest = hashlib.sha1(os.path.realpath(cfg.store).encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"commitlog-spool-{digest}")
+    return auto_dir(cfg.store)
 
 
-def close_spool(cfg: JobConfig, spool_dir: str | None) -> None:
-    if spool_dir is not None:
-        (spool.remove_dir if cfg.spool_dir == "auto" else spool.sweep)(spool_dir)
+def open_spool(cfg: JobConfig, spark: Any) -> Spool | None:
+    """The spool the job's tasks write to (sink.spool), checked and opened; call with the store's
+    lock held. None: batches come through Spark."""
+    directory = spool_directory(cfg, spark)
+    if directory is None:
+        return None
+    return Spool.for_store(cfg.store) if cfg.spool_dir == "auto" else Spool.given(directory, cfg.store)
+
+
+def check_spool_setting(cfg: JobConfig) -> None:
+    """Before Spark starts: the spool directory the job would use, if it exists, is one it may use
+    (sink.trust); raises UntrustedPathError. The automatic one is checked whatever the master: it
+    is inside the store, where no one else should have put anything."""
+    if cfg.spool_dir == "off" or cfg.source != "kafka-python":
+        return
+    if cfg.spool_dir == "auto":
+        check_existing_dir(auto_dir(cfg.store), "spool directory", private=True)
+    else:
+        check_existing_dir(os.path.realpath(cfg.spool_dir), "--spool-dir", private=False)
 
 
 def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str],
-                  spool_dir: str | None = None) -> tuple[str, dict[str, str]]:
+                  spool: Spool | None = None) -> tuple[str, dict[str, str]]:
     """(format, options) to read with. Ours (``kafka-python``) reads through the message source, which
     maps and encodes in its read tasks; Spark's own, only when its package is on the classpath, gives
     Kafka columns that ingest.encode.prepare maps with mapInArrow."""
@@ -101,7 +116,8 @@ def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str],
             raise RuntimeError("--source spark-kafka needs the spark-sql-kafka package on the classpath "
                                "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
         return fmt, kafka_options
-    return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg), spool_dir)
+    return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg),
+                                      None if spool is None else spool.target)
 
 
 def codec_config(cfg: JobConfig) -> CodecConfig:
@@ -188,6 +204,7 @@ class StopSignal:
 def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any | None = None,
                on_batch: Callable[..., None] | None = None, available_now: bool = False) -> int:
     """Run the job until ``stop`` is set (or the available data is in, with ``available_now``)."""
+    check_checkpoint_dir(cfg.checkpoint or None)
     if not cfg.skip_preflight:
         from ingest.preflight import check_store_path
 
@@ -196,21 +213,19 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     own_spark = spark is None
     query = None
     sink = None
-    spool_dir = None
+    spool = None
     try:
         rewind_to_store(cfg.checkpoint or None, writer.state)
         start = starting_offsets(writer, cfg)     # before Spark: a data loss is one line
         spark = spark or spark_session(cfg)
         options = kafka_reader_options(cfg, start)
-        spool_dir = spool_directory(cfg, spark)
-        if spool_dir is not None:
-            spool.prepare_dir(spool_dir)    # after the writer took the store's lock: no other job uses it
-        fmt, reader_options = source_reader(cfg, spark, options, spool_dir)
+        spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
+        fmt, reader_options = source_reader(cfg, spark, options, spool)
         df = spark.readStream.format(fmt).options(**reader_options).load()
         sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg),
-                                                spool_dir=spool_dir),
+                                                spool=spool),
                                 checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch,
-                                overlap=overlap_writes(cfg))
+                                overlap=overlap_writes(cfg), check=None if spool is None else spool.check)
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
         if cfg.checkpoint:
             stream = stream.option("checkpointLocation", cfg.checkpoint)
@@ -245,7 +260,8 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             except RuntimeError as exc:   # already raised above, or the query's own failure is
                 log.error("%s", exc)
         writer.close()
-        close_spool(cfg, spool_dir)
+        if spool is not None:
+            spool.close()
         log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()

@@ -28,7 +28,8 @@ class DeadLetterLog:
     def __init__(self, store_root: str | os.PathLike[str], committed_bytes: int) -> None:
         self.path = Path(store_root) / DEAD_LETTER_DIR / DEAD_LETTER_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # never through a link: the file is truncated to its committed length below
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         size = os.fstat(self._fd).st_size
         if size > committed_bytes:
             log.warning("dead letters: dropping %d uncommitted bytes after %d in %s",

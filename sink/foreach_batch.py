@@ -36,15 +36,19 @@ log = logging.getLogger("commitlog.batch")
 WRITER_NICE = 10
 
 Collect = Callable[[Any], pa.Table]   # DataFrame -> the batch on the driver (sink.batch), source order
+# On the writer thread, before prepare: what a collected batch must pass before any of it is written
+# (sink.spool.Spool.check); returns the batch as prepare takes it.
+Check = Callable[[pa.Table], pa.Table]
 
 
 class ForeachBatchSink:
     """Callable for ``writeStream.foreachBatch``; serialises batches against a stop request."""
 
     def __init__(self, writer: CommitLogWriter, collect: Collect, checkpoint_dir: str | None = None, on_batch: Callable[[BatchStats], None] | None = None,
-                 overlap: bool = False) -> None:
+                 overlap: bool = False, check: Check | None = None) -> None:
         self.writer = writer
         self.collect = collect
+        self.check = check
         self.checkpoint_dir = checkpoint_dir
         self.on_batch = on_batch
         self.lock = threading.Lock()       # held for the whole of a call
@@ -73,7 +77,11 @@ class ForeachBatchSink:
                 log.info("batch %d already committed (store batch %d): skipped", batch_id,
                          self.writer.state.batch_id)
                 return
-            table = self.collect(df)
+            try:
+                table = self.collect(df)
+            except Exception as exc:
+                log.error("batch %d not committed: %s", batch_id, _first_line(exc))
+                raise
             collected = time.perf_counter()
             self._settle()
             if self._executor is None:
@@ -83,7 +91,13 @@ class ForeachBatchSink:
 
     def _write(self, batch_id: int, query_id: str | None, table: pa.Table, started: float,
                collected: float) -> None:
-        stats = self.writer.write_batch(batch_id, query_id, prepare(table, self.writer.state.kafka_offsets))
+        try:
+            if self.check is not None:
+                table = self.check(table)
+            stats = self.writer.write_batch(batch_id, query_id, prepare(table, self.writer.state.kafka_offsets))
+        except Exception as exc:
+            log.error("batch %d not committed: %s", batch_id, exc)
+            raise
         total = time.perf_counter() - started
         self.batches += 1
         log.info("batch %d: %d records, %.0f rec/s, %.0f ms (spark %.0f, append %.0f, flush %.0f, "
@@ -133,6 +147,12 @@ class ForeachBatchSink:
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    """A Spark failure's message runs on with its Java stack: its first line says what happened."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _lower_priority() -> None:

@@ -19,8 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 CHUNK = "chunk"
-SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool)
-PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string())])
+SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool) ...
+MAC = "mac"         # ... and what the driver checks it against
+PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string()), (MAC, pa.binary())])
 # costs the task a little and saves the JVM more (BENCHMARKS.md, "Replay")
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -37,7 +38,7 @@ def pack(batch: pa.RecordBatch) -> pa.RecordBatch:
     data = sink.getvalue()
     offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32))
     return pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]),
-                                       pa.nulls(1, pa.string())], schema=PACKED_SCHEMA)
+                                       pa.nulls(1, pa.string()), pa.nulls(1, pa.binary())], schema=PACKED_SCHEMA)
 
 
 def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -49,17 +50,28 @@ def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 def unpack(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The record batches packed in ``table``'s rows, in order, as one table of ``schema``."""
+    if SPOOL in table.column_names and table.column(SPOOL).null_count < table.num_rows:
+        raise PackedBatchError("a packed batch names a spool file not yet mapped and checked: "
+                               "sink.spool.Spool.resolve and .check it first")
     batches: list[pa.RecordBatch] = []
     for chunk in table.column(CHUNK).chunks:
         if chunk.null_count:
             raise PackedBatchError("a packed batch names a spool file: sink.spool.resolve it first")
         for i in range(len(chunk)):
-            reader = pa.ipc.open_stream(chunk[i].as_buffer())
+            reader = pa.ipc.open_stream(value_buffer(chunk, i))
             if not reader.schema.equals(schema):
                 raise PackedBatchError(f"a packed batch has columns {reader.schema.names}, expected "
                                        f"{schema.names}: was it written by another version of the job?")
             batches.extend(reader)
     return pa.Table.from_batches(batches, schema=schema)
+
+
+def value_buffer(chunk: pa.Array, i: int) -> pa.Buffer:
+    """Value ``i`` of a binary array as a slice of its data buffer (a scalar's ``as_buffer()``
+    copies it: tens of megabytes for a batch, and for a mapped spool file the first read of it)."""
+    width = 8 if pa.types.is_large_binary(chunk.type) else 4
+    offsets = np.frombuffer(chunk.buffers()[1], dtype=f"i{width}", count=2, offset=(chunk.offset + i) * width)
+    return chunk.buffers()[2].slice(int(offsets[0]), int(offsets[1] - offsets[0]))
 
 
 def packed_spark_schema() -> Any:

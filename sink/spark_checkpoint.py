@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from sink.state import SinkState
+from sink.trust import UntrustedPathError, mkdir_private, open_dir, user_name
+
+# What Spark keeps in a checkpoint: ``offsets`` decides which Kafka range a batch reads after a restart
+SPARK_ENTRIES = ("metadata", "offsets", "commits", "sources", "state")
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,44 @@ def local_checkpoint_path(checkpoint: str | None) -> Path | None:
     if parsed.scheme in ("", "file"):
         return Path(parsed.path if parsed.scheme else checkpoint)
     return None
+
+
+def check_checkpoint_dir(checkpoint: str | None) -> None:
+    """Refuse (UntrustedPathError) a local checkpoint another user could change: Spark re-reads the
+    Kafka range of ``offsets/<batch>`` after a restart, so whoever writes there chooses what a batch
+    reads (records skipped). The directory must be writable by us and by no one else but our group,
+    and none of Spark's entries in it a symbolic link or writable by everyone. One that does not
+    exist yet is made here, 0700, so that no one can make it first; Spark uses it as it finds it."""
+    path = local_checkpoint_path(checkpoint)
+    if path is None:
+        return
+    what = "--checkpoint"
+    real = os.path.realpath(path)
+    if not os.path.lexists(real):
+        mkdir_private(real, what)
+    fd = open_dir(real, what)
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & stat.S_IWOTH:
+            raise UntrustedPathError(f"{what} {checkpoint} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
+                                     f"whoever writes Spark's offsets there chooses what the job reads; chmod o-w it "
+                                     f"or name a directory of yours")
+        if not os.access(real, os.W_OK):
+            raise UntrustedPathError(f"{what} {checkpoint} belongs to {user_name(st.st_uid)} and is not writable by "
+                                     f"{user_name(os.geteuid())} who runs the job: name a directory of yours")
+        for name in SPARK_ENTRIES:
+            try:
+                entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(entry.st_mode):
+                raise UntrustedPathError(f"{what} {checkpoint}: Spark's {name} in it is a symbolic link, which a "
+                                         f"checkpoint never holds: refused")
+            if entry.st_mode & stat.S_IWOTH:
+                raise UntrustedPathError(f"{what} {checkpoint}: Spark's {name} in it is writable by every user (mode "
+                                         f"{stat.S_IMODE(entry.st_mode):04o}): chmod o-w it")
+    finally:
+        os.close(fd)
 
 
 def checkpoint_query_id(checkpoint: str | None) -> str | None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from store.config import StoreConfig
     from store.format.batch_codec import EncodedBatch, encode_batch
     from store.format.codec import CodecConfig, DecodedMessage, Message
+    from store.format.encoded_check import check_encoded
     from store.format.hosts import HostAddress
     from store.log.commit_point import CommitPoint, read_commit_point
     from store.message_store import AppendResult, MessageStore
@@ -50,7 +51,7 @@ _LAZY = {
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
-    "segment_size_on_disk": "store.log.segment_queue",
+    "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.format.encoded_check",
 }
 
 
@@ -63,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AppendResult", "CodecConfig", "CommitPoint", "DecodedMessage", "EncodedBatch", "HostAddress",
+    "AppendResult", "CodecConfig", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
     "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",

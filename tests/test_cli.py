@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -54,6 +55,27 @@ def test_an_unreachable_broker_is_found_before_spark_starts(tmp_path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"no Kafka broker answers at --bootstrap-servers 127.0.0.1:{port}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="playing another user takes chown")
+def test_a_spool_directory_another_user_made_is_refused_before_spark_starts(tmp_path) -> None:
+    (tmp_path / "store" / "spool").mkdir(parents=True)
+    os.chown(tmp_path / "store" / "spool", 65534, 65534)
+    done = run_command("--bootstrap-servers", "127.0.0.1:9092", tmp=str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"spool directory {tmp_path}/store/spool belongs to " in done.stderr and "uid 65534" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_spool_dir_others_can_write_is_refused_before_spark_starts(tmp_path) -> None:
+    (tmp_path / "shared").mkdir()
+    os.chmod(tmp_path / "shared", 0o777)
+    done = run_command("--bootstrap-servers", "127.0.0.1:9092", "--spool-dir", str(tmp_path / "shared"),
+                       tmp=str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--spool-dir" in done.stderr and "writable by other users without the sticky bit" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list((tmp_path / "shared").iterdir()) == []
 
 
 @pytest.mark.integration

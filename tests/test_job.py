@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -223,30 +224,34 @@ def test_both_sources_write_the_same_records(bootstrap_servers: str, spark: obje
 def test_in_local_mode_batches_reach_the_driver_through_spool_files_and_none_is_left(
         bootstrap_servers: str, spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ingest.job import spool_directory
-    from sink import spool
+    from sink.spool import Spool
 
     topics = [unique_topic("job-spool")]
     create_topics(bootstrap_servers, topics)
     sent = produce(bootstrap_servers, sample(topics, 2000))
     spooled: list[int] = []
     orphans: list[int] = []
-    resolve, sweep = spool.resolve, spool.sweep
+    resolve, sweep = Spool.resolve, Spool.sweep
 
-    def counting(table):  # noqa: ANN001, ANN202
+    modes: set[int] = set()
+
+    def counting(self, table):  # noqa: ANN001, ANN202
         spooled.append(table.num_rows - table.column("spool").null_count)
-        return resolve(table)
+        modes.add(os.stat(self.directory).st_mode & 0o7777)
+        return resolve(self, table)
 
-    monkeypatch.setattr(spool, "resolve", counting)
-    monkeypatch.setattr(spool, "sweep", lambda d: orphans.append(sweep(d)) or orphans[-1])
+    monkeypatch.setattr(Spool, "resolve", counting)
+    monkeypatch.setattr(Spool, "sweep", lambda self: orphans.append(sweep(self)) or orphans[-1])
     by_spark = job_config(bootstrap_servers, topics, tmp_path / "through-spark", spool_dir="off")
     run_until_caught_up(by_spark, spark)
-    assert spooled and sum(spooled) == 0, "with --spool-dir off every batch crosses Spark"
+    assert not spooled, "with --spool-dir off every batch crosses Spark"
 
     spooled.clear()
     cfg = job_config(bootstrap_servers, topics, tmp_path)
     spool_dir = Path(spool_directory(cfg, spark))
     run_until_caught_up(cfg, spark)
     assert len(spooled) >= 3 and all(n > 0 for n in spooled), spooled
+    assert spool_dir.parent == Path(cfg.store) and modes == {0o700}, "private, inside the store its lock guards"
     assert orphans and sum(orphans) == 0, "every file a task wrote was taken by its batch, none left to sweep"
     assert not spool_dir.exists(), "the job removes its spool directory when it ends"
 

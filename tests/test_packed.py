@@ -43,3 +43,13 @@ def test_a_chunk_of_other_columns_is_refused_with_its_columns_named() -> None:
     stray = pack(pa.record_batch({"x": [1, 2]}))
     with pytest.raises(PackedBatchError, match=r"\['x'\].*another version"):
         unpack(pa.Table.from_batches([stray]), ENCODED_SCHEMA)
+
+
+def test_a_packed_value_is_read_where_it_lies_not_copied() -> None:
+    from sink.packed import value_buffer
+
+    for typ in (pa.binary(), pa.large_binary()):
+        column = pa.array([b"first", b"x" * 100_000, b"third"], typ).slice(1)
+        data = value_buffer(column, 0)
+        assert data.to_pybytes() == b"x" * 100_000 and value_buffer(column, 1).to_pybytes() == b"third"
+        assert data.address == column.buffers()[2].address + 5, "a view of the column's bytes"

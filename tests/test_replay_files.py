@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from ingest.config import JobConfig
 from ingest.replay.export_rows import ExportFileError, read_export
+from ingest.replay.plan import ReplayError
 from ingest.replay.files import EXPORT_SCHEMA
 from sink import read_dead_letters
 from tests.kafka_helpers import store_by_coordinates
@@ -128,6 +130,31 @@ def test_the_command_refuses_an_unreadable_file_in_one_line_with_exit_2_before_w
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.unit
+def test_a_link_out_of_the_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "export" / "orders-0.jsonl", [json.dumps(good(0, i)) for i in range(3)])
+    secret = tmp_path / "private" / "only-we-may-read.jsonl"
+    write_jsonl(secret, [json.dumps(good(1, i)) for i in range(3)])
+    (tmp_path / "export" / "orders-1.jsonl").symlink_to(secret)
+    with pytest.raises(ReplayError, match=r"orders-1.jsonl is a symbolic link to .*only-we-may-read.jsonl, outside"):
+        read_export(tmp_path / "export", "jsonl")
+    (tmp_path / "export" / "orders-1.jsonl").unlink()
+    (tmp_path / "export" / "more").symlink_to(secret.parent, target_is_directory=True)
+    with pytest.raises(ReplayError, match=r"more is a symbolic link to .*private, outside"):
+        read_export(tmp_path / "export", "jsonl")
+    (tmp_path / "export" / "more").unlink()
+    (tmp_path / "export" / "again.jsonl").symlink_to(tmp_path / "export" / "orders-0.jsonl")
+    assert read_export(tmp_path / "export", "jsonl").repeated == 3, "a link inside the directory is read as any file"
+
+
+@pytest.mark.unit
+def test_a_directory_anyone_can_add_files_to_is_refused(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "export" / "part" / "orders-0.jsonl", [json.dumps(good(0, i)) for i in range(3)])
+    os.chmod(tmp_path / "export" / "part", 0o1777)
+    with pytest.raises(ReplayError, match=r"export/part is writable by every user \(mode 1777\)"):
+        read_export(tmp_path / "export", "jsonl")
 
 
 @pytest.mark.integration

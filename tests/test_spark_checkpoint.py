@@ -4,6 +4,10 @@ Spark writes it: metadata, offsets/<batch>, commits/<batch>, each with a Hadoop 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,11 +15,13 @@ import pytest
 from sink.spark_checkpoint import (
     CheckpointRewindError,
     Rewind,
+    check_checkpoint_dir,
     checkpoint_query_id,
     local_checkpoint_path,
     rewind_to_store,
 )
 from sink.state import SinkState
+from sink.trust import UntrustedPathError
 
 pytestmark = pytest.mark.unit
 
@@ -90,3 +96,46 @@ def test_only_local_checkpoints_are_read(tmp_path: Path) -> None:
     assert local_checkpoint_path("s3a://bucket/ck") is None and local_checkpoint_path(None) is None
     assert checkpoint_query_id(str(root)) == QUERY
     assert checkpoint_query_id(str(tmp_path / "none")) is None
+
+
+# ------------------------------------------------------------ a checkpoint no one else can change
+
+def test_a_new_checkpoint_is_made_private_before_spark_can_be_beaten_to_it(tmp_path: Path) -> None:
+    check_checkpoint_dir(str(tmp_path / "shared" / "ck"))
+    assert stat.S_IMODE(os.stat(tmp_path / "shared" / "ck").st_mode) == 0o700
+    root = checkpoint(tmp_path / "used", offsets=2, commits=2)
+    check_checkpoint_dir(f"file:{root}")          # as Spark leaves it (0755 under the usual umask)
+    (tmp_path / "link").symlink_to(root)
+    check_checkpoint_dir(str(tmp_path / "link"))  # a link the user names is followed once, to a checked directory
+    check_checkpoint_dir("s3a://bucket/ck")       # not on this machine: not ours to check
+
+
+def test_a_checkpoint_everyone_can_write_is_refused(tmp_path: Path) -> None:
+    root = checkpoint(tmp_path / "ck", offsets=2, commits=2)
+    os.chmod(root, 0o1777)
+    with pytest.raises(UntrustedPathError, match=r"--checkpoint .*/ck is writable by every user \(mode 1777\)"):
+        check_checkpoint_dir(str(root))
+    os.chmod(root, 0o755)
+    os.chmod(root / "offsets", 0o777)
+    with pytest.raises(UntrustedPathError, match="Spark's offsets in it is writable by every user"):
+        check_checkpoint_dir(str(root))
+
+
+def test_a_link_among_sparks_entries_is_refused(tmp_path: Path) -> None:
+    root = checkpoint(tmp_path / "ck", offsets=2, commits=2)
+    (tmp_path / "theirs").mkdir()
+    os.rename(root / "offsets", tmp_path / "theirs" / "offsets")
+    (root / "offsets").symlink_to(tmp_path / "theirs" / "offsets")
+    with pytest.raises(UntrustedPathError, match="Spark's offsets in it is a symbolic link"):
+        check_checkpoint_dir(str(root))
+
+
+def test_run_refuses_a_shared_checkpoint_in_one_line_before_spark_starts(tmp_path: Path) -> None:
+    (tmp_path / "ck").mkdir()
+    os.chmod(tmp_path / "ck", 0o777)
+    done = subprocess.run([sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", "127.0.0.1:9",
+                           "--subscribe", "t", "--store", str(tmp_path / "store"), "--checkpoint", str(tmp_path / "ck"),
+                           "--skip-preflight"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--checkpoint" in done.stderr and "writable by every user" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -22,7 +22,9 @@ class ServerProcess:
         self._log = None
 
     def start(self) -> int:
-        self._log = open(self.log_path, "ab")
+        # the log's directory may be shared: never append through a link someone left at its name
+        self._log = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                      | os.O_CLOEXEC, 0o600), "ab")
         self._proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
                                       start_new_session=True)

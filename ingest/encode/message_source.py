@@ -8,7 +8,7 @@ of ingest.encode.prepare.ENCODED_SCHEMA records packed into one binary value (si
 encoding inside the read task means a record enters the JVM once, as a commit-log record: going in
 as Kafka columns and back out to Python for a ``mapInArrow`` cost as much again as the whole read
 (BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions; with the ``commitlog.spoolDir`` option (local
-mode) a task writes its batch to a file there and only the file's name crosses Spark (sink.spool). Where the mapping's
+mode) a task writes its batch to a file there and only the file's name and MAC cross Spark (sink.spool). Where the mapping's
 default rules cover a fetch, the task goes from the fetched bytes to CommitLog records in one C pass
 (ingest.encode.direct_encode); otherwise through Kafka columns and ingest.encode.prepare.map_and_encode. A task reads one
 Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
@@ -35,13 +35,18 @@ from ingest.kafka.options import KafkaOptionError, parse_options
 from ingest.kafka.read import BatchMaker, KafkaColumns
 from ingest.kafka.source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
 from sink.packed import pack_batches, packed_spark_schema
-from sink.spool import spool_batches
+from sink.spool import SpoolTarget, spool_batches
 from store.format import CodecConfig
 
 SHORT_NAME = "kafka-rocketmq"
 PREPARE_OPTION = "commitlog.prepare"
-# a directory the driver shares with the executors: batches come back through files in it (sink.spool)
+# a directory the driver shares with the executors: batches come back through files in it (sink.spool),
+# named with the store's tag and sealed with the run's secret key (a name Spark's redaction of plans and
+# logs matches: spark.redaction.regex)
 SPOOL_OPTION = "commitlog.spoolDir"
+SPOOL_TAG_OPTION = "commitlog.spoolTag"
+SPOOL_SECRET_OPTION = "commitlog.spoolSecret"
+_SPOOL_OPTIONS = (SPOOL_OPTION, SPOOL_TAG_OPTION, SPOOL_SECRET_OPTION)
 
 
 def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
@@ -51,7 +56,7 @@ def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
 
 def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig, CodecConfig]:
     """(the Kafka source's options, mapping, codec) from this source's options."""
-    ours = (PREPARE_OPTION, SPOOL_OPTION.lower(), "includeheaders")
+    ours = (PREPARE_OPTION, *(o.lower() for o in _SPOOL_OPTIONS), "includeheaders")
     kafka = {k: v for k, v in options.items() if str(k).lower() not in ours}
     kafka["includeHeaders"] = "true"   # the mapping reads the headers
     raw = next((v for k, v in options.items() if str(k).lower() == PREPARE_OPTION), None)
@@ -110,7 +115,7 @@ class _Encoding:
 
     def __init__(self, options: Mapping[str, str]) -> None:
         kafka, self.mapping, self.codec = _settings(options)
-        self.spool_dir = next((v for k, v in options.items() if str(k).lower() == SPOOL_OPTION.lower()), None) or None
+        self.spool = spool_target(options)
         super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
 
     def batch_maker(self) -> BatchMaker:
@@ -118,7 +123,7 @@ class _Encoding:
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = super().read(partition)  # type: ignore[misc]
-        return pack_batches(batches) if self.spool_dir is None else spool_batches(batches, self.spool_dir)
+        return pack_batches(batches) if self.spool is None else spool_batches(batches, self.spool)
 
 
 class MessageBatchReader(_Encoding, KafkaBatchReader):
@@ -146,9 +151,26 @@ class KafkaMessageSource(KafkaDataSource):
         return MessageStreamReader(self.options)
 
 
+def spool_target(options: Mapping[str, str]) -> SpoolTarget | None:
+    """Where and how the tasks hand their batches over through files, from the spool options."""
+    given = {name: next((v for k, v in options.items() if str(k).lower() == name.lower()), None)
+             for name in _SPOOL_OPTIONS}
+    if not given[SPOOL_OPTION]:
+        return None
+    if not given[SPOOL_TAG_OPTION] or not given[SPOOL_SECRET_OPTION]:
+        raise KafkaOptionError(f"option '{SPOOL_OPTION}' needs '{SPOOL_TAG_OPTION}' and '{SPOOL_SECRET_OPTION}' "
+                               "(source_options() writes all three)")
+    try:
+        key = bytes.fromhex(str(given[SPOOL_SECRET_OPTION]))
+    except ValueError:
+        raise KafkaOptionError(f"option '{SPOOL_SECRET_OPTION}' is not hex") from None
+    return SpoolTarget(str(given[SPOOL_OPTION]), str(given[SPOOL_TAG_OPTION]), key)
+
+
 def source_options(kafka_options: Mapping[str, str], mapping: MappingConfig, codec: CodecConfig,
-                   spool_dir: str | None = None) -> dict[str, Any]:
-    """``kafka_options`` plus the prepare option (and the spool directory, if the batches are to
-    come back through files): what ``format("kafka-rocketmq")`` takes."""
-    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec),
-            **({SPOOL_OPTION: spool_dir} if spool_dir else {})}
+                   spool: SpoolTarget | None = None) -> dict[str, Any]:
+    """``kafka_options`` plus the prepare option (and the spool's, if the batches are to come back
+    through files): what ``format("kafka-rocketmq")`` takes."""
+    spooled = {} if spool is None else {SPOOL_OPTION: spool.directory, SPOOL_TAG_OPTION: spool.tag,
+                                        SPOOL_SECRET_OPTION: spool.key.hex()}
+    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec), **spooled}

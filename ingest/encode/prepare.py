@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from ingest.encode.mapping import MappingConfig, map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA
-from sink import spool
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
+from sink.spool import Spool
 from store.format import CodecConfig, encode_valid_rows
 
 MESSAGE_COLUMNS = ["topic", "queue_id", "flag", "body", "properties", "tags", "sys_flag", "born_timestamp",
@@ -111,17 +111,19 @@ def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
     return pack_batches(map_and_encode_batches(batches, mapping, codec))
 
 
-def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool_dir: str | None = None) -> pa.Table:
+def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool: Spool | None = None) -> pa.Table:
     """The Spark part of a micro-batch, independent of the store's state (so the next batch can be
     read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
     batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
     encoded by the executors. Returns the packed batches on the driver (sink.packed), in order; those
-    the tasks left in ``spool_dir`` (sink.spool) mapped in, and the directory swept of the rest."""
+    the tasks left in the ``spool`` mapped in (still to be checked: sink.spool.Spool.check), and the
+    directory swept of the rest."""
     if CHUNK not in df.columns:
         df = df.orderBy("topic", "partition", "offset").mapInArrow(
             partial(encode_and_pack, mapping=mapping, codec=codec), packed_spark_schema())
-    table = spool.resolve(df.toArrow())
-    if spool_dir is not None:
-        spool.sweep(spool_dir)
+    table = df.toArrow()
+    if spool is not None:
+        table = spool.resolve(table)
+        spool.sweep()
     return table
 

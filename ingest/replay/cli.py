@@ -93,8 +93,9 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
 
 
 def replay_command(args: argparse.Namespace) -> int:
-    from ingest.job import StopSignal
+    from ingest.job import StopSignal, check_spool_setting
     from ingest.kafka.options import KafkaSourceError
+    from sink.trust import UntrustedPathError
     from store import StoreError
 
     if not getattr(args, "verbose", False):
@@ -104,9 +105,11 @@ def replay_command(args: argparse.Namespace) -> int:
     try:
         opts = options_from_args(args)
         cfg = job_config_from_args(args, opts)
+        if not opts.from_files:
+            check_spool_setting(cfg)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
-    except (ReplayError, JobConfigError, KafkaSourceError, StoreError) as exc:
+    except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError) as exc:
         print(f"commitlog replay: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingest.config import JobConfig, kafka_reader_options
 from ingest.replay.plan import (
@@ -43,6 +43,9 @@ from ingest.replay.plan import (
     sub_ranges,
 )
 from ingest.replay.progress import ReplayProgress
+
+if TYPE_CHECKING:
+    from sink.spool import Spool
 
 log = logging.getLogger("commitlog.replay")
 
@@ -132,18 +135,18 @@ def _kafka_client_params(cfg: JobConfig) -> dict[str, Any]:
     return kafka_client_params(kafka_reader_options(cfg, "earliest"))
 
 
-def kafka_batch_loader(cfg: JobConfig, spark: Any, spool_dir: str | None = None
+def kafka_batch_loader(cfg: JobConfig, spark: Any, spool: Spool | None = None
                        ) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
     """Ranges -> a batch DataFrame read by the job's own source (encoded records, or Kafka columns
-    with Spark's source), as ingest.encode.prepare takes it; its tasks leave their batches in
-    ``spool_dir`` when one is given (sink.spool)."""
+    with Spark's source), as ingest.encode.prepare takes it; its tasks leave their batches in the
+    ``spool`` when one is given (sink.spool)."""
     from ingest.job import source_reader
     from ingest.kafka.offsets import offsets_to_json
 
     base = kafka_reader_options(cfg, "earliest")
     for name in ("subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "startingOffsets"):
         base.pop(name, None)
-    fmt, base = source_reader(cfg, spark, base, spool_dir)
+    fmt, base = source_reader(cfg, spark, base, spool)
 
     def load(ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> Any:
         assign: dict[str, list[int]] = {}
@@ -175,8 +178,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
     from ingest.encode.prepare import collect_packed
-    from ingest.job import close_spool, codec_config, mapping_config, spark_session, spool_directory, store_config
-    from sink import CommitLogWriter, spool
+    from ingest.job import codec_config, mapping_config, open_spool, spark_session, store_config
+    from sink import CommitLogWriter
     from sink.foreach_batch import ForeachBatchSink
 
     started = time.monotonic()
@@ -195,7 +198,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     files_df = None
     plan_file = None
     writer = None
-    spool_dir = None
+    spool = None
     batch_log = logging.getLogger("commitlog.batch")
     batch_log_level = batch_log.level
     try:
@@ -212,11 +215,10 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
         else:
             plan, notes, plan_file = _kafka_plan(cfg, opts)
-            spool_dir = spool_directory(cfg, spark)
-            load = kafka_batch_loader(cfg, spark, spool_dir)
         writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
-        if spool_dir is not None:
-            spool.prepare_dir(spool_dir)    # after the writer took the store's lock: no other job uses it
+        if export is None:
+            spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
+            load = kafka_batch_loader(cfg, spark, spool)
         notes += apply_store_offsets(plan, writer.state.kafka_offsets)
         for note in notes:
             log.warning("%s", note)
@@ -239,8 +241,9 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         if plan.todo == 0:
             log.warning("nothing to replay: the store already holds the whole range")
         sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None,
-                                on_batch=lambda _stats: progress.update(writer.state.kafka_offsets))
-        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool_dir=spool_dir)
+                                on_batch=lambda _stats: progress.update(writer.state.kafka_offsets),
+                                check=None if spool is None else spool.check)
+        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool=spool)
         with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
             summary.complete = _write_batches(
                 (reader.submit(collect, load(sub_ranges(start, until)))
@@ -261,7 +264,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         batch_log.setLevel(batch_log_level)
         if writer is not None:
             writer.close()
-            close_spool(cfg, spool_dir)
+        if spool is not None:
+            spool.close()
         if files_df is not None:
             files_df.unpersist()
         if own_spark and spark is not None:

@@ -22,6 +22,7 @@ import base64
 import binascii
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,11 +83,29 @@ def export_files(directory: str | os.PathLike[str], fmt: str) -> list[Path]:
         raise ReplayError(f"--format {fmt!r}: use jsonl or parquet")
     if not path.is_dir():
         raise ReplayError(f"--from-files {path}: not a directory")
-    files = sorted(p for p in path.rglob("*") if p.is_file()
-                   and not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts))
+    entries = [p for p in path.rglob("*") if not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts)]
+    _check_contained(path, entries)
+    files = sorted(p for p in entries if p.is_file())
     if not files:
         raise ReplayError(f"--from-files {path}: no files in it")
     return files
+
+
+def _check_contained(path: Path, entries: list[Path]) -> None:
+    """What is read is what lies in the directory: a symbolic link out of it (to a file only we may
+    read, say) or a directory anyone may add files to would put someone else's bytes in the store."""
+    root = path.resolve()
+    for p in [path, *entries]:
+        if p.is_symlink() and not p.resolve().is_relative_to(root):
+            raise ReplayError(f"--from-files {path}: {p} is a symbolic link to {p.resolve()}, outside the directory: "
+                              "refused (copy what it points to into the directory)")
+        try:
+            st = p.stat()
+        except FileNotFoundError:      # a broken link: nothing to read there
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
+            raise ReplayError(f"--from-files {path}: {p} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}), "
+                              "who could add records to the replay: chmod o-w it")
 
 
 def read_export(directory: str | os.PathLike[str], fmt: str) -> ExportRows:

@@ -175,11 +175,11 @@ def _heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
-               config: CodecConfig, columns: bool = False) -> tuple[int, ScanColumns | None]:
+               config: CodecConfig, columns: bool = False, placed: bool = True) -> tuple[int, ScanColumns | None]:
     """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
     or len(starts), and (with ``columns``) the fields read on the way. Two gathers per record in the usual case:
     the head up to BODYLENGTH, and a window from TOPICLENGTH that holds PROPERTIESLENGTH for
-    short topics."""
+    short topics. ``placed=False``: records not yet appended (no PHYSICALOFFSET to check)."""
     n = len(starts)
     heads = _heads(arr, starts)
     magic = heads["magic"]
@@ -214,7 +214,8 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
         props_len[far] = be_ints(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
     props_len = (props_len ^ 0x8000) - 0x8000          # int16
     ok &= (91 + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
-    ok &= heads["physical_offset"] == starts + base_offset
+    if placed:
+        ok &= heads["physical_offset"] == starts + base_offset
     bad = np.flatnonzero(~ok)
     first = int(bad[0]) if len(bad) else n
     cols = ScanColumns(heads["queue_id"].astype(np.int64), heads["queue_offset"].astype(np.int64), sys_flag,

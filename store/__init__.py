@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from store.index.service import IndexConfig
     from store.log.segment_queue import segment_size_on_disk
     from store.retention import RetentionConfig
+    from store.usage import OpenReport, StoreUsage
 
 # Imported on first use (PEP 562): a command that only reads segments, such as
 # `commitlog verify`, does not pay for pyarrow and the writer's modules at start.
@@ -50,7 +51,7 @@ _LAZY = {
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
-    "segment_size_on_disk": "store.log.segment_queue",
+    "segment_size_on_disk": "store.log.segment_queue", "OpenReport": "store.usage", "StoreUsage": "store.usage",
 }
 
 
@@ -64,7 +65,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult", "CodecConfig", "CommitPoint", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
+    "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sink.packed import CHUNK, PACKED_SCHEMA, SPOOL, PackedBatchError
+from sink.packed import CHUNK, SPOOL, PackedBatchError, packed_row
 
 SUFFIX = ".arrow"
 
@@ -44,8 +44,7 @@ def write(batch: pa.RecordBatch, spool_dir: str) -> pa.RecordBatch:
     path = os.path.join(spool_dir, uuid.uuid4().hex + SUFFIX)
     with pa.OSFile(path, "wb") as out, pa.ipc.new_stream(out, batch.schema) as writer:
         writer.write_batch(batch)
-    return pa.RecordBatch.from_arrays([pa.nulls(1, pa.binary()), pa.array([path], pa.string())],
-                                      schema=PACKED_SCHEMA)
+    return packed_row(pa.nulls(1, pa.binary()), pa.array([path], pa.string()), batch)
 
 
 def spool_batches(batches: Iterator[pa.RecordBatch], spool_dir: str) -> Iterator[pa.RecordBatch]:
@@ -74,7 +73,8 @@ def resolve(table: pa.Table) -> pa.Table:
         offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32))
         chunks.append(pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]))
     column = pa.chunked_array(chunks, pa.binary())
-    return pa.table([column, pa.nulls(table.num_rows, pa.string())], schema=PACKED_SCHEMA)
+    return (table.set_column(table.schema.get_field_index(CHUNK), CHUNK, column)
+            .set_column(table.schema.get_field_index(SPOOL), SPOOL, pa.nulls(table.num_rows, pa.string())))
 
 
 def _rows(table: pa.Table, name: str) -> list[pa.Array]:

@@ -43,3 +43,15 @@ def test_a_chunk_of_other_columns_is_refused_with_its_columns_named() -> None:
     stray = pack(pa.record_batch({"x": [1, 2]}))
     with pytest.raises(PackedBatchError, match=r"\['x'\].*another version"):
         unpack(pa.Table.from_batches([stray]), ENCODED_SCHEMA)
+
+
+def test_a_packed_row_says_how_many_records_bytes_and_dead_letters_it_holds(tmp_path) -> None:
+    from sink import spool
+    from sink.packed import COUNT_COLUMNS
+
+    rows = kafka_rows(*[{"offset": i, "value": b"v" * 10} for i in range(5)], {"offset": 5, "value": b"w" * 500})
+    batch = map_and_encode(rows, MappingConfig(max_message_size=100), CodecConfig())
+    size = sum(len(r) for r in batch.column("record").to_pylist() if r is not None)
+    for row in (pack(batch), spool.write(batch, str(tmp_path))):
+        assert [row.column(c)[0].as_py() for c in COUNT_COLUMNS] == [5, size, 1]
+    assert [pack(pa.record_batch({"x": [1, 2]})).column(c)[0].as_py() for c in COUNT_COLUMNS] == [2, 0, 0]

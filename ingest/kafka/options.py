@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ingest.kafka.groups import PartitionGroup, PartitionGroupError
+
 log = logging.getLogger(__name__)
 
 EARLIEST = -2  # Spark's per-partition JSON marker for "earliest"
@@ -92,6 +94,8 @@ SOURCE_OPTIONS = frozenset({
     "fetchoffset.retryintervalms", "groupidprefix", "maxrecordspertask", "path",
     "minoffsetspertrigger", "maxtriggerdelay",
 })
+# Ours, not Spark's: read only the partitions of one broker group, "K/N" (ingest.broker_groups).
+BROKER_GROUP_OPTION = "commitlog.brokerGroup"
 
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -192,6 +196,7 @@ class KafkaSourceOptions:
     max_trigger_delay_ms: int = 15 * 60_000
     fetch_offset_retries: int = 3                # offset lookups retried on a Kafka error, as Spark does
     fetch_offset_retry_interval_ms: int = 1000
+    broker_group: PartitionGroup | None = None   # read only the partitions p with p mod N == K
 
     @property
     def bootstrap_servers(self) -> str:
@@ -202,7 +207,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
     """Validate Spark-style options (keys in any case) the way Spark's Kafka source does."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     for key in opts:
-        if not key.startswith("kafka.") and key not in SOURCE_OPTIONS:
+        if not key.startswith("kafka.") and key not in SOURCE_OPTIONS and key != BROKER_GROUP_OPTION.lower():
             raise KafkaOptionError(f"option {key!r} is not an option of the Kafka source (Spark's Kafka source "
                                    f"options are {', '.join(sorted(SOURCE_OPTIONS - {'path'}))}, and kafka.* "
                                    f"consumer settings)")
@@ -252,7 +257,18 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
         fetch_offset_retries=_count(opts, "fetchoffset.numretries", "fetchOffset.numRetries", 3),
         fetch_offset_retry_interval_ms=_count(opts, "fetchoffset.retryintervalms", "fetchOffset.retryIntervalMs",
                                               1000),
+        broker_group=_broker_group(opts),
     )
+
+
+def _broker_group(opts: Mapping[str, str]) -> PartitionGroup | None:
+    text = opts.get(BROKER_GROUP_OPTION.lower(), "").strip()
+    if not text:
+        return None
+    try:
+        return PartitionGroup.parse(text, f"option '{BROKER_GROUP_OPTION}'")
+    except PartitionGroupError as exc:
+        raise KafkaOptionError(str(exc)) from None
 
 
 def _min_offsets(opts: Mapping[str, str], streaming: bool) -> int | None:

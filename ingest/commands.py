@@ -15,17 +15,19 @@ EXIT_USAGE = 2
 def _run(args: argparse.Namespace) -> int:
     """Settings, the store path and the brokers are checked before Spark starts: what is wrong with
     them is one line and exit status 2."""
+    from ingest.broker_groups import BrokerGroupError, check_store_group
     from ingest.job import run
     from ingest.preflight import PreflightError, check_brokers, check_store_path
     from store import StoreError
 
     try:
         cfg = config_from_args(args)
+        check_store_group(cfg.store, cfg.group)
         if not cfg.skip_preflight:
             check_store_path(cfg.store)
             check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
             _warn_missing_topics(cfg)
-    except (JobConfigError, PreflightError, StoreError) as exc:
+    except (JobConfigError, PreflightError, StoreError, BrokerGroupError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return run(cfg)

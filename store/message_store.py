@@ -374,6 +374,8 @@ class MessageStore(RecordReads):
 
     def usage(self) -> StoreUsage:
         """Size and position now, for monitoring; safe to call from another thread (store.usage)."""
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
         cp = self._last_commit
         return measure(self.root, cp.offset, self.min_offset, cp.timestamp, len(self._segments.snapshot()),
                        self._index.service if self._index is not None else None)

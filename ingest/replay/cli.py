@@ -93,8 +93,10 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
 
 
 def replay_command(args: argparse.Namespace) -> int:
+    from ingest.broker_groups import BrokerGroupError
     from ingest.job import StopSignal
     from ingest.kafka.options import KafkaSourceError
+    from ingest.metrics import MetricsPortError
     from store import StoreError
 
     if not getattr(args, "verbose", False):
@@ -106,7 +108,7 @@ def replay_command(args: argparse.Namespace) -> int:
         cfg = job_config_from_args(args, opts)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
-    except (ReplayError, JobConfigError, KafkaSourceError, StoreError) as exc:
+    except (ReplayError, JobConfigError, KafkaSourceError, StoreError, BrokerGroupError, MetricsPortError) as exc:
         print(f"commitlog replay: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

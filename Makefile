@@ -1,10 +1,10 @@
-# Everything a fresh machine needs: Python 3.11, Java 17, the package registries.
+# Everything a fresh machine needs: Python 3.11, Java 17, the package registries (and, as root, apt-get for Prometheus).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv jvm test test-fast demo bench-quick clean
+.PHONY: venv jvm prometheus test test-fast demo bench-quick clean
 
 # the C passes setup.py builds
 KERNELS := $(wildcard ingest/*/_*.c store/*/_*.c)
@@ -27,7 +27,11 @@ deploy/jvm/lib/%/.resolved: deploy/jvm/pom.xml
 
 jvm: $(JVM_STAMPS)
 
-test: $(STAMP) jvm
+# Prometheus + promtool (Debian's package) for the metrics tests; skipped with a note where apt-get cannot
+prometheus:
+	@.ci/install-prometheus.sh
+
+test: $(STAMP) jvm prometheus
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)

@@ -15,8 +15,8 @@ EXIT_USAGE = 2
 def _run(args: argparse.Namespace) -> int:
     """Settings, the store path and the brokers are checked before Spark starts: what is wrong with
     them is one line and exit status 2."""
+    from ingest.broker_groups import BrokerGroupError, check_store_group
     from ingest.job import check_spool_setting, run
-    from ingest.kafka.options import DataLossError
     from ingest.preflight import PreflightError, check_brokers, check_store_path
     from sink.spark_checkpoint import check_checkpoint_dir
     from sink.trust import UntrustedPathError
@@ -26,19 +26,16 @@ def _run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         # what another user could change is refused whatever --skip-preflight says (sink.trust)
         check_spool_setting(cfg)
+        check_store_group(cfg.store, cfg.group)
         if not cfg.skip_preflight:
             check_store_path(cfg.store)
             check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
             _warn_missing_topics(cfg)
         check_checkpoint_dir(cfg.checkpoint)    # last: a new one is made here, before anyone else can
-    except (JobConfigError, PreflightError, StoreError, UntrustedPathError) as exc:
+    except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        return run(cfg)
-    except DataLossError as exc:      # found before Spark started (ingest.job.starting_offsets)
-        print(f"commitlog run: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return run(cfg)
 
 
 def _warn_missing_topics(cfg: Any) -> None:

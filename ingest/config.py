@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ingest.broker_groups import BrokerGroup, BrokerGroupError
 from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
                           DEFAULT_MAX_MESSAGE_SIZE, END_FILE_MIN_BLANK_LENGTH)
 
@@ -62,6 +63,13 @@ class JobConfig:
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
     skip_preflight: bool = False
     spool_dir: str = "auto"                  # auto | off | a directory the executors share (sink.spool)
+    broker_group: str | None = None          # "K/N": this job writes broker group K of N (ingest.broker_groups)
+    metrics_port: int | None = None          # serve Prometheus metrics on this port (ingest.metrics); None: off
+    metrics_host: str = "127.0.0.1"          # ... bound to this address
+
+    @property
+    def group(self) -> BrokerGroup | None:
+        return BrokerGroup.parse(self.broker_group) if self.broker_group else None
 
     @property
     def message_size_limit(self) -> int:
@@ -109,12 +117,40 @@ class JobConfig:
             raise JobConfigError(f"--max-index-num {self.max_index_num}: at least 2 (item 0 is never used)")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise JobConfigError("--max-offsets-per-trigger must be positive")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise JobConfigError(f"--metrics-port {self.metrics_port}: a TCP port, 1 to 65535 (0: any free one)")
+        if not self.metrics_host.strip():
+            raise JobConfigError("--metrics-host '': give an address to bind, e.g. 127.0.0.1 or 0.0.0.0")
+        self._validate_broker_group()
         from ingest.encode.mapping import topic_problem
 
         for source, target in self.topic_map.items():
             problem = topic_problem(target)
             if problem:
                 raise JobConfigError(f"--topic-map {source}={target}: RocketMQ cannot hold it ({problem})")
+
+
+    def _validate_broker_group(self) -> None:
+        try:
+            group = self.group
+        except BrokerGroupError as exc:
+            raise JobConfigError(str(exc)) from None
+        if group is None:
+            return
+        if self.source != "kafka-python":
+            raise JobConfigError(f"--broker-group {group} needs --source kafka-python: Spark's own kafka source "
+                                 "reads every partition of a subscription")
+        if self.assign:
+            import json
+
+            try:
+                others = sorted(f"{t}-{p}" for t, ps in json.loads(self.assign).items() for p in ps
+                                if not group.owns(int(p)))
+            except (ValueError, TypeError, AttributeError):
+                return    # the source names what is wrong with the JSON
+            if others:
+                raise JobConfigError(f"--assign names {', '.join(others)}, not partitions of --broker-group {group} "
+                                     f"(partition p belongs to group p mod {group.count})")
 
 
 _INTERVAL_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
@@ -213,6 +249,13 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                         "(<store>/spool, private, in local mode; through Spark otherwise), off (always through "
                         "Spark), or a directory the executors share with the driver at the same path, yours "
                         "and writable by no one else (or sticky, like /tmp)")
+    p.add_argument("--broker-group", default=S, metavar="K/N",
+                   help="write broker group K of N (0 <= K < N): Kafka partition p goes to group p mod N as queue "
+                        "p div N; run N jobs, each with its own store, to hold the topics together")
+    p.add_argument("--metrics-port", type=int, default=S,
+                   help="serve Prometheus metrics on this port (default: off; see README, 'Watching a job')")
+    p.add_argument("--metrics-host", default=S,
+                   help="the address the metrics port binds (default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--skip-preflight", action="store_true", default=S,
                    help="do not check that the store path is persistent and lockable")
     if streaming:
@@ -300,6 +343,10 @@ def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, An
             opts[opt] = getattr(cfg, name)
     if cfg.max_offsets_per_trigger:
         opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
+    if cfg.broker_group:
+        from ingest.kafka.options import BROKER_GROUP_OPTION
+
+        opts[BROKER_GROUP_OPTION] = cfg.broker_group
     for key, value in cfg.kafka_option.items():
         opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
     return opts

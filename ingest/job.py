@@ -13,17 +13,22 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from ingest.broker_groups import BrokerGroupError, check_store_group, owned
 from ingest.config import JobConfig, kafka_reader_options, spark_interval
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import collect_packed
 from ingest.kafka.admin import earliest_offsets
-from sink import CommitLogWriter
+from ingest.kafka.options import DataLossError
+from ingest.lag import LagLog
+from ingest.metrics import JobMetrics, MetricsPortError, MetricsServer, observe_batches
+from sink import BatchStats, CommitLogWriter
 from sink.foreach_batch import ForeachBatchSink
 from sink.spool import Spool, auto_dir
 from sink.trust import check_existing_dir
@@ -49,8 +54,9 @@ def store_config(cfg: JobConfig) -> StoreConfig:
 
 
 def mapping_config(cfg: JobConfig) -> MappingConfig:
+    group = cfg.group
     return MappingConfig(topic_map=dict(cfg.topic_map), queue_mode=cfg.queue_mode, queue_count=cfg.queue_count,
-                         store_host=cfg.store_host, born_host=cfg.born_host,
+                         broker_groups=group.count if group else 1, store_host=cfg.store_host, born_host=cfg.born_host,
                          born_host_header=cfg.born_host_header, envelope=cfg.envelope,
                          max_message_size=cfg.message_size_limit)
 
@@ -144,6 +150,7 @@ def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
     else:
         earliest = earliest_offsets(cfg.bootstrap_servers, topics=cfg.subscribe,
                                     pattern=cfg.subscribe_pattern, kafka_params=cfg.kafka_option)
+    earliest = {tp: earliest[tp] for tp in owned(sorted(earliest), cfg.group)}
     default = {"earliest": -2, "latest": -1}.get(cfg.starting_offsets.strip().lower())
     named: dict[str, dict[str, int]] = {}
     given = {}
@@ -159,8 +166,6 @@ def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
 def check_retention(cfg: JobConfig, stored: dict[tuple[str, int], int],
                     earliest: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
     """The stored next offsets, raised past what the brokers deleted since (see starting_offsets)."""
-    from ingest.kafka.options import DataLossError
-
     lost = {tp: (nxt, earliest[tp]) for tp, nxt in stored.items() if tp in earliest and nxt < earliest[tp]}
     if not lost:
         return stored
@@ -201,6 +206,37 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
+def start_metrics(cfg: JobConfig, command: str) -> tuple[JobMetrics, MetricsServer | None]:
+    """The job's metrics, served on --metrics-port if one is given (before anything else starts:
+    a port that cannot be served is a usage error)."""
+    metrics = JobMetrics(command, os.path.abspath(cfg.store), cfg.broker_group)
+    if cfg.metrics_port is None:
+        return metrics, None
+    return metrics, MetricsServer(metrics, cfg.metrics_host, cfg.metrics_port)
+
+
+def open_writer(cfg: JobConfig, metrics: JobMetrics) -> CommitLogWriter:
+    """The store's writer, refused if the store was written as another broker group."""
+    writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption,
+                             broker_group=cfg.broker_group)
+    try:
+        check_store_group(cfg.store, cfg.group, writer.state)
+    except BrokerGroupError:
+        writer.close()
+        raise
+    metrics.watch_store(writer.store.usage, writer.store.open_report)
+    return writer
+
+
+def _both(first: Callable[[BatchStats], None], then: Callable[[BatchStats], None] | None
+          ) -> Callable[[BatchStats], None]:
+    def call(stats: BatchStats) -> None:
+        first(stats)
+        if then is not None:
+            then(stats)
+    return call
+
+
 def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any | None = None,
                on_batch: Callable[..., None] | None = None, available_now: bool = False) -> int:
     """Run the job until ``stop`` is set (or the available data is in, with ``available_now``)."""
@@ -209,7 +245,13 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         from ingest.preflight import check_store_path
 
         check_store_path(cfg.store)
-    writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
+    metrics, server = start_metrics(cfg, "run")
+    try:
+        writer = open_writer(cfg, metrics)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
     own_spark = spark is None
     query = None
     sink = None
@@ -221,10 +263,10 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         options = kafka_reader_options(cfg, start)
         spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
         fmt, reader_options = source_reader(cfg, spark, options, spool)
-        df = spark.readStream.format(fmt).options(**reader_options).load()
+        df = observe_batches(spark.readStream.format(fmt).options(**reader_options).load())
         sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg),
                                                 spool=spool),
-                                checkpoint_dir=cfg.checkpoint or None, on_batch=on_batch,
+                                checkpoint_dir=cfg.checkpoint or None, on_batch=_both(metrics.batch, on_batch),
                                 overlap=overlap_writes(cfg), check=None if spool is None else spool.check)
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
         if cfg.checkpoint:
@@ -237,7 +279,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         log.info("streaming %s into %s (flush %s, checkpoint %s)", options.get("subscribe") or
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
         stop = stop or threading.Event()
-        lag = LagLog()
+        lag = LagLog(on_lag=metrics.kafka_lag)
         while query.isActive and not stop.is_set():
             query.awaitTermination(0.25)
             lag.after(query.lastProgress)
@@ -252,6 +294,8 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             raise RuntimeError(f"the streaming query failed: {failure}")
         return 0
     finally:
+        if server is not None:
+            server.stop()
         if query is not None and query.isActive:
             query.stop()
         if sink is not None:
@@ -283,52 +327,6 @@ def _wait_between_triggers(query: Any, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-class LagLog:
-    """How far each batch's end lies behind the latest offsets the source saw, per partition, as
-    Spark's Kafka source reports it (minOffsetsBehindLatest, maxOffsetsBehindLatest,
-    avgOffsetsBehindLatest): from the query progress' endOffset and latestOffset, since PySpark's
-    Python data source API has no hook for source metrics. One log line per batch."""
-
-    def __init__(self) -> None:
-        self.batch_id = -1
-        self.last: dict[str, float] | None = None
-
-    def after(self, progress: Mapping[str, Any] | None) -> None:
-        if not progress or progress.get("batchId", -1) == self.batch_id:
-            return
-        self.batch_id = progress["batchId"]
-        for source in progress.get("sources") or ():
-            behind = offsets_behind(source.get("endOffset"), source.get("latestOffset"))
-            if behind:
-                self.last = {"minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
-                             "avgOffsetsBehindLatest": sum(behind) / len(behind)}
-                log.info("batch %d: %d offsets behind latest (per partition min %d, avg %.1f, max %d)",
-                         self.batch_id, sum(behind), self.last["minOffsetsBehindLatest"],
-                         self.last["avgOffsetsBehindLatest"], self.last["maxOffsetsBehindLatest"])
-
-
-def offsets_behind(end: Any, latest: Any) -> list[int]:
-    """Per partition, latest - end, from the progress' offset JSON ({"topic": {"0": 42}})."""
-    def parse(value: Any) -> dict:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                return {}
-        return value if isinstance(value, dict) else {}
-
-    ends, latests = parse(end), parse(latest)
-    out = []
-    for topic, parts in latests.items():
-        if not isinstance(parts, dict):
-            continue
-        for p, off in parts.items():
-            done = ends.get(topic, {}).get(p) if isinstance(ends.get(topic), dict) else None
-            if isinstance(off, int) and isinstance(done, int):
-                out.append(max(off - done, 0))
-    return out
-
-
 def overlap_writes(cfg: JobConfig) -> bool:
     """Write each batch while Spark runs the next (sink.foreach_batch) where a stopped job's
     checkpoint can be rewound to the store on restart: a local checkpoint, or none (a new query then
@@ -342,5 +340,8 @@ def run(cfg: JobConfig) -> int:
     stop.install()
     try:
         return run_stream(cfg, stop=stop.event)
+    except (MetricsPortError, BrokerGroupError, DataLossError) as exc:   # found before Spark starts
+        print(f"commitlog run: error: {exc}", file=sys.stderr)
+        return 2
     finally:
         stop.restore()

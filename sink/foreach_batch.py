@@ -14,6 +14,7 @@ committed: sink.spark_checkpoint.rewind_to_store brings the checkpoint back befo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -98,12 +99,13 @@ class ForeachBatchSink:
         except Exception as exc:
             log.error("batch %d not committed: %s", batch_id, exc)
             raise
+        stats = dataclasses.replace(stats, collect_ms=(collected - started) * 1e3)
         total = time.perf_counter() - started
         self.batches += 1
-        log.info("batch %d: %d records, %.0f rec/s, %.0f ms (spark %.0f, append %.0f, flush %.0f, "
+        log.info("batch %d: %d records, %.0f rec/s, %.0f ms (spark %.0f, append %.0f, index %.0f, flush %.0f, "
                  "commit %.0f), commit-log offset %d, %d dead letters",
                  batch_id, stats.records, stats.records / total if total else 0.0, total * 1e3,
-                 (collected - started) * 1e3, stats.append_ms, stats.flush_ms, stats.commit_ms,
+                 stats.collect_ms, stats.append_ms, stats.index_ms, stats.flush_ms, stats.commit_ms,
                  stats.commit_offset, stats.dead_letters)
         if self.on_batch:
             self.on_batch(stats)

@@ -8,6 +8,9 @@ column; for a batch of 15 columns that was about as much CPU as reading and enco
 (the record headers, properties, topics and Kafka coordinates repeat: 100-byte random bodies still
 shrink to about a third), which is less for the JVM to copy and collect. Row order is kept: chunks
 come back in partition order, each holding its records in order.
+
+Each row also says what its batch holds (records, their encoded bytes, dead letters), so the job can
+``observe()`` those sums into Spark's own progress without opening a chunk (ingest.metrics).
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 CHUNK = "chunk"
 SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool) ...
 MAC = "mac"         # ... and what the driver checks it against
-PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string()), (MAC, pa.binary())])
+# what the packed batch holds: live records, their encoded bytes, dead letters
+COUNT_COLUMNS = ("records", "record_bytes", "dead_letters")
+PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string()), (MAC, pa.binary())]
+                          + [(name, pa.int64()) for name in COUNT_COLUMNS])
 # costs the task a little and saves the JVM more (BENCHMARKS.md, "Replay")
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -37,8 +44,17 @@ def pack(batch: pa.RecordBatch) -> pa.RecordBatch:
         writer.write_batch(batch)
     data = sink.getvalue()
     offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32))
-    return pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]),
-                                       pa.nulls(1, pa.string()), pa.nulls(1, pa.binary())], schema=PACKED_SCHEMA)
+    return packed_row(pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]), pa.nulls(1, pa.string()),
+                      pa.nulls(1, pa.binary()), batch)
+
+
+def packed_row(chunk: pa.Array, spool: pa.Array, mac: pa.Array, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The PACKED_SCHEMA row of ``batch``: its chunk, or its spool file and that file's MAC, and its counts."""
+    names = batch.schema.names
+    dead = batch.num_rows - batch.column("dead_reason").null_count if "dead_reason" in names else 0
+    size = pc.sum(pc.binary_length(batch.column("record"))).as_py() if "record" in names else 0
+    counts = [pa.array([n], pa.int64()) for n in (batch.num_rows - dead, size or 0, dead)]
+    return pa.RecordBatch.from_arrays([chunk, spool, mac, *counts], schema=PACKED_SCHEMA)
 
 
 def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from sink.batch import ENCODED_SCHEMA
-from sink.packed import CHUNK, MAC, PACKED_SCHEMA, SPOOL, PackedBatchError, value_buffer
+from sink.packed import CHUNK, MAC, SPOOL, PackedBatchError, packed_row, value_buffer
 from sink.trust import UntrustedPathError, check_ours_or_sticky, make_private_dir, open_dir, user_name
 from store import InvalidMessageError, check_encoded
 
@@ -104,9 +104,8 @@ def write(batch: pa.RecordBatch, target: SpoolTarget) -> pa.RecordBatch:
             os.close(fd)
     finally:
         os.close(dir_fd)
-    return pa.RecordBatch.from_arrays([pa.nulls(1, pa.binary()), pa.array([os.path.join(target.directory, name)]),
-                                       pa.array([file_mac(target.key, name, data)], pa.binary())],
-                                      schema=PACKED_SCHEMA)
+    return packed_row(pa.nulls(1, pa.binary()), pa.array([os.path.join(target.directory, name)]),
+                      pa.array([file_mac(target.key, name, data)], pa.binary()), batch)
 
 
 def _ipc_stream(batch: pa.RecordBatch) -> pa.Buffer:

@@ -33,12 +33,21 @@ class SinkState:
     dead_letter_bytes: int = 0                       # committed length of the dead-letter file
     dead_letters: int = 0                            # dead letters committed so far
     records: int = 0                                 # messages committed so far
+    broker_group: str | None = None                  # "K/N": the share of partitions it holds (ingest.broker_groups)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing committed yet: no Kafka position, message or dead letter."""
+        return not self.kafka_offsets and not self.records and not self.dead_letters
 
     def to_metadata(self) -> dict[str, Any]:
-        return {"sink": {"version": STATE_VERSION, "batchId": self.batch_id, "queryId": self.query_id,
-                         "kafkaOffsets": dict(sorted(self.kafka_offsets.items())),
-                         "deadLetterBytes": self.dead_letter_bytes, "deadLetters": self.dead_letters,
-                         "records": self.records}}
+        sink = {"version": STATE_VERSION, "batchId": self.batch_id, "queryId": self.query_id,
+                "kafkaOffsets": dict(sorted(self.kafka_offsets.items())),
+                "deadLetterBytes": self.dead_letter_bytes, "deadLetters": self.dead_letters,
+                "records": self.records}
+        if self.broker_group is not None:
+            sink["brokerGroup"] = self.broker_group
+        return {"sink": sink}
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None) -> "SinkState":
@@ -48,7 +57,8 @@ class SinkState:
         return cls(batch_id=int(sink["batchId"]), query_id=sink.get("queryId"),
                    kafka_offsets={str(k): int(v) for k, v in sink.get("kafkaOffsets", {}).items()},
                    dead_letter_bytes=int(sink.get("deadLetterBytes", 0)),
-                   dead_letters=int(sink.get("deadLetters", 0)), records=int(sink.get("records", 0)))
+                   dead_letters=int(sink.get("deadLetters", 0)), records=int(sink.get("records", 0)),
+                   broker_group=sink.get("brokerGroup"))
 
     def advanced(self, batch_id: int, query_id: str | None, kafka_next: Mapping[str, int],
                  dead_letter_bytes: int, dead_letters: int, records: int) -> "SinkState":

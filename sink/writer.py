@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,15 +31,38 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What one batch did: the figures of its log line."""
+    """What one batch did: the figures of its log line, and what the job's metrics count."""
 
     batch_id: int
     records: int
     dead_letters: int
-    append_ms: float
-    flush_ms: float
+    append_ms: float                # the commit log and its queues (index/ not included)
+    flush_ms: float                 # the commit log and the consume queues (index/ not included)
     commit_ms: float
     commit_offset: int
+    index_ms: float = 0.0           # keys into index/, and its flush
+    collect_ms: float = 0.0         # Spark's part: read, encode, collect (set by sink.foreach_batch)
+    topic_records: Mapping[str, int] = field(default_factory=dict)   # messages stored, per RocketMQ topic
+    topic_bytes: Mapping[str, int] = field(default_factory=dict)     # their commit-log bytes
+    dead_reasons: Mapping[str, int] = field(default_factory=dict)    # dead letters, per reason text
+
+
+def topic_totals(batch: EncodedBatch) -> tuple[dict[str, int], dict[str, int]]:
+    """(messages, commit-log bytes) per topic of an encoded batch."""
+    if not len(batch):
+        return {}, {}
+    n = len(batch.topic_names)
+    counts = np.bincount(batch.topic_index, minlength=n)
+    sizes = np.bincount(batch.topic_index, weights=batch.sizes, minlength=n)
+    return ({t: int(c) for t, c in zip(batch.topic_names, counts) if c},
+            {t: int(b) for t, b, c in zip(batch.topic_names, sizes, counts) if c})
+
+
+def reason_counts(dead: pa.Table) -> dict[str, int]:
+    if dead.num_rows == 0:
+        return {}
+    counted = pc.value_counts(dead.column("dead_reason").combine_chunks())
+    return {str(v): int(c) for v, c in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist())}
 
 
 def kafka_next_offsets(table: pa.Table) -> dict[str, int]:
@@ -68,11 +92,15 @@ class CommitLogWriter:
     """Owns the MessageStore and the dead-letter log of one store; one per store, on the driver."""
 
     def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None,
-                 truncate_on_corruption: bool = False) -> None:
+                 truncate_on_corruption: bool = False, broker_group: str | None = None) -> None:
         self.root = Path(root)
         self.store = MessageStore.open(self.root, config or StoreConfig(),
                                        truncate_on_corruption=truncate_on_corruption)
         self.state = SinkState.from_metadata(self.store.last_commit.metadata)
+        if self.state.empty:
+            # recorded with the first commit; a store holding data keeps the group it was written as
+            # (the job refuses another before it writes: ingest.broker_groups)
+            self.state = replace(self.state, broker_group=broker_group)
         self.dead_letters = DeadLetterLog(self.root, self.state.dead_letter_bytes)
         self.crash = CrashPoints()
         log.info("store %s open: committed offset %d, batch %d, %d records, %d dead letters",
@@ -96,23 +124,29 @@ class CommitLogWriter:
             live = np.flatnonzero(~dead_mask.to_numpy(zero_copy_only=False))
 
         t0 = time.perf_counter()
+        i0 = self.store.index_seconds
+        per_topic: tuple[dict[str, int], dict[str, int]] = ({}, {})
         if live is None or len(live):
             batch = EncodedBatch.from_arrow(table.select(list(RECORD_COLUMNS)), live)
             self.store.append_encoded(batch)
+            per_topic = topic_totals(batch)
         dl_size = self.dead_letters.append(dead, batch_id)
         self.crash.reached("after-append")
         t1 = time.perf_counter()
+        i1 = self.store.index_seconds
         self.store.flush()
         self.crash.reached("after-flush")
         t2 = time.perf_counter()
+        i2 = self.store.index_seconds
         new_state = self.state.advanced(batch_id, query_id, kafka_next_offsets(table), dl_size,
                                         dead.num_rows, table.num_rows - dead.num_rows)
         point = self.store.commit(None, metadata=new_state.to_metadata())
         t3 = time.perf_counter()
         self.state = new_state
         self.crash.reached("after-commit")
-        return BatchStats(batch_id, table.num_rows - dead.num_rows, dead.num_rows, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                          (t3 - t2) * 1e3, point.offset)
+        return BatchStats(batch_id, table.num_rows - dead.num_rows, dead.num_rows, (t1 - t0 - (i1 - i0)) * 1e3,
+                          (t2 - t1 - (i2 - i1)) * 1e3, (t3 - t2) * 1e3, point.offset, index_ms=(i2 - i0) * 1e3,
+                          topic_records=per_topic[0], topic_bytes=per_topic[1], dead_reasons=reason_counts(dead))
 
     def close(self) -> None:
         self.dead_letters.close()

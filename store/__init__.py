@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from store.index.service import IndexConfig
     from store.log.segment_queue import segment_size_on_disk
     from store.retention import RetentionConfig
+    from store.usage import OpenReport, StoreUsage
 
 # Imported on first use (PEP 562): a command that only reads segments, such as
 # `commitlog verify`, does not pay for pyarrow and the writer's modules at start.
@@ -52,6 +53,7 @@ _LAZY = {
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
     "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.format.encoded_check",
+    "OpenReport": "store.usage", "StoreUsage": "store.usage",
 }
 
 
@@ -65,7 +67,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult", "CodecConfig", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
+    "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",

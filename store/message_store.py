@@ -38,6 +38,7 @@ from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.queue.dispatch import DispatchService
 from store.topics import TopicsPublisher
 from store.reader import RecordReads
+from store.usage import OpenReport, StoreUsage, measure, open_report
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class MessageStore(RecordReads):
         self._dispatcher: DispatchService | None = None
         self._topics = TopicsPublisher(root)
         self._index = IndexWriter(root, config.index) if config.index.enabled else None
+        self._index_seconds = 0.0
+        self._open_report = OpenReport(False, "empty", 0, 0, 0, 0)
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
@@ -124,6 +127,7 @@ class MessageStore(RecordReads):
         self._cq.load()
         result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
                          truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
+        self._open_report = open_report(result, abnormal, commit_point.offset if commit_point else None)
         end = result.end_offset
         valid_point = commit_point if result.commit_point_valid else None
         recover_queues(self._cq, self.iter_messages, self.min_offset, end, result.dispatch_from,
@@ -226,7 +230,9 @@ class MessageStore(RecordReads):
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
+                started = time.perf_counter()
                 self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
+                self._index_seconds += time.perf_counter() - started
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -256,7 +262,9 @@ class MessageStore(RecordReads):
         try:
             self._cq.flush()
             if self._index is not None:
+                started = time.perf_counter()
                 self._index.flush()
+                self._index_seconds += time.perf_counter() - started
                 self._checkpoint.index_msg_timestamp = self._index.index_msg_timestamp
         except OSError as e:
             self._failure = e
@@ -353,6 +361,24 @@ class MessageStore(RecordReads):
     def commit_log(self) -> CommitLog:
         """The commit log (RocketMQ's getCommitLog()): its segment queue and its record writer."""
         return self._log
+
+    @property
+    def index_seconds(self) -> float:
+        """Time spent putting keys into index/ and flushing it since the open (part of append and flush)."""
+        return self._index_seconds
+
+    @property
+    def open_report(self) -> OpenReport:
+        """What recovery found when this writer opened the store."""
+        return self._open_report
+
+    def usage(self) -> StoreUsage:
+        """Size and position now, for monitoring; safe to call from another thread (store.usage)."""
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
+        cp = self._last_commit
+        return measure(self.root, cp.offset, self.min_offset, cp.timestamp, len(self._segments.snapshot()),
+                       self._index.service if self._index is not None else None)
 
     @property
     def flush_count(self) -> int:

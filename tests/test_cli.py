@@ -29,6 +29,10 @@ def run_command(*args: str, tmp: str) -> subprocess.CompletedProcess[str]:
     (["--bootstrap-servers", "127.0.0.1:9092", "--max-index-num", "1"], "--max-index-num 1: at least 2"),
     (["--bootstrap-servers", "127.0.0.1:9092", "--segment-size", "64k", "--max-message-size", "200000"],
      "--max-message-size 200000 does not fit --segment-size 64k"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--broker-group", "2/2"], "--broker-group '2/2': K = 2 is not a group of 2"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--broker-group", "1/2", "--source", "spark-kafka"],
+     "--broker-group 1/2 needs --source kafka-python"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--metrics-port", "70000"], "--metrics-port 70000: a TCP port"),
 ])
 def test_a_bad_setting_of_run_is_one_line_and_exit_2(args: list[str], says: str, tmp_path) -> None:
     done = run_command(*args, tmp=str(tmp_path))
@@ -43,6 +47,21 @@ def test_a_toml_value_of_the_wrong_type_is_named(tmp_path) -> None:
     done = run_command("--config", str(tmp_path / "job.toml"), tmp=str(tmp_path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "max-offsets-per-trigger = 'lots': expected int" in done.stderr
+
+
+def test_a_metrics_port_in_use_is_one_line_before_anything_starts(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run_command("--bootstrap-servers", "127.0.0.1:9", "--skip-preflight", "--metrics-port", str(port),
+                           tmp=str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"--metrics-host 127.0.0.1 --metrics-port {port}: cannot serve metrics there" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "store").exists()
 
 
 def test_an_unreachable_broker_is_found_before_spark_starts(tmp_path) -> None:

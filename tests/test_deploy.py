@@ -27,7 +27,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 COMPOSE = ROOT / "docker-compose.yml"
-MANIFEST = DEPLOY / "k8s" / "commitlog-ingest.yaml"
+MANIFEST = DEPLOY / "k8s" / "commitlog-ingest.yaml"          # the StatefulSet of broker groups
+SPARK_OPERATOR = DEPLOY / "k8s" / "spark-operator.yaml"     # one store, executors as pods
 
 sys.path.insert(0, str(DEPLOY))
 try:
@@ -77,18 +78,50 @@ def test_compose_runs_kafka_in_kraft_mode_from_the_official_image(compose: dict)
     assert "healthcheck" in kafka and "9092" in " ".join(kafka["healthcheck"]["test"])
 
 
-def test_compose_job_command_uses_only_real_options_and_the_volumes(compose: dict) -> None:
-    job = compose["services"]["commitlog"]
+JOBS = ("commitlog-a", "commitlog-b")     # the two broker groups of docker-compose.yml
+
+
+@pytest.mark.parametrize("service", JOBS)
+def test_compose_job_command_uses_only_real_options_and_the_volumes(compose: dict, service: str) -> None:
+    job = compose["services"][service]
     argv = job["command"]
-    args = parse_commitlog(argv, "docker-compose.yml services.commitlog.command")
+    args = parse_commitlog(argv, f"docker-compose.yml services.{service}.command")
     assert args.command == "run"
     assert option_value(argv, "--bootstrap-servers") == "kafka:9092"
     mounts = dict(v.split(":", 1)[::-1] for v in job["volumes"])   # mount path -> volume name
     store, checkpoint = option_value(argv, "--store"), option_value(argv, "--checkpoint")
-    assert mounts.get(store) == "store" and mounts.get(checkpoint) == "checkpoint", mounts
-    assert {"store", "checkpoint"} <= set(compose["volumes"]), "named volumes, not bind mounts"
+    suffix = service.rsplit("-", 1)[1]
+    assert mounts.get(store) == f"store-{suffix}" and mounts.get(checkpoint) == f"checkpoint-{suffix}", mounts
+    assert {f"store-{suffix}", f"checkpoint-{suffix}"} <= set(compose["volumes"]), "named volumes, not bind mounts"
     assert job["healthcheck"]["test"] and "/data/store/lock" in " ".join(job["healthcheck"]["test"])
     assert job["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_compose_groups_share_the_topics_each_with_a_store_of_its_own(compose: dict) -> None:
+    argvs = [compose["services"][s]["command"] for s in JOBS]
+    assert sorted(option_value(a, "--broker-group") for a in argvs) == ["0/2", "1/2"]
+    assert len({option_value(a, "--subscribe") for a in argvs}) == 1, "both groups read the same topics"
+    volumes = [set(compose["services"][s]["volumes"]) for s in JOBS]
+    assert not volumes[0] & volumes[1], "a store (and a checkpoint) per group"
+
+
+def test_compose_prometheus_scrapes_both_jobs_with_the_rules(compose: dict) -> None:
+    prometheus = compose["services"]["prometheus"]
+    mounted = {v.split(":")[1]: ROOT / v.split(":")[0] for v in prometheus["volumes"] if v.startswith("./")}
+    config = yaml.safe_load(mounted["/etc/prometheus/prometheus.yml"].read_text())
+    assert config["rule_files"] == ["/etc/prometheus/commitlog-rules.yml"]
+    assert mounted["/etc/prometheus/commitlog-rules.yml"] == DEPLOY / "prometheus" / "commitlog-rules.yml"
+    (scrape,) = config["scrape_configs"]
+    targets = sorted(t for c in scrape["static_configs"] for t in c["targets"])
+    expected = []
+    for service in JOBS:
+        argv = compose["services"][service]["command"]
+        assert option_value(argv, "--metrics-host") == "0.0.0.0", "reachable from the Prometheus container"
+        expected.append(f"{service}:{option_value(argv, '--metrics-port')}")
+    assert targets == sorted(expected)
+    grafana = compose["services"]["grafana"]
+    for volume in grafana["volumes"]:
+        assert (ROOT / volume.split(":")[0]).exists(), f"grafana mounts {volume}, which is not in the repository"
 
 
 def test_compose_producer_feeds_the_topics_the_job_subscribes(compose: dict) -> None:
@@ -102,7 +135,7 @@ def test_compose_producer_feeds_the_topics_the_job_subscribes(compose: dict) -> 
             assert hasattr(mod, name), f"the compose producer imports {module}.{name}, which does not exist"
     from ingest.demo import TOPICS
 
-    subscribed = option_value(compose["services"]["commitlog"]["command"], "--subscribe").split(",")
+    subscribed = option_value(compose["services"]["commitlog-a"]["command"], "--subscribe").split(",")
     assert sorted(subscribed) == sorted(TOPICS)
 
 
@@ -128,8 +161,65 @@ EXECUTOR_ONLY = {"instances", "deleteOnTermination"}
 
 @pytest.fixture(scope="module")
 def manifests() -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all(SPARK_OPERATOR.read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+@pytest.fixture(scope="module")
+def groups() -> dict[str, dict]:
     docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     return {d["kind"]: d for d in docs}
+
+
+def pod_argv(statefulset: dict, ordinal: int) -> list[str]:
+    """The container's arguments as Kubernetes expands them in the pod of ``ordinal`` ($(GROUP))."""
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GROUP"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    return [a.replace("$(GROUP)", str(ordinal)) for a in container["args"]]
+
+
+def test_the_statefulset_runs_group_k_of_n_in_pod_k(groups: dict[str, dict]) -> None:
+    assert set(groups) == {"Service", "StatefulSet", "ServiceMonitor"}
+    sts = groups["StatefulSet"]
+    replicas = sts["spec"]["replicas"]
+    assert replicas >= 2
+    for ordinal in range(replicas):
+        argv = pod_argv(sts, ordinal)
+        args = parse_commitlog(argv, f"deploy/k8s StatefulSet pod {ordinal}")
+        assert args.command == "run" and option_value(argv, "--broker-group") == f"{ordinal}/{replicas}"
+
+
+def test_each_pod_keeps_store_and_checkpoint_on_its_own_claim(groups: dict[str, dict]) -> None:
+    spec = groups["StatefulSet"]["spec"]
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    (container,) = spec["template"]["spec"]["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    argv = pod_argv(groups["StatefulSet"], 0)
+    for option in ("--store", "--checkpoint"):
+        assert mounts.get(option_value(argv, option)) == claim["metadata"]["name"], f"{option} is not on the claim"
+    assert not spec["template"]["spec"].get("volumes"), "no volume shared between the pods"
+    assert spec["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+
+
+def test_the_metrics_port_is_the_one_announced_and_scraped(groups: dict[str, dict]) -> None:
+    sts, service, monitor = groups["StatefulSet"], groups["Service"], groups["ServiceMonitor"]
+    template = sts["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    argv = pod_argv(sts, 0)
+    port = int(option_value(argv, "--metrics-port"))
+    assert option_value(argv, "--metrics-host") == "0.0.0.0", "reachable from outside the pod"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == port == int(template["metadata"]["annotations"]["prometheus.io/port"])
+    assert template["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    (service_port,) = service["spec"]["ports"]
+    assert service_port["targetPort"] == "metrics" and service["spec"]["selector"] == template["metadata"]["labels"]
+    assert sts["spec"]["serviceName"] == service["metadata"]["name"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["metadata"]["labels"]
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [service_port["name"]]
 
 
 def test_manifest_is_a_spark_application_with_a_claim(manifests: dict[str, dict]) -> None:
@@ -239,9 +329,11 @@ def test_readme_command_lines_use_only_real_options() -> None:
 
 def deployed_command_lines() -> list[tuple[str, list[str]]]:
     compose = yaml.safe_load(COMPOSE.read_text())
-    app = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text()) if d}["SparkApplication"]
-    return ([("docker-compose.yml", compose["services"]["commitlog"]["command"]),
-             ("deploy/k8s", app["spec"]["arguments"])]
+    app = {d["kind"]: d for d in yaml.safe_load_all(SPARK_OPERATOR.read_text()) if d}["SparkApplication"]
+    sts = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text()) if d}["StatefulSet"]
+    return ([(f"docker-compose.yml {s}", compose["services"][s]["command"]) for s in JOBS]
+            + [("deploy/k8s/spark-operator.yaml", app["spec"]["arguments"]),
+               ("deploy/k8s/commitlog-ingest.yaml", pod_argv(sts, 0))]
             + [(f"deploy/README.md:{n}", argv) for n, argv in readme_command_lines()])
 
 

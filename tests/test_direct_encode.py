@@ -120,11 +120,18 @@ def test_the_range_is_cut_at_the_fetch_offset_and_at_the_task_end() -> None:
     MappingConfig(queue_mode="key-hash", queue_count=7),
     MappingConfig(topic_map={TOPIC: "OrderTopic"}, born_host="10.1.2.3:4567"),
     MappingConfig(store_host="[2001:db8::1]:10911", born_host="[::1]:1"),
-], ids=["key-hash", "renamed-topic", "ipv6-hosts"])
+    MappingConfig(broker_groups=2),
+], ids=["key-hash", "renamed-topic", "ipv6-hosts", "broker-groups"])
 def test_mapping_settings_give_the_same_records(mapping: MappingConfig) -> None:
     rnd = random.Random(7)
     direct, general, _ = both_ways(fetched([(0, plain_records(rnd, 400), NONE)]), 0, 400, mapping)
     assert_same(direct, general)
+
+
+def test_one_of_n_broker_groups_stores_partition_p_as_queue_p_div_n() -> None:
+    direct, _, _ = both_ways(fetched([(0, plain_records(random.Random(8), 50), NONE)]), 0, 50,
+                             MappingConfig(broker_groups=2))
+    assert set(direct.column("queue_id").to_pylist()) == {PARTITION // 2}
 
 
 def test_log_append_time_gives_every_record_the_batch_time() -> None:

@@ -115,3 +115,22 @@ def test_without_overlap_the_call_returns_with_its_batch_committed(tmp_path: Pat
     assert (w.state.batch_id, w.state.records) == (1, 8)
     sink.close()
     w.close()
+
+
+def test_a_batch_reports_what_it_stored_per_topic_its_dead_letters_and_its_phases(tmp_path: Path) -> None:
+    rows = kafka_rows(*[{"topic": t, "offset": i, "value": b"x" * (10 + i), "key": b"k%d" % i}
+                        for i, t in enumerate(["a", "b", "a", "a"])],
+                      {"topic": "a", "offset": 4, "value": b"y" * 300}, {"topic": "bad topic!", "offset": 5})
+    table = pa.Table.from_batches([map_and_encode(rows, MappingConfig(max_message_size=200), CodecConfig())])
+    seen = []
+    with writer(tmp_path) as w:
+        sink = ForeachBatchSink(w, lambda df: df, on_batch=seen.append)
+        sink(table, 0)
+        sink.close()
+        (stats,) = seen
+        assert dict(stats.topic_records) == {"a": 3, "b": 1} and stats.records == 4
+        assert sum(stats.topic_bytes.values()) == w.store.committed_offset
+        assert stats.topic_bytes["a"] > 3 * stats.topic_bytes["b"]
+        assert stats.dead_letters == 2 and sum(stats.dead_reasons.values()) == 2
+        assert any(r.startswith("body is 300 bytes") for r in stats.dead_reasons)
+        assert stats.index_ms > 0 and min(stats.collect_ms, stats.append_ms, stats.flush_ms, stats.commit_ms) >= 0

@@ -137,7 +137,7 @@ def test_a_batch_waits_for_min_offsets_until_the_trigger_delay_passes(monkeypatc
 
 
 def test_lag_behind_latest_per_partition_from_the_progress() -> None:
-    from ingest.job import offsets_behind
+    from ingest.lag import offsets_behind
 
     assert sorted(offsets_behind('{"t":{"0":10,"1":5}}', '{"t":{"0":25,"1":5}}')) == [0, 15]
     assert offsets_behind({"t": {"0": 10}}, {"t": {"0": 12}, "u": {"0": 3}}) == [2]

@@ -23,7 +23,7 @@ ALLOWED = {
     "store.index": {"store.index", "store.log", "store.format", "store.errors"},
     "store.tools": {"store"},
     "store": {"store.format", "store.queue", "store.log", "store.index", "store.errors", "store.config",
-              "store.retention", "store.message_store", "store.reader", "store.reader_arrow", "store.topics", "store!"},
+              "store.retention", "store.message_store", "store.reader", "store.reader_arrow", "store.topics", "store.usage", "store!"},
     "sink": {"sink", "store!"},
     "ingest.kafka": {"ingest.kafka"},
     "ingest": {"ingest", "sink", "store!", "store.format", "store.tools!"},

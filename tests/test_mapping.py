@@ -64,6 +64,17 @@ def test_key_hash_queues_follow_rocketmq_select_by_hash() -> None:
     assert row["queue_id"] == abs(tags_code("customer-42")) % 8
 
 
+def test_one_of_n_broker_groups_stores_partition_p_as_queue_p_div_n_both_ways() -> None:
+    batch = kafka_rows(*[{"partition": p, "offset": p} for p in (1, 3, 5, 7, 9)])
+    cfg = MappingConfig(broker_groups=2)
+    for vectorized in (True, False):
+        rows = map_kafka_batch(batch, cfg, vectorized=vectorized).to_pylist()
+        assert [r["queue_id"] for r in rows] == [0, 1, 2, 3, 4]
+        assert [string_to_properties(r["properties"])["KAFKA_PARTITION"] for r in rows] == ["1", "3", "5", "7", "9"]
+    with pytest.raises(MappingConfigError, match="broker groups 0"):
+        MappingConfig(broker_groups=0)
+
+
 def test_binary_key_is_kept_losslessly_not_as_keys() -> None:
     props = string_to_properties(one(kafka_rows({"key": b"\xff\x00\x01"}))["properties"])
     assert "KEYS" not in props and props["KAFKA_KEY_BASE64"] == "/wAB"

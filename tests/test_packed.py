@@ -53,3 +53,20 @@ def test_a_packed_value_is_read_where_it_lies_not_copied() -> None:
         data = value_buffer(column, 0)
         assert data.to_pybytes() == b"x" * 100_000 and value_buffer(column, 1).to_pybytes() == b"third"
         assert data.address == column.buffers()[2].address + 5, "a view of the column's bytes"
+
+
+def test_a_packed_row_says_how_many_records_bytes_and_dead_letters_it_holds(tmp_path) -> None:
+    from sink import spool
+    from sink.spool import Spool
+
+    store = tmp_path / "store"
+    store.mkdir()
+    spooler = Spool.for_store(str(store))
+    from sink.packed import COUNT_COLUMNS
+
+    rows = kafka_rows(*[{"offset": i, "value": b"v" * 10} for i in range(5)], {"offset": 5, "value": b"w" * 500})
+    batch = map_and_encode(rows, MappingConfig(max_message_size=100), CodecConfig())
+    size = sum(len(r) for r in batch.column("record").to_pylist() if r is not None)
+    for row in (pack(batch), spool.write(batch, spooler.target)):
+        assert [row.column(c)[0].as_py() for c in COUNT_COLUMNS] == [5, size, 1]
+    assert [pack(pa.record_batch({"x": [1, 2]})).column(c)[0].as_py() for c in COUNT_COLUMNS] == [2, 0, 0]

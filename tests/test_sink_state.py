@@ -62,3 +62,22 @@ def test_a_dead_letter_file_shorter_than_committed_is_an_error(tmp_path: Path) -
     DeadLetterLog(tmp_path, 0).close()
     with pytest.raises(OSError, match="committed"):
         DeadLetterLog(tmp_path, 100)
+
+
+def test_the_broker_group_rides_in_the_state_and_is_kept_by_every_commit() -> None:
+    state = SinkState(broker_group="1/2").advanced(0, "q", {"t/1": 4}, 0, 0, 4).advanced(1, "q", {"t/3": 2}, 0, 0, 2)
+    assert SinkState.from_metadata(state.to_metadata()).broker_group == "1/2"
+    assert "brokerGroup" not in SinkState().to_metadata()["sink"], "a store of no group is written as before"
+    assert SinkState().empty and not state.empty
+
+
+def test_a_writer_records_its_broker_group_on_a_new_store_only(tmp_path: Path) -> None:
+    from store import StoreConfig
+    from sink import CommitLogWriter
+    from tests.test_foreach_batch import collected
+
+    config = StoreConfig(segment_size=1 << 20)
+    with CommitLogWriter(tmp_path / "s", config, broker_group="0/2") as w:
+        w.write_batch(0, "q", collected(0))
+    with CommitLogWriter(tmp_path / "s", config, broker_group="1/2") as w:
+        assert w.state.broker_group == "0/2", "the store keeps the group it was written as"

@@ -96,8 +96,9 @@ class DirectEncoder:
     born_header: bytes
     max_body: int
     max_record: int
-    key_hash_queues: int        # 0: queueId = the Kafka partition
+    key_hash_queues: int        # 0: queueId = queue_id
     sys_flag: int
+    queue_id: int               # the partition's queue (MappingConfig.partition_queue)
     fallbacks: Counter = field(default_factory=Counter)   # records that went the general way, by reason
     direct_records: int = 0                                # records the kernel encoded
 
@@ -113,8 +114,8 @@ class DirectEncoder:
             return None
         born, store = HostAddress.parse(mapping.born_host), HostAddress.parse(mapping.store_host)
         try:
-            template = encode_message(Message(topic=target, body=b"", queue_id=partition, born_host=born,
-                                              store_host=store), codec)
+            template = encode_message(Message(topic=target, body=b"", queue_id=mapping.partition_queue(partition),
+                                              born_host=born, store_host=store), codec)
         except StoreError:
             return None
         head_len = _HEAD_FIXED + len(born.to_bytes()) + len(store.to_bytes())
@@ -128,7 +129,8 @@ class DirectEncoder:
             born_header=mapping.born_host_header.encode(),
             max_body=min(mapping.max_message_size, codec.max_message_size), max_record=codec.max_record_size,
             key_hash_queues=mapping.queue_count if key_hash else 0,
-            sys_flag=int.from_bytes(template[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True))
+            sys_flag=int.from_bytes(template[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True),
+            queue_id=mapping.partition_queue(partition))
 
     @property
     def _record_overhead(self) -> int:
@@ -162,7 +164,7 @@ class DirectEncoder:
         done = _kernel.encode_fetch(
             records, fields, chunk.fetch_offset, until_offset, out, starts, queue_ids, tags_codes, kafka_offsets,
             timestamps, back, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED,
-            self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.partition,
+            self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id,
             self.key_hash_queues, (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
         if isinstance(done, int):
             self._count(FALLBACK_REASONS.get(-done, str(done)), rows, "a fetch goes")

@@ -83,6 +83,7 @@ class MappingConfig:
     topic_map: Mapping[str, str] = field(default_factory=dict)
     queue_mode: str = "partition"          # "partition": queueId = Kafka partition; "key-hash"
     queue_count: int = 4                   # queues per topic in key-hash mode
+    broker_groups: int = 1                 # N stores share the partitions: queueId = partition div N
     store_host: str = "127.0.0.1:10911"    # the broker address written as STOREHOST
     born_host: str = "127.0.0.1:0"         # BORNHOST when the record has no born-host header
     born_host_header: str = "bornHost"
@@ -94,11 +95,18 @@ class MappingConfig:
             raise MappingConfigError(f"queue mode {self.queue_mode!r}: use 'partition' or 'key-hash'")
         if self.queue_count < 1:
             raise MappingConfigError(f"queue count {self.queue_count} must be at least 1")
+        if self.broker_groups < 1:
+            raise MappingConfigError(f"broker groups {self.broker_groups} must be at least 1")
         for name in ("store_host", "born_host"):
             try:
                 HostAddress.parse(getattr(self, name))
             except (ValueError, TypeError) as exc:
                 raise MappingConfigError(f"{name} {getattr(self, name)!r} is not ip:port: {exc}") from exc
+
+    def partition_queue(self, partition: int) -> int:
+        """The queueId of a Kafka partition in partition mode (ingest.broker_groups: group p mod N
+        stores partition p as queue p div N)."""
+        return partition // self.broker_groups
 
 
 def uniq_key(topic: str, partition: int, offset: int) -> str:
@@ -266,7 +274,7 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
     if problem:
         raise _Dead(problem)
     if cfg.queue_mode == "partition":
-        queue_id = partition
+        queue_id = cfg.partition_queue(partition)
     else:
         # RocketMQ's SelectMessageQueueByHash: abs(key.hashCode() % n)
         h = java_string_hash(key_text if key_text is not None else (key or b"").hex())
@@ -346,6 +354,8 @@ def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vector
                           cfg.queue_count if cfg.queue_mode == "key-hash" else None, cfg.max_message_size,
                           topic_problem)
     born = pa.repeat(pa.scalar(HostAddress.parse(cfg.born_host).to_bytes(), pa.binary()), n)
+    if cfg.queue_mode == "partition" and cfg.broker_groups > 1:
+        cols["queue_id"] = pa.array(np.asarray(cols["queue_id"], dtype=np.int32) // cfg.broker_groups)
     fast = _assemble(batch, cfg, cols["topic"], cols["queue_id"], pa.array(np.zeros(n, np.int32)), cols["body"],
                      cols["properties"], cols["tags"], born, cols["dead_reason"])
     if not slow.any():

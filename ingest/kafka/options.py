@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ingest.kafka.groups import PartitionGroup, PartitionGroupError
+
 log = logging.getLogger(__name__)
 
 EARLIEST = -2  # Spark's per-partition JSON marker for "earliest"
@@ -92,6 +94,8 @@ SOURCE_OPTIONS = frozenset({
     "fetchoffset.retryintervalms", "groupidprefix", "maxrecordspertask", "path",
     "minoffsetspertrigger", "maxtriggerdelay",
 })
+# Ours, not Spark's: read only the partitions of one broker group, "K/N" (ingest.broker_groups).
+BROKER_GROUP_OPTION = "commitlog.brokerGroup"
 
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -196,6 +200,7 @@ class KafkaSourceOptions:
     # network blip) before that counts as a failed attempt: kafka.default.api.timeout.ms, as a Java
     # consumer's calls block that long
     api_timeout_ms: int = 60_000
+    broker_group: PartitionGroup | None = None   # read only the partitions p with p mod N == K
 
     @property
     def bootstrap_servers(self) -> str:
@@ -206,7 +211,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
     """Validate Spark-style options (keys in any case) the way Spark's Kafka source does."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     for key in opts:
-        if not key.startswith("kafka.") and key not in SOURCE_OPTIONS:
+        if not key.startswith("kafka.") and key not in SOURCE_OPTIONS and key != BROKER_GROUP_OPTION.lower():
             raise KafkaOptionError(f"option {key!r} is not an option of the Kafka source (Spark's Kafka source "
                                    f"options are {', '.join(sorted(SOURCE_OPTIONS - {'path'}))}, and kafka.* "
                                    f"consumer settings)")
@@ -257,7 +262,18 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
         fetch_offset_retry_interval_ms=_count(opts, "fetchoffset.retryintervalms", "fetchOffset.retryIntervalMs",
                                               1000),
         api_timeout_ms=_count(opts, "kafka.default.api.timeout.ms", "kafka.default.api.timeout.ms", 60_000),
+        broker_group=_broker_group(opts),
     )
+
+
+def _broker_group(opts: Mapping[str, str]) -> PartitionGroup | None:
+    text = opts.get(BROKER_GROUP_OPTION.lower(), "").strip()
+    if not text:
+        return None
+    try:
+        return PartitionGroup.parse(text, f"option '{BROKER_GROUP_OPTION}'")
+    except PartitionGroupError as exc:
+        raise KafkaOptionError(str(exc)) from None
 
 
 def _min_offsets(opts: Mapping[str, str], streaming: bool) -> int | None:

@@ -42,6 +42,7 @@ from ingest.kafka.offsets import (
     rate_limit,
     resolve_markers,
 )
+from ingest.kafka.groups import owned
 from ingest.kafka.options import (
     DataLossError,
     KafkaOptionError,
@@ -130,8 +131,11 @@ def _resolve(spec: OffsetSpec, tps: Sequence[TopicPartitionKey], earliest: Offse
     return out
 
 
-def _topic_args(opts: KafkaSourceOptions) -> dict[str, Any]:
-    return {"subscribe": opts.subscribe, "pattern": opts.subscribe_pattern, "assign": opts.assign}
+def _partitions(reader: OffsetReader, opts: KafkaSourceOptions) -> list[TopicPartitionKey]:
+    """The partitions to read now: those of the topics asked for, or assigned, and of the broker
+    group if one is given (a partition added later is read once it is there, by its group only)."""
+    tps = reader.partitions(subscribe=opts.subscribe, pattern=opts.subscribe_pattern, assign=opts.assign)
+    return owned(tps, opts.broker_group)
 
 
 class _RangeReading:
@@ -163,7 +167,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
         """The (start, end) offsets of the read."""
         o = self.options
         with OffsetReader(o.client_params) as reader:
-            tps = reader.partitions(**_topic_args(o))
+            tps = _partitions(reader, o)
             if not tps:
                 raise KafkaSourceError(f"no partition to read: no topic matches {_describe(o)} "
                                        f"on {o.bootstrap_servers}")
@@ -208,7 +212,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
 
     def initialOffset(self) -> dict:
         o, r = self.options, self.offset_reader
-        tps = r.partitions(**_topic_args(o))
+        tps = _partitions(r, o)
         earliest = r.earliest(tps)
         latest = r.latest(tps, earliest)
         start = _resolve(o.starting, tps, earliest, latest, r, "starting", o.timestamp_strategy)
@@ -220,7 +224,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
 
     def prepareForTriggerAvailableNow(self) -> None:
         r = self.offset_reader
-        self._target = r.latest(r.partitions(**_topic_args(self.options)))
+        self._target = r.latest(_partitions(r, self.options))
 
     def _offsets_now(self) -> tuple[list[TopicPartitionKey], Offsets, Offsets]:
         """Partitions, earliest and latest offsets, retried as fetchOffset.numRetries says; while no
@@ -231,7 +235,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         unreachable_since: float | None = None
         while True:
             try:
-                tps = r.partitions(**_topic_args(o))
+                tps = _partitions(r, o)
                 if self._target is not None:
                     tps = [tp for tp in tps if tp in self._target]
                 earliest = r.earliest(tps)
@@ -347,11 +351,12 @@ def _check_gone(begin: Offsets, tps: Sequence[TopicPartitionKey], fail: bool) ->
 
 
 def _describe(o: KafkaSourceOptions) -> str:
+    group = f" (broker group {o.broker_group})" if o.broker_group else ""
     if o.subscribe:
-        return f"subscribe={','.join(o.subscribe)}"
+        return f"subscribe={','.join(o.subscribe)}{group}"
     if o.subscribe_pattern:
-        return f"subscribePattern={o.subscribe_pattern}"
-    return f"assign={o.assign}"
+        return f"subscribePattern={o.subscribe_pattern}{group}"
+    return f"assign={o.assign}{group}"
 
 
 def source_format(kind: str) -> str:

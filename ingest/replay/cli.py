@@ -93,8 +93,10 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
 
 
 def replay_command(args: argparse.Namespace) -> int:
+    from ingest.broker_groups import BrokerGroupError
     from ingest.job import StopSignal, check_spool_setting
     from ingest.kafka.options import KafkaSourceError
+    from ingest.metrics import MetricsPortError
     from sink.trust import UntrustedPathError
     from store import StoreError
 
@@ -109,7 +111,8 @@ def replay_command(args: argparse.Namespace) -> int:
             check_spool_setting(cfg)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
-    except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError) as exc:
+    except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError, BrokerGroupError,
+            MetricsPortError) as exc:
         print(f"commitlog replay: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ingest.broker_groups import BrokerGroup, check_store_group
 from ingest.config import JobConfig, kafka_reader_options
 from ingest.replay.plan import (
     Bound,
@@ -43,6 +44,7 @@ from ingest.replay.plan import (
     sub_ranges,
 )
 from ingest.replay.progress import ReplayProgress
+from sink import BatchStats
 
 if TYPE_CHECKING:
     from sink.spool import Spool
@@ -160,8 +162,17 @@ def kafka_batch_loader(cfg: JobConfig, spark: Any, spool: Spool | None = None
     return load
 
 
+def group_plan(plan: ReplayPlan, group: BrokerGroup | None) -> ReplayPlan:
+    """The partitions of ``plan`` that the broker group replays (ingest.broker_groups)."""
+    if group is None:
+        return plan
+    return ReplayPlan([p for p in plan.partitions if group.owns(p.partition)])
+
+
 def _kafka_plan(cfg: JobConfig, opts: ReplayOptions) -> tuple[ReplayPlan, list[str], Any]:
     spec = opts.plan_spec()
+    if cfg.broker_group:
+        spec["brokerGroup"] = cfg.broker_group
     path = plan_path(cfg.store, plan_identity(spec))
     plan = load_plan(path)
     if plan is not None:
@@ -169,6 +180,7 @@ def _kafka_plan(cfg: JobConfig, opts: ReplayOptions) -> tuple[ReplayPlan, list[s
                       "stays fixed until it completes"], path
     plan, notes = resolve_kafka_plan(_kafka_client_params(cfg), opts.topics, opts.topic_pattern,
                                      opts.begin, opts.finish, opts.strict)
+    plan = group_plan(plan, cfg.group)
     save_plan(path, plan, spec)
     return plan, notes, path
 
@@ -178,8 +190,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
     from ingest.encode.prepare import collect_packed
-    from ingest.job import codec_config, mapping_config, open_spool, spark_session, store_config
-    from sink import CommitLogWriter
+    from ingest.metrics import FILE_ROW_INVALID
+    from ingest.job import codec_config, mapping_config, open_spool, open_writer, spark_session, start_metrics
     from sink.foreach_batch import ForeachBatchSink
 
     started = time.monotonic()
@@ -193,6 +205,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         from ingest.preflight import check_store_path
 
         check_store_path(cfg.store)
+    check_store_group(cfg.store, cfg.group)
+    metrics, server = start_metrics(cfg, "replay")
     stop = stop or threading.Event()
     own_spark = spark is None
     files_df = None
@@ -210,12 +224,13 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             if export.table.num_rows == 0 and export.unplaced:
                 plan = ReplayPlan([])    # nothing but bad rows: they are still the replay's dead letters
             else:
-                plan = resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics, opts.topic_pattern)
+                plan = group_plan(resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics,
+                                                    opts.topic_pattern), cfg.group)
             notes: list[str] = []
             load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
         else:
             plan, notes, plan_file = _kafka_plan(cfg, opts)
-        writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption)
+        writer = open_writer(cfg, metrics)
         if export is None:
             spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
             load = kafka_batch_loader(cfg, spark, spool)
@@ -227,8 +242,12 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         if export is not None:
             from ingest.replay.export_rows import selected, write_unplaced
 
-            unplaced = selected(export.unplaced, opts.topics, opts.topic_pattern)
+            # rows with no partition belong to no group: the first group writes them
+            unplaced = selected(export.unplaced, opts.topics, opts.topic_pattern) if not cfg.group or \
+                cfg.group.index == 0 else []
             summary.unplaced, summary.unplaced_held = write_unplaced(writer, unplaced)
+            if summary.unplaced:
+                metrics.dead_letters.labels(FILE_ROW_INVALID).inc(summary.unplaced)
             summary.repeated = export.repeated
             for u in unplaced[:20]:
                 log.warning("dead letter: %s", u.reason)
@@ -240,8 +259,13 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
         if plan.todo == 0:
             log.warning("nothing to replay: the store already holds the whole range")
-        sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None,
-                                on_batch=lambda _stats: progress.update(writer.state.kafka_offsets),
+        def after_batch(stats: BatchStats) -> None:
+            metrics.batch(stats)
+            metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
+            progress.update(writer.state.kafka_offsets)
+
+        metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
+        sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None, on_batch=after_batch,
                                 check=None if spool is None else spool.check)
         collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool=spool)
         with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
@@ -261,6 +285,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         summary.elapsed_s = time.monotonic() - started
         summary.write_s = progress.elapsed()
     finally:
+        if server is not None:
+            server.stop()
         batch_log.setLevel(batch_log_level)
         if writer is not None:
             writer.close()
@@ -273,6 +299,13 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     if opts.verify:
         summary.verified = verify_store(cfg.store)
     return summary
+
+
+def remaining(plan: ReplayPlan, held: Mapping[str, int]) -> dict[TopicPartitionKey, int]:
+    """Per partition, the offsets of the range the store does not hold yet: a replay's lag."""
+    from sink.state import tp_key
+
+    return {p.key: max(p.end - max(held.get(tp_key(*p.key), 0), p.start), 0) for p in plan.partitions}
 
 
 def _write_batches(batches: Iterator[Future], write: Callable[[Future], None], stop: threading.Event) -> bool:

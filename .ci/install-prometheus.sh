@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Prometheus and promtool for tests/test_metrics_prometheus.py: Debian's `prometheus` package, installed
+# once, quietly, where apt-get is and we are root (a fresh CI machine); elsewhere one line says why the
+# test will skip. Run by `make test` before pytest; does nothing when both programs are there.
+#
+# The package's own service (a server on :9090 with its data in /var/lib/prometheus) is kept from
+# starting: the test starts a server of its own, on a free loopback port, with a scratch data directory.
+set -euo pipefail
+
+if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+    exit 0
+fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-prometheus: prometheus/promtool missing and not installable here (needs apt-get as root);" \
+         "the metrics test against a real Prometheus will skip" >&2
+    exit 0
+fi
+
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+    # invoke-rc.d asks this before starting a service: 101 = not now (Debian's policy-rc.d interface)
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod 0755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+fi
+export DEBIAN_FRONTEND=noninteractive
+install() { apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+if ! install 2>/dev/null; then
+    apt-get update -qq >/dev/null
+    install
+fi
+echo "install-prometheus: $(prometheus --version 2>&1 | head -1)" >&2

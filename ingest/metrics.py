@@ -1,0 +1,197 @@
+"""Prometheus metrics of ``commitlog run`` and ``commitlog replay`` (``--metrics-port``).
+
+Each job has its own CollectorRegistry (no process-wide state: two jobs in one process, as the tests
+run them, count apart). The figures come from what the sink and the store expose: each committed
+batch's BatchStats (counters, the phase histogram), the query progress (Kafka lag), and at scrape
+time the store's ``usage()`` and ``open_report`` (sizes, positions, what recovery found). The names
+follow Prometheus' conventions (``commitlog_`` prefix, ``_total`` counters, seconds and bytes); the
+README's "Watching a job" lists them.
+
+Spark's own progress gets the batch's records, bytes and dead letters too: ``observe_batches``
+sums the counts every packed row carries (sink.packed) into ``observedMetrics["commitlog"]`` of each
+progress event (``query.lastProgress``, StreamingQueryListener, the event log). Spark's UI does not
+chart observed metrics, and a Python data source cannot report source metrics, so its streaming tab
+keeps counting input rows as the packed batches Spark moves, not records.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+
+from sink import BatchStats
+from store import OpenReport, StoreError, StoreUsage
+
+log = logging.getLogger("commitlog.metrics")
+
+PHASES = ("collect", "append", "index", "flush", "commit")
+# a batch's phases run from a millisecond (an idle commit) to tens of seconds (a large first batch)
+PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+OBSERVED = "commitlog"      # the name of the observed metrics in Spark's progress
+
+# Dead-letter reasons name sizes, files and lines; the label is the kind of reason, from the
+# wording of the code that wrote it (ingest.encode.mapping, store.errors.FieldLimitError,
+# ingest.replay.export_rows), so that the label has a few values, not one per record.
+_FILE_ROW = re.compile(r".* (line \d+|row group \d+ row \d+): ")
+FILE_ROW_INVALID = "file_row_invalid"
+_REASON_KINDS = (
+    ("body is ", "body_too_large"), ("properties are ", "properties_too_large"),
+    ("properties is ", "properties_too_large"), ("message is ", "record_too_large"),
+    ("topic ", "topic_invalid"), ("envelope ", "envelope_invalid"), ("header ", "header_invalid"),
+)
+
+
+class MetricsPortError(OSError):
+    """The metrics port cannot be served (in use, no such address)."""
+
+
+def reason_kind(reason: str) -> str:
+    """The ``reason`` label of a dead letter's reason text."""
+    if _FILE_ROW.match(reason):
+        return FILE_ROW_INVALID
+    for prefix, kind in _REASON_KINDS:
+        if reason.startswith(prefix):
+            return kind
+    return "other"
+
+
+class StoreCollector(Collector):
+    """The store's figures, read when Prometheus scrapes (from the HTTP server's thread)."""
+
+    def __init__(self, usage: Callable[[], StoreUsage], opened: OpenReport) -> None:
+        self.usage = usage
+        self.opened = opened
+
+    def collect(self) -> Iterator[Any]:
+        o = self.opened
+        yield _gauge("commitlog_store_open_unclean", "1 when the last writer had not closed the store "
+                     "(recovered after a crash)", int(o.unclean))
+        yield _gauge("commitlog_store_open_dropped_bytes", "Uncommitted bytes cut at open (a crash's torn tail)",
+                     o.dropped_bytes)
+        yield _gauge("commitlog_store_open_dropped_segments", "Uncommitted segments deleted at open",
+                     o.dropped_segments)
+        yield _gauge("commitlog_store_open_damaged_records", "Committed records found damaged at open (kept; "
+                     "`commitlog verify` lists them)", o.damaged_records)
+        yield _gauge("commitlog_store_open_lost_committed_bytes", "Committed bytes cut at open by "
+                     "--truncate-on-corruption", o.lost_committed_bytes)
+        try:
+            u = self.usage()
+        except (StoreError, OSError) as exc:      # the store closed while the job ends
+            log.debug("store figures not read: %s", exc)
+            return
+        yield _gauge("commitlog_store_committed_offset_bytes", "The commit point: commit-log offset of the last "
+                     "commit", u.committed_offset)
+        yield _gauge("commitlog_store_commit_log_bytes", "Committed commit-log bytes the store holds",
+                     u.commit_log_bytes)
+        yield _gauge("commitlog_store_disk_bytes", "Bytes the store's files take on disk", u.disk_bytes)
+        yield _gauge("commitlog_store_free_disk_bytes", "Free bytes on the store's file system", u.free_disk_bytes)
+        yield _gauge("commitlog_store_segments", "Commit-log segment files", u.segments)
+        yield _gauge("commitlog_store_index_files", "index/ files", u.index_files)
+        yield _gauge("commitlog_store_index_fill_ratio", "How full the newest index file is (0 to 1)", u.index_fill)
+        yield _gauge("commitlog_store_last_commit_timestamp_seconds", "When the last commit was written "
+                     "(Unix time)", u.last_commit_ms / 1000)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class JobInfo(Collector):
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self.labels = dict(labels)
+
+    def collect(self) -> Iterator[Any]:
+        yield InfoMetricFamily("commitlog_job", "The job: its command, store and broker group", value=self.labels)
+
+
+class JobMetrics:
+    """The metrics of one job, in a registry of its own."""
+
+    def __init__(self, command: str, store: str, broker_group: str | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.records = Counter("commitlog_stored_records", "Messages committed to the store", ["topic"], registry=r)
+        self.bytes = Counter("commitlog_stored_bytes", "Commit-log bytes of the messages committed", ["topic"],
+                             registry=r)
+        self.dead_letters = Counter("commitlog_dead_letters", "Records committed to the dead-letter file, by kind "
+                                    "of reason", ["reason"], registry=r)
+        self.batches = Counter("commitlog_batches", "Batches committed", registry=r)
+        self.phases = Histogram("commitlog_batch_phase_seconds", "Time of each phase of a batch: collect (Spark "
+                                "reads, encodes and hands it over), append, index, flush, commit", ["phase"],
+                                buckets=PHASE_BUCKETS, registry=r)
+        self.lag = Gauge("commitlog_kafka_lag_records", "Offsets between the last batch's end and the latest "
+                         "offset, per Kafka partition (replay: to the end of its range)", ["topic", "partition"],
+                         registry=r)
+        for phase in PHASES:
+            self.phases.labels(phase)     # every phase is there from the start, at zero
+        r.register(JobInfo({"command": command, "store": store, "broker_group": broker_group or ""}))
+        self._lock = threading.Lock()
+
+    def watch_store(self, usage: Callable[[], StoreUsage], opened: OpenReport) -> None:
+        """Report the store's figures at each scrape (once the writer has opened it)."""
+        self.registry.register(StoreCollector(usage, opened))
+
+    def batch(self, stats: BatchStats) -> None:
+        """Count one committed batch."""
+        for topic, n in stats.topic_records.items():
+            self.records.labels(topic).inc(n)
+        for topic, n in stats.topic_bytes.items():
+            self.bytes.labels(topic).inc(n)
+        self.count_dead_letters(stats.dead_reasons)
+        self.batches.inc()
+        for phase, ms in zip(PHASES, (stats.collect_ms, stats.append_ms, stats.index_ms, stats.flush_ms,
+                                      stats.commit_ms)):
+            self.phases.labels(phase).observe(max(ms, 0.0) / 1000)
+
+    def count_dead_letters(self, reasons: Mapping[str, int]) -> None:
+        """Count dead letters by their reason texts (a batch's, or a replay's file rows with no place)."""
+        for reason, n in reasons.items():
+            self.dead_letters.labels(reason_kind(reason)).inc(n)
+
+    def kafka_lag(self, behind: Mapping[tuple[str, int], int]) -> None:
+        """Set the lag of each partition given; a partition no longer read keeps its last value until
+        the job ends (Prometheus marks it stale then)."""
+        with self._lock:
+            for (topic, partition), n in behind.items():
+                self.lag.labels(topic, str(partition)).set(n)
+
+
+class MetricsServer:
+    """``JobMetrics`` served over HTTP (``/metrics``) on a thread, until ``stop``."""
+
+    def __init__(self, metrics: JobMetrics, host: str, port: int) -> None:
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=metrics.registry)
+        except OSError as exc:
+            raise MetricsPortError(exc.errno, f"--metrics-host {host} --metrics-port {port}: cannot serve "
+                                              f"metrics there ({exc.strerror or exc}); give a free port, or "
+                                              f"leave --metrics-port out") from None
+        self.host = host
+        self.port = int(self._server.server_port)
+        log.info("Prometheus metrics on http://%s:%d/metrics", host if ":" not in host else f"[{host}]", self.port)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def observe_batches(df: Any) -> Any:
+    """``df`` with its batches' record, byte and dead-letter counts observed into Spark's progress
+    (``observedMetrics["commitlog"]``). For the packed batches of our source; a DataFrame of Kafka
+    columns (Spark's own source) gets its row count only, as records are encoded after it."""
+    from pyspark.sql import functions as F
+
+    from sink.packed import COUNT_COLUMNS
+
+    if all(c in df.columns for c in COUNT_COLUMNS):
+        return df.observe(OBSERVED, *(F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in COUNT_COLUMNS))
+    return df.observe(OBSERVED, F.count(F.lit(1)).alias("records"))

@@ -347,6 +347,9 @@ def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, An
         from ingest.kafka.options import BROKER_GROUP_OPTION
 
         opts[BROKER_GROUP_OPTION] = cfg.broker_group
+    # what producers committed, not what they aborted: a store is an archive of the topic's data
+    # (Spark's own default is read_uncommitted; --kafka-option isolation.level=read_uncommitted stores both)
+    opts["kafka.isolation.level"] = "read_committed"
     for key, value in cfg.kafka_option.items():
         opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
     return opts

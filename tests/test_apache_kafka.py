@@ -192,7 +192,7 @@ def test_an_open_transaction_holds_the_job_at_the_last_stable_offset_without_a_b
                                            "--kafka-option", "isolation.level=read_committed"),
                                stdout=out, stderr=out, start_new_session=True)
     try:
-        wait_until(lambda: stored(tmp_path / "store") >= set(before), 240, "the committed records")
+        wait_until(lambda: stored(tmp_path / "store") >= set(before), 900, "the committed records")
 
         def idle_cpu_s(seconds: float) -> float:
             start = process_tree_cpu_s(job.pid)
@@ -330,7 +330,7 @@ def test_partitions_added_while_running_are_read_within_a_few_batches(
     job = JobThread(job_config(bootstrap, [topic], tmp_path), spark)
     job.start()
     try:
-        wait_until(lambda: len(stored(tmp_path / "store")) == 100, 180, "the first records")
+        wait_until(lambda: len(stored(tmp_path / "store")) == 100, 600, "the first records")
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.create_partitions({topic: NewPartitions(total_count=4)})
         admin.close()
@@ -351,7 +351,7 @@ def test_a_subscribe_pattern_picks_up_a_topic_created_later(kafka: Broker, spark
     job = JobThread(job_config(bootstrap, None, tmp_path, subscribe_pattern=f"{prefix}-.*"), spark)
     job.start()
     try:
-        wait_until(lambda: len(stored(tmp_path / "store")) == 50, 180, "the first topic's records")
+        wait_until(lambda: len(stored(tmp_path / "store")) == 50, 600, "the first topic's records")
         two = new_topic(bootstrap, prefix, 3)
         later = produce(bootstrap, [(two, i % 3, None, b"w%d" % i, []) for i in range(60)])
         wait_until(lambda: len(stored(tmp_path / "store")) == 110, 180, "the later topic's records")
@@ -370,7 +370,7 @@ def test_the_job_waits_for_a_restarted_broker_and_resumes_exactly_once(kafka: Br
         job = subprocess.Popen(job_command(bootstrap, tmp_path, "--subscribe", topic, "--trigger", "300ms"),
                                stdout=out, stderr=out, start_new_session=True)
     try:
-        wait_until(lambda: len(stored(tmp_path / "store")) > 200, 240, "batches to flow")
+        wait_until(lambda: len(stored(tmp_path / "store")) > 200, 900, "batches to flow")
         kafka.restart()
         before = len(producer.sent)
         wait_until(lambda: len(producer.sent) > before + 300, 120, "the producer to go on after the restart")

@@ -43,3 +43,25 @@ def test_broker_round_trips_keys_headers_partitions_and_offsets(bootstrap_server
     for p in range(4):
         offsets = [o for (part, o, *_rest) in sorted(got) if part == p]
         assert offsets == list(range(10)), f"partition {p} offsets {offsets}"
+
+
+@pytest.mark.unit
+def test_a_cluster_id_is_a_kafka_uuid_no_command_line_reads_as_an_option() -> None:
+    import base64
+
+    from ingest.broker.apache_kafka import cluster_id
+
+    for _ in range(2000):
+        text = cluster_id()
+        assert len(text) == 22 and not text.startswith("-")
+        assert len(base64.urlsafe_b64decode(text + "==")) == 16
+
+
+@pytest.mark.unit
+def test_apache_kafka_keeps_records_of_any_age_unless_a_topic_says_otherwise(tmp_path) -> None:
+    from ingest.broker.apache_kafka import server_properties
+
+    props = dict(line.split("=", 1) for line in server_properties(9092, 9093, tmp_path).splitlines())
+    assert props["log.retention.ms"] == "-1"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["offsets.topic.replication.factor"] == "1"

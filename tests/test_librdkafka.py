@@ -138,26 +138,27 @@ def assert_exactly_once(store: Path, produced: dict[str, list[Produced]]) -> Non
         assert [q for _, q in sorted(pairs)] == list(range(len(pairs))), f"queue {queue} not contiguous"
 
 
-def config(bootstrap: str, topics: list[str], tmp: Path) -> JobConfig:
+def config(bootstrap: str, topics: list[str], tmp: Path, source: str) -> JobConfig:
+    # the job reads read_committed by default: the transactional topic's aborted records stay out
     cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=",".join(topics), store=str(tmp / "store"),
                     checkpoint=str(tmp / "checkpoint"), segment_size=4 << 20, consume_queue_units=1000,
-                    max_offsets_per_trigger=1000, master=None, flush="sync")
+                    max_offsets_per_trigger=1000, master=None, flush="sync", source=source)
     cfg.validate()
     return cfg
 
 
 def test_run_stores_what_librdkafka_produced_exactly_once(bootstrap_servers: str, spark: object,
                                                            produced: dict[str, list[Produced]],
-                                                           tmp_path: Path) -> None:
-    cfg = config(bootstrap_servers, sorted(produced), tmp_path)
+                                                           tmp_path: Path, source: str) -> None:
+    cfg = config(bootstrap_servers, sorted(produced), tmp_path, source)
     run_stream(cfg, stop=threading.Event(), spark=spark, available_now=True)
     assert_exactly_once(tmp_path / "store", produced)
 
 
 def test_replay_stores_what_librdkafka_produced_exactly_once(bootstrap_servers: str, spark: object,
                                                               produced: dict[str, list[Produced]],
-                                                              tmp_path: Path) -> None:
-    cfg = config(bootstrap_servers, sorted(produced), tmp_path)
+                                                              tmp_path: Path, source: str) -> None:
+    cfg = config(bootstrap_servers, sorted(produced), tmp_path, source)
     summary = replay(cfg, ReplayOptions(topics=tuple(sorted(produced)), progress="log"), spark=spark)
     assert summary.complete
     assert_exactly_once(tmp_path / "store", produced)

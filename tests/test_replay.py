@@ -90,10 +90,10 @@ def test_kafka_jsonl_and_parquet_replays_write_the_same_store(bootstrap_servers:
 
 
 def test_a_range_replayed_twice_is_written_once(bootstrap_servers: str, spark: object, tmp_path: Path,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+                                                caplog: pytest.LogCaptureFixture, source: str) -> None:
     topic = new_topic(bootstrap_servers, 3, "replay-twice")
     produce(bootstrap_servers, topic, 3000, 3)
-    cfg = job_config(bootstrap_servers, topic, tmp_path / "store", max_offsets_per_trigger=700)
+    cfg = job_config(bootstrap_servers, topic, tmp_path / "store", max_offsets_per_trigger=700, source=source)
     half = Bound("offsets", offsets={(topic, p): 500 for p in range(3)})
 
     first = replay(cfg, ReplayOptions(topics=(topic,), finish=half, verify=False), spark=spark)
@@ -114,8 +114,8 @@ def test_a_range_replayed_twice_is_written_once(bootstrap_servers: str, spark: o
     before = store_messages(cfg.store)
     other = new_topic(bootstrap_servers, 1, "replay-other")
     produce(bootstrap_servers, other, 300, 1)
-    replay(job_config(bootstrap_servers, other, Path(cfg.store)), ReplayOptions(topics=(other,), verify=False),
-           spark=spark)
+    replay(job_config(bootstrap_servers, other, Path(cfg.store), source=source),
+           ReplayOptions(topics=(other,), verify=False), spark=spark)
     after = store_messages(cfg.store)
     assert after[:3000] == before and len(after) == 3300
     assert {m["topic"] for m in after[3000:]} == {other} and after[3000]["offset"] > before[-1]["offset"]

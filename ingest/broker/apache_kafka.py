@@ -59,8 +59,12 @@ JVM_OPTIONS = ["-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
 
 
 def cluster_id() -> str:
-    """A Kafka Uuid as StorageTool's random-uuid prints it: 16 random bytes, URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+    """A Kafka Uuid as StorageTool's random-uuid prints it: 16 random bytes, URL-safe base64, unpadded,
+    never starting with '-' (a command line would read it as an option; Kafka's Uuid avoids it too)."""
+    while True:
+        text = base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def server_properties(port: int, controller_port: int, log_dirs: Path,

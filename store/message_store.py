@@ -65,7 +65,9 @@ class MessageStore(RecordReads):
         self._put_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._closed = False
-        self._failure: BaseException | None = None
+        self.closed_cleanly = False
+        self._failure: BaseException | None = None          # writes are refused after it
+        self._flush_failure: BaseException | None = None    # ... and a clean close too (store.log.flush)
         self._last_ts = 0
         self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
                               preallocate=config.preallocate, warm_first=config.warm_first_segment,
@@ -226,7 +228,13 @@ class MessageStore(RecordReads):
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
-                self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
+                try:
+                    self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
+                except OSError as e:      # a new IndexFile without room: the batch is half appended
+                    self._failure = e
+                    raise StoreReadOnlyError(
+                        f"indexing the batch failed: {e}; nothing of this batch is committed, the store "
+                        f"refuses writes until reopened") from e
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -252,6 +260,9 @@ class MessageStore(RecordReads):
         if self._failure is not None:
             raise FlushError(f"store {self.root} failed earlier ({self._failure}); reopen it")
         self.settle_queues()
+        return self._flush_files()
+
+    def _flush_files(self) -> int:
         off = self._flusher.flush()
         try:
             self._cq.flush()
@@ -259,7 +270,7 @@ class MessageStore(RecordReads):
                 self._index.flush()
                 self._checkpoint.index_msg_timestamp = self._index.index_msg_timestamp
         except OSError as e:
-            self._failure = e
+            self._failure = self._flush_failure = e
             raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
                              f"store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
@@ -314,7 +325,7 @@ class MessageStore(RecordReads):
                 self._checkpoint.confirm_phy_offset = end
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
             except OSError as e:
-                self._failure = e
+                self._failure = self._flush_failure = e
                 raise FlushError(f"writing the commit point of {self.root} failed: {e}; the "
                                  f"last durable commit point stays {self._last_commit.offset}; "
                                  f"the store refuses writes until reopened") from e
@@ -350,6 +361,12 @@ class MessageStore(RecordReads):
         return self._failure is not None or self._flusher.failed
 
     @property
+    def can_close_cleanly(self) -> bool:
+        """No flush has failed: what was committed is durable, and what an append left after the
+        commit point is cut by the next open's normal recovery."""
+        return self._flush_failure is None and not self._flusher.failed
+
+    @property
     def commit_log(self) -> CommitLog:
         """The commit log (RocketMQ's getCommitLog()): its segment queue and its record writer."""
         return self._log
@@ -380,7 +397,9 @@ class MessageStore(RecordReads):
     def close(self) -> None:
         """Flush, write the checkpoint, remove ``abort``, release the lock. Appended but
         uncommitted data is flushed but not kept by the next open (it is after the commit
-        point). After a failure ``abort`` stays, so the next open re-validates."""
+        point): so also after an append that failed part way (a file that could not be
+        created), which only makes the store refuse further writes. After a failed flush
+        ``abort`` stays, so the next open re-validates."""
         if self._closed:
             return
         if self._retention is not None:
@@ -390,17 +409,18 @@ class MessageStore(RecordReads):
         self._flusher.stop()
         clean = False
         try:
-            if not self.read_only:
-                self.flush()
+            if self.can_close_cleanly:
+                self._flush_files()     # the dispatcher, stopped above, has written what it was given
                 self._checkpoint.confirm_phy_offset = self._last_commit.offset
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
                 clean = True
         finally:
             self._closed = True
+            self.closed_cleanly = clean
             try:
                 self._cq.close()
                 if self._index is not None:
-                    self._index.close(flush=not self.read_only)
+                    self._index.close(flush=clean)
             finally:
                 self._log.close()
                 if clean:

@@ -92,6 +92,8 @@ class SegmentQueue:
             except FileNotFoundError:
                 continue
             self.segments.append(seg)
+        if not self.read_only and self.segments:
+            self.segments[-1].reserve()     # the one the writer goes on with
 
     # --- lookup ----------------------------------------------------------------------------
     @property

@@ -26,7 +26,7 @@ from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import collect_packed
 from ingest.kafka.admin import earliest_offsets
 from sink import CommitLogWriter, spool
-from sink.foreach_batch import ForeachBatchSink
+from sink.foreach_batch import BatchWriteError, ForeachBatchSink
 from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 from store import IndexConfig, RetentionConfig, StoreConfig
@@ -172,6 +172,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     query = None
     sink = None
     spool_dir = None
+    reported: BatchWriteError | None = None
     try:
         rewind_to_store(cfg.checkpoint or None, writer.state)
         spark = spark or spark_session(cfg)
@@ -197,15 +198,19 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
         stop = stop or threading.Event()
         lag = LagLog()
-        while query.isActive and not stop.is_set():
+        while query.isActive and not stop.is_set() and sink.failure is None:
             query.awaitTermination(0.25)
             lag.after(query.lastProgress)
-        if stop.is_set():
+        if stop.is_set() or sink.failure is not None:
             sink.request_stop()
             _wait_between_triggers(query)
         if query.isActive:
             query.stop()
-        sink.drain()   # the last batch in the writer: its failure fails the run
+        try:
+            sink.drain()   # the last batch in the writer: its failure fails the run
+        except BatchWriteError as exc:
+            reported = exc
+            raise
         failure = query.exception()
         if failure is not None and not stop.is_set():
             raise RuntimeError(f"the streaming query failed: {failure}")
@@ -216,11 +221,16 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         if sink is not None:
             try:
                 sink.close()
-            except RuntimeError as exc:   # already raised above, or the query's own failure is
-                log.error("%s", exc)
+            except BatchWriteError as exc:
+                if exc is not reported:   # else raised above; here the query's own failure is
+                    log.error("%s", exc)
         writer.close()
         close_spool(cfg, spool_dir)
-        log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
+        if writer.store.closed_cleanly:
+            log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
+        else:
+            log.warning("store %s closed after a failed flush at commit offset %d: the next open re-validates "
+                        "what follows its checkpoint", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()
 

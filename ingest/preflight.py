@@ -170,6 +170,45 @@ def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/
     _check_locking(root)
 
 
+class CheckpointPathError(PreflightError):
+    """--checkpoint names a place Spark cannot keep its checkpoint."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"--checkpoint {path}: {reason}")
+
+
+def check_checkpoint_path(checkpoint: str | None) -> None:
+    """Raise CheckpointPathError unless a local ``--checkpoint`` is, or can become, a directory the
+    job can write files in (Spark would find out only after its start, in a Java stack trace). A
+    location of another file system (hdfs:, s3a:) is left to Spark."""
+    from sink.spark_checkpoint import local_checkpoint_path
+
+    path = local_checkpoint_path(checkpoint)
+    if path is None:
+        return
+    shown = str(checkpoint)
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise CheckpointPathError(shown, "exists and is not a directory; give a directory (created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise CheckpointPathError(shown, "a part of it is a file, not a directory") from exc
+    except OSError as exc:
+        raise CheckpointPathError(shown, f"cannot be created ({exc.strerror})") from exc
+    probe = path / PROBE_NAME
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"probe")
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointPathError(shown, f"cannot be written ({exc.strerror}); Spark keeps its offsets and "
+                                         f"commits there") from exc
+
+
 def missing_topics(client_params: dict, names: list[str]) -> list[str]:
     """The subscribed topics the brokers do not have (yet). Asking does not create them: the
     metadata request lists every topic rather than naming ours."""

@@ -30,6 +30,8 @@ from store.format.constants import (
     MIN_RECORD_LENGTH,
     POS_PHYSICALOFFSET,
 )
+from store.index.check import lookup_damage
+from store.index.hashing import index_key_hashes
 from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num, open_index
 from store.index.service import IndexService
 from store.log.commit_point import CommitPoint, read_commit_point
@@ -168,6 +170,11 @@ class RecordReads:
         index = self._index_lookup()
         if index is None:
             raise IndexFileError(f"{self.root} has no index/: build it with `commitlog reindex {self.root}`")
+        if index.read_only:   # a reader's: the writer's own index is checked by verify, not per lookup
+            fault = lookup_damage(index, int(index_key_hashes([topic], [key])[0]))
+            if fault is not None:
+                raise IndexFileError(f"index/ of {self.root} is damaged ({fault}): its answers cannot be trusted; "
+                                     f"rebuild it with `commitlog reindex {self.root}`")
         limit = self._read_limit()
         return [o for o in index.query(topic, key, check_max_num(max_num), begin_ms, end_ms) if o < limit]
 

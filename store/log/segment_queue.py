@@ -85,8 +85,8 @@ class SegmentQueue:
                     f"{self.segment_size}")
             if self.segments and base != self.segments[-1].base_offset + self.segment_size:
                 raise SegmentSizeError(
-                    f"segment {path} does not follow {self.segments[-1].path.name}: a segment "
-                    f"is missing between them")
+                    f"segment {path} does not follow {self.segments[-1].path.name}: a segment is missing "
+                    f"between them, the one at offset {self.segments[-1].base_offset + self.segment_size}")
             try:
                 seg = Segment(path, base, self.segment_size, read_only=self.read_only)
             except FileNotFoundError:

@@ -23,9 +23,10 @@ from store.format.constants import (
 )
 from store.format.fields import RecordFields, be_ints, record_fields
 from store.format.walk import walk
-from store.index.batch_keys import batch_keys
+from store.index.batch_keys import BatchKeys, batch_keys
 from store.index.check import order_faults, settled, structure_faults, time_diffs
 from store.index.lookup import open_index
+from store.index.service import IndexService
 from store.index.settings import read_index_settings
 from store.log.source import SegmentFile, Source, mapped
 from store.tools.queues import Problem
@@ -44,6 +45,10 @@ class _Items:
     begin: np.ndarray           # the begin timestamp of each item's file
     first: np.ndarray           # the first item of its file (its timeDiff is from the file before)
 
+    @classmethod
+    def none(cls) -> _Items:
+        return cls(*(np.zeros(0, np.int64) for _ in range(4)), np.zeros(0, bool))
+
 
 def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
     """(problems, items checked). Items below the first segment (retention keeps a file until all
@@ -61,7 +66,7 @@ def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
         return [], 0
     limit = min(src.committed_offset if src.committed_offset is not None else data_end, data_end)
     low = src.segments[0].base_offset if src.segments else 0
-    items = _Items(*(np.zeros(0, np.int64) for _ in range(4)), np.zeros(0, bool))
+    items = _Items.none()
     if service is not None:
         try:
             items = _file_items(service, low, limit, out)
@@ -89,7 +94,7 @@ def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
     return out.problems, len(items.phy)
 
 
-def _file_items(service, low: int, limit: int, out: _Problems) -> _Items:  # noqa: ANN001
+def _file_items(service: IndexService, low: int, limit: int, out: _Problems) -> _Items:
     parts: list[tuple[np.ndarray, ...]] = []
     files = service.files
     for i, f in enumerate(files):
@@ -112,7 +117,7 @@ def _file_items(service, low: int, limit: int, out: _Problems) -> _Items:  # noq
     for fault in order_faults([(f.path.name, f.read_header()) for f in files]):
         out.add(fault.kind, fault.offset, str(fault))
     if not parts:
-        return _Items(*(np.zeros(0, np.int64) for _ in range(4)), np.zeros(0, bool))
+        return _Items.none()
     return _Items(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
 
 
@@ -178,7 +183,7 @@ def _check_times(arr: np.ndarray, fields: RecordFields, rows: np.ndarray, items:
 
 
 def _unindexed_keys(arr: np.ndarray, mv: memoryview, base: int, end: int, pointed: np.ndarray,
-                    pointed_fields: RecordFields, pointed_keys, phy: np.ndarray,  # noqa: ANN001
+                    pointed_fields: RecordFields, pointed_keys: BatchKeys, phy: np.ndarray,
                     key_hash: np.ndarray) -> np.ndarray:
     """The offsets of the keys of message records in [0, end) of the segment that no item holds:
     of the records the items point at (their keys are known) and of the others (walked to here)."""

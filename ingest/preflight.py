@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,15 +160,20 @@ def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/
                  "exactly-once state would be lost with it. Mount a persistent volume there "
                  f"(docker volume, PersistentVolumeClaim, local disk), or set "
                  f"{ENV_ALLOW_EPHEMERAL}=1 for a throwaway run")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise StorePathError(raw, "exists and is not a directory") from exc
-    except OSError as exc:
-        raise StorePathError(raw, f"cannot be created ({exc.strerror})") from exc
+    _make_dir(root, lambda reason: StorePathError(raw, reason))
     if not os.access(root, os.W_OK | os.X_OK):
         raise StorePathError(raw, f"not writable by uid {os.getuid()}")
     _check_locking(root)
+
+
+def _make_dir(path: Path, refused: Callable[[str], Exception]) -> None:
+    """``path`` and its parents made directories where they are not yet; ``refused(reason)`` if not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise refused("exists and is not a directory") from exc
+    except OSError as exc:
+        raise refused(f"cannot be created ({exc.strerror})") from exc
 
 
 class CheckpointPathError(PreflightError):
@@ -190,12 +196,7 @@ def check_checkpoint_path(checkpoint: str | None) -> None:
     path = path.expanduser()
     if path.exists() and not path.is_dir():
         raise CheckpointPathError(shown, "exists and is not a directory; give a directory (created if missing)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise CheckpointPathError(shown, "a part of it is a file, not a directory") from exc
-    except OSError as exc:
-        raise CheckpointPathError(shown, f"cannot be created ({exc.strerror})") from exc
+    _make_dir(path, lambda reason: CheckpointPathError(shown, reason))
     probe = path / PROBE_NAME
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

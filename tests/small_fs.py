@@ -22,14 +22,15 @@ BATCH = 400
 
 
 @contextmanager
-def small_filesystem(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``path`` while the block runs."""
+def small_filesystem(path: Path, size: str, *, read_only: bool = False) -> Iterator[Path]:
+    """A tmpfs of ``size`` (read-only if asked) mounted at ``path`` while the block runs."""
     import pytest
 
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("a small filesystem needs root to mount a tmpfs")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+    options = f"{'ro,' if read_only else ''}size={size}"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                           capture_output=True, text=True)
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")

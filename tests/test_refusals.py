@@ -16,6 +16,7 @@ import pytest
 from store import Message, MessageStore, StoreConfig
 from store.log.lock import StoreLock
 from tests.kafka_helpers import create_topics, unique_topic
+from tests.small_fs import small_filesystem
 
 pytestmark = pytest.mark.integration
 
@@ -49,21 +50,6 @@ def a_store(root: Path) -> None:
 
 
 @contextmanager
-def read_only_mount(path: Path) -> Iterator[Path]:
-    path.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a read-only filesystem needs root to mount one")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-@contextmanager
 def unwritable(path: Path) -> Iterator[None]:
     """``path`` cannot be opened for writing: immutable for root (who ignores modes), read-only else."""
     if os.geteuid() == 0:
@@ -91,7 +77,7 @@ def test_a_checkpoint_that_is_a_file_is_refused_in_one_line(
 
 def test_a_checkpoint_on_a_read_only_filesystem_is_refused_in_one_line(
         bootstrap_servers: str, topic: str, tmp_path: Path) -> None:
-    with read_only_mount(tmp_path / "ro") as ro:
+    with small_filesystem(tmp_path / "ro", "1m", read_only=True) as ro:
         code, lines = run(bootstrap_servers, topic, tmp_path / "store", ro / "ck")
     assert_refused(code, lines, "--checkpoint", "Read-only file system")
 

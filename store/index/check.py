@@ -106,6 +106,10 @@ def structure_faults(f: IndexFile) -> list[IndexFault]:
         out.add("indexItem", int(phy[i]), f"item {i + 1}: phyOffset {phy[i]} is below item {i}'s {phy[i - 1]}")
     out.more("indexItem", len(back), "items go back in the commit log")
     slot_of = hashes % f.max_hash_slot_num
+    slots = f.slots().astype(np.int64)
+    if _chains_hold(slot_of, prev, slots):
+        return out.faults
+    # where they do not: each item's prevIndex and each slot against what they should be
     order = np.argsort(slot_of, kind="stable")            # by slot, each slot's items in put order
     in_slot = slot_of[order]
     starts = np.ones(n, dtype=bool)
@@ -121,13 +125,36 @@ def structure_faults(f: IndexFile) -> list[IndexFault]:
     ends[:-1] = in_slot[1:] != in_slot[:-1]
     want_slots = np.zeros(f.max_hash_slot_num, dtype=np.int64)
     want_slots[in_slot[ends]] = numbers[order][ends]
-    slots = f.slots().astype(np.int64)
     wrong = np.flatnonzero(want_slots != slots)
     for s in wrong[:LISTED].tolist():
         out.add("indexSlot", 0, f"hash slot {s} holds item {slots[s]}, but the newest item of its chain is "
                                 f"{want_slots[s]}")
     out.more("indexSlot", len(wrong), "hash slots do not head their chain")
     return out.faults
+
+
+def _chains_hold(slot_of: np.ndarray, prev: np.ndarray, slots: np.ndarray) -> bool:
+    """Every slot's items are one chain, newest first, headed by the slot, without sorting: each
+    prevIndex points back to an item of the same slot, no item is pointed at twice, and there are as
+    many chain ends (prevIndex 0) as slots in use. Chains are then disjoint runs going back, one per
+    slot, through all of its items: each slot's items in put order. Their heads (items nothing
+    points at) must be what the slots hold."""
+    n = len(prev)
+    if np.any((prev < INDEX_INVALID_INDEX) | (prev >= np.arange(1, n + 1))):
+        return False
+    linked = prev > INDEX_INVALID_INDEX
+    back = prev[linked]
+    if np.any(slot_of[back - 1] != slot_of[linked]):
+        return False
+    pointed = np.bincount(back, minlength=n + 1)
+    if pointed.max(initial=0) > 1:
+        return False
+    if n - len(back) != np.count_nonzero(np.bincount(slot_of, minlength=len(slots))):
+        return False
+    heads = np.flatnonzero(pointed[1:] == 0) + 1
+    want = np.zeros(len(slots), dtype=np.int64)
+    want[slot_of[heads - 1]] = heads
+    return bool(np.array_equal(want, slots))
 
 
 def chain_faults(f: IndexFile, key_hash: int) -> list[IndexFault]:

@@ -140,7 +140,7 @@ def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, 
     # sorting and searching (numpy's hashing unique/isin cost several times more on millions)
     rows = row_of[owner]
     found = _among(rows * _PAIR + (key_hash & 0xFFFFFFFF),
-                   keys.record.astype(np.int64) * _PAIR + (keys.key_hash.astype(np.int64) & 0xFFFFFFFF))
+                   np.sort(keys.record.astype(np.int64) * _PAIR + (keys.key_hash.astype(np.int64) & 0xFFFFFFFF)))
     for i in np.flatnonzero((rows >= 0) & ~found).tolist():
         out.add("indexKey", int(phy[i]), f"an index item with keyHash {int(key_hash[i])} points at this message, "
                                          f"but none of its keys hashes to it")
@@ -190,10 +190,10 @@ def _unindexed_keys(arr: np.ndarray, mv: memoryview, base: int, end: int, pointe
     walked, _, _ = walk(arr, mv, 0, end, end)
     magic = be_ints(arr, walked + 4, 4) & 0xFFFFFFFF
     walked = walked[np.isin(magic, [MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2])]
-    others = walked[~_among(walked, pointed)]
+    others = walked[~_among(walked, pointed)]             # np.unique made ``pointed`` sorted
     other_fields = record_fields(arr, others, be_ints(arr, others, 4))
     other_keys = batch_keys(arr, other_fields)
-    have = phy * _PAIR + (key_hash & 0xFFFFFFFF)
+    have = np.sort(phy * _PAIR + (key_hash & 0xFFFFFFFF))
     lost = []
     for fields, keys in ((pointed_fields, pointed_keys), (other_fields, other_keys)):
         at = fields.starts[keys.record] + base
@@ -202,9 +202,8 @@ def _unindexed_keys(arr: np.ndarray, mv: memoryview, base: int, end: int, pointe
     return np.sort(np.concatenate(lost))
 
 
-def _among(values: np.ndarray, sorted_or_not: np.ndarray) -> np.ndarray:
-    """Which ``values`` are in the second array."""
-    pool = np.sort(sorted_or_not)
+def _among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in ``pool`` (sorted)."""
     if not len(pool):
         return np.zeros(len(values), dtype=bool)
     return pool[np.minimum(np.searchsorted(pool, values), len(pool) - 1)] == values

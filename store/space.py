@@ -27,7 +27,7 @@ _NOT_SUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL)
 
 def reserve(fd: int, size: int, path: Path, what: str) -> None:
     """Give bytes [0, size) of the open file ``fd`` their disk blocks, growing it to ``size``.
-    A full disk, a quota or a file size limit raises FileSpaceError naming the file."""
+    A full disk, a quota or a file size limit raises FileSpaceError naming the file (``path``)."""
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as e:
@@ -41,12 +41,13 @@ def reserve(fd: int, size: int, path: Path, what: str) -> None:
                                       f"and run again", str(path)) from e
 
 
-def create_reserved(path: Path, size: int, what: str) -> int:
+def create_reserved(path: Path, size: int, what: str, named: Path | None = None) -> int:
     """Create ``path`` (it must not exist) at ``size`` bytes with every block reserved; its fd,
-    open read-write. On failure nothing is left behind."""
+    open read-write. On failure nothing is left behind. ``named``: the file's name in messages, when
+    ``path`` is a temporary name it is renamed from."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        reserve(fd, size, path, what)
+        reserve(fd, size, named or path, what)
     except BaseException:
         os.close(fd)
         try:

@@ -163,7 +163,7 @@ class Segment:
         final = directory / segment_name(base_offset)
         tmp = directory / (final.name + ".tmp")
         tmp.unlink(missing_ok=True)
-        fd = create_reserved(tmp, size, "commit-log segment")
+        fd = create_reserved(tmp, size, "commit-log segment", named=final)
         os.close(fd)
         os.rename(tmp, final)
         fsync_dir(directory)

@@ -163,8 +163,8 @@ class SegmentQueue:
             return None
         try:
             seg = fut.result()  # normally long done; a failure is retried synchronously
-        except OSError as e:
-            log.warning("background creation of segment %s failed: %s", segment_name(base), e)
+        except OSError as e:    # the caller creates it now, and says so if that fails too
+            log.debug("background creation of segment %s failed: %s", segment_name(base), e)
             return None
         if seg.base_offset != base:
             seg.destroy()

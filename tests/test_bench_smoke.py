@@ -52,9 +52,11 @@ EXPECTED = {
         ["local.commitlog.sync.msgs_per_s", "cluster.commitlog.sync.msgs_per_s"],
         ["ratio.cluster_vs_local"]),
     "readback": (
-        ["body1024.arrow.mb_per_s", "body1024.verify_scan.mb_per_s", "body100.spark.commitlog.msg_per_s",
+        ["body1024.arrow.mb_per_s", "body1024.arrow_unchecked.mb_per_s", "body1024.verify_scan.mb_per_s",
+         "body100.spark.commitlog.msg_per_s", "body100.spark.commitlog_unchecked.msg_per_s",
          "body100.spark.parquet.msg_per_s"],
-        ["body1024.ratio.arrow_vs_verify_scan", "body100.ratio.spark_commitlog_vs_parquet"]),
+        ["body1024.ratio.arrow_vs_verify_scan", "body1024.ratio.arrow_crc_vs_unchecked",
+         "body100.ratio.spark_crc_vs_unchecked", "body100.ratio.spark_commitlog_vs_parquet"]),
     "codecs": (
         ["lz4.kafka_python.mb_per_s", "zstd.cramjam.mb_per_s", "snappy.kafka_python.mb_per_s", "gzip.cramjam.mb_per_s"],
         ["lz4.ratio.kafka_python_vs_cramjam", "zstd.ratio.kafka_python_vs_cramjam"]),

@@ -5,16 +5,18 @@ Builds a store (256 MiB, 16 MiB in quick mode; segments of 64 MiB, 4 MiB) of the
 cache warm, then measures in the same run:
 
 - ``arrow``: StoreReader.record_batches over the whole store (every column built, bodies copied
-  into plain binary columns), against the raw scan of ``commitlog verify``: the same segments
-  walked and checked by store.format.scan (BODYCRC included, as verify does), one thread, in this
-  process; and ``commitlog verify STORE`` end to end (a subprocess: start-up, consume-queue checks
-  and its parallel pieces included). Targets: arrow >= 0.5 of the raw scan.
+  into plain binary columns, every BODYCRC checked: the default), against the raw scan of
+  ``commitlog verify``: the same segments walked and checked by store.format.scan (BODYCRC
+  included, as verify does), one thread, in this process; and ``commitlog verify STORE`` end to end
+  (a subprocess: start-up, consume-queue checks and its parallel pieces included). Targets: arrow
+  >= 0.5 of the raw scan. What the CRC check costs: ``arrow_unchecked`` (check_crc=False) beside it.
 - ``spark``: spark.read.format("rocketmq-commitlog").load(STORE) written to Spark's ``noop`` sink
   (every column read), against spark.read.parquet of the same rows written as Parquet (snappy) by
   Spark, on a local[2] session. Target: >= 0.8 of Parquet. And the ceiling of any Python data
   source here: ``arrow_source``, a data source that only hands Spark the same Arrow batches,
   computed before timing and read from Arrow IPC files (one per partition of ours, mapped), so
   what it costs is PySpark's: the batches through the worker's socket into the JVM, and rows.
+  What the CRC check costs there: ``commitlog_unchecked`` (option checkCrc=false) beside it.
 """
 
 from __future__ import annotations
@@ -50,13 +52,13 @@ def build_store(root: Path, segment_size: int, nbytes: int, body: int) -> tuple[
         return store.committed_offset, n
 
 
-def arrow_read(root: Path) -> tuple[float, int]:
+def arrow_read(root: Path, check_crc: bool = True) -> tuple[float, int]:
     """Seconds to read every committed message as Arrow batches; and the rows."""
     from store import StoreReader
 
     rows = 0
     t0 = time.perf_counter()
-    with StoreReader.open(root) as reader:
+    with StoreReader.open(root, check_crc=check_crc) as reader:
         for batch in reader.record_batches():
             rows += batch.num_rows
     return time.perf_counter() - t0, rows
@@ -170,13 +172,18 @@ def main(argv: list[str] | None = None) -> int:
 
             arrow_read(root)
             verify_scan(root)                           # warm-up: page cache, imports
-            arrow = [arrow_read(root) for _ in range(runs)]
-            assert all(rows == n for _, rows in arrow), f"read back {arrow[0][1]} of {n} messages"
+            arrow, unchecked = [], []
+            for _ in range(runs):                       # alternated: both see the same machine load
+                arrow.append(arrow_read(root))
+                unchecked.append(arrow_read(root, check_crc=False))
+            assert all(rows == n for _, rows in arrow + unchecked), f"read back {arrow[0][1]} of {n} messages"
             scan = [verify_scan(root) for _ in range(runs)]
             verify_command(root)
             command = [verify_command(root) for _ in range(runs)]
             rep.add(f"{tag}.arrow.mb_per_s", [end / s / 1e6 for s, _ in arrow], "MB/s")
             rep.add(f"{tag}.arrow.msg_per_s", [n / s for s, _ in arrow], "msg/s")
+            rep.add(f"{tag}.arrow_unchecked.mb_per_s", [end / s / 1e6 for s, _ in unchecked], "MB/s")
+            rep.ratio(f"{tag}.ratio.arrow_crc_vs_unchecked", f"{tag}.arrow.mb_per_s", f"{tag}.arrow_unchecked.mb_per_s")
             rep.add(f"{tag}.verify_scan.mb_per_s", [end / s / 1e6 for s in scan], "MB/s")
             rep.add(f"{tag}.verify_command.mb_per_s", [end / s / 1e6 for s in command], "MB/s")
             rep.ratio(f"{tag}.ratio.arrow_vs_verify_scan", f"{tag}.arrow.mb_per_s", f"{tag}.verify_scan.mb_per_s")
@@ -192,20 +199,25 @@ def main(argv: list[str] | None = None) -> int:
             write_arrow_files(root, arrow_dir)
             floor = spark.read.format("arrow_source").load(str(arrow_dir))
             ours = spark.read.format("rocketmq-commitlog").load(str(root))
+            ours_unchecked = spark.read.format("rocketmq-commitlog").option("checkCrc", "false").load(str(root))
             ours.write.mode("overwrite").parquet(str(parquet_dir))     # the same rows, as Parquet
             theirs = spark.read.parquet(str(parquet_dir))
             assert theirs.count() == n
             rep.params[f"{tag}.parquet_bytes"] = sum(f.stat().st_size for f in parquet_dir.rglob("*.parquet"))
             rep.params[f"{tag}.spark_partitions"] = ours.rdd.getNumPartitions()
             assert floor.count() == n
-            for frame in (ours, theirs, floor):
+            for frame in (ours, ours_unchecked, theirs, floor):
                 spark_read(spark, frame)
-            mine, peer, ceiling = [], [], []
+            mine, mine_unchecked, peer, ceiling = [], [], [], []
             for _ in range(runs):                       # alternated: all see the same machine load
                 mine.append(spark_read(spark, ours))
+                mine_unchecked.append(spark_read(spark, ours_unchecked))
                 peer.append(spark_read(spark, theirs))
                 ceiling.append(spark_read(spark, floor))
             rep.add(f"{tag}.spark.commitlog.msg_per_s", [n / s for s in mine], "msg/s")
+            rep.add(f"{tag}.spark.commitlog_unchecked.msg_per_s", [n / s for s in mine_unchecked], "msg/s")
+            rep.ratio(f"{tag}.ratio.spark_crc_vs_unchecked", f"{tag}.spark.commitlog.msg_per_s",
+                      f"{tag}.spark.commitlog_unchecked.msg_per_s")
             rep.add(f"{tag}.spark.parquet.msg_per_s", [n / s for s in peer], "msg/s")
             rep.add(f"{tag}.spark.arrow_source.msg_per_s", [n / s for s in ceiling], "msg/s")
             rep.ratio(f"{tag}.ratio.spark_commitlog_vs_parquet", f"{tag}.spark.commitlog.msg_per_s",

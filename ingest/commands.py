@@ -13,12 +13,15 @@ EXIT_USAGE = 2
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Settings, the store path and the brokers are checked before Spark starts: what is wrong with
-    them is one line and exit status 2."""
+    """Settings, the store path, the checkpoint and the brokers are checked, and the store opened,
+    before Spark starts: what is wrong with them is one line and exit status 2. So is a store that
+    fails under the job (a full disk): the batch in progress is not committed, the store is closed,
+    and the next run resumes from its last commit."""
     from ingest.broker_groups import BrokerGroupError, check_store_group
     from ingest.job import check_spool_setting, run
-    from ingest.preflight import PreflightError, check_brokers, check_store_path
-    from sink.spark_checkpoint import check_checkpoint_dir
+    from ingest.preflight import PreflightError, check_brokers, check_checkpoint_path, check_store_path
+    from sink.foreach_batch import BatchWriteError
+    from sink.spark_checkpoint import CheckpointRewindError, check_checkpoint_dir
     from sink.trust import UntrustedPathError
     from store import StoreError
 
@@ -29,13 +32,15 @@ def _run(args: argparse.Namespace) -> int:
         check_store_group(cfg.store, cfg.group)
         if not cfg.skip_preflight:
             check_store_path(cfg.store)
+            check_checkpoint_path(cfg.checkpoint)
             check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
             _warn_missing_topics(cfg)
-        check_checkpoint_dir(cfg.checkpoint)    # last: a new one is made here, before anyone else can
-    except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError) as exc:
+        check_checkpoint_dir(cfg.checkpoint)    # whatever --skip-preflight says: see sink.trust
+        return run(cfg)
+    except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError, BatchWriteError,
+            CheckpointRewindError, OSError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run(cfg)
 
 
 def _warn_missing_topics(cfg: Any) -> None:

@@ -29,7 +29,7 @@ from ingest.kafka.options import DataLossError
 from ingest.lag import LagLog
 from ingest.metrics import JobMetrics, MetricsPortError, MetricsServer, observe_batches
 from sink import BatchStats, CommitLogWriter
-from sink.foreach_batch import ForeachBatchSink
+from sink.foreach_batch import BatchWriteError, ForeachBatchSink
 from sink.spool import Spool, auto_dir
 from sink.trust import check_existing_dir
 from sink.spark_checkpoint import check_checkpoint_dir, local_checkpoint_path, rewind_to_store
@@ -256,6 +256,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
     query = None
     sink = None
     spool = None
+    reported: BatchWriteError | None = None
     try:
         rewind_to_store(cfg.checkpoint or None, writer.state)
         start = starting_offsets(writer, cfg)     # before Spark: a data loss is one line
@@ -280,15 +281,19 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
         stop = stop or threading.Event()
         lag = LagLog(on_lag=metrics.kafka_lag)
-        while query.isActive and not stop.is_set():
+        while query.isActive and not stop.is_set() and sink.failure is None:
             query.awaitTermination(0.25)
             lag.after(query.lastProgress)
-        if stop.is_set():
+        if stop.is_set() or sink.failure is not None:
             sink.request_stop()
             _wait_between_triggers(query)
         if query.isActive:
             query.stop()
-        sink.drain()   # the last batch in the writer: its failure fails the run
+        try:
+            sink.drain()   # the last batch in the writer: its failure fails the run
+        except BatchWriteError as exc:
+            reported = exc
+            raise
         failure = query.exception()
         if failure is not None and not stop.is_set():
             raise RuntimeError(f"the streaming query failed: {failure}")
@@ -301,12 +306,17 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         if sink is not None:
             try:
                 sink.close()
-            except RuntimeError as exc:   # already raised above, or the query's own failure is
-                log.error("%s", exc)
+            except BatchWriteError as exc:
+                if exc is not reported:   # else raised above; here the query's own failure is
+                    log.error("%s", exc)
         writer.close()
         if spool is not None:
             spool.close()
-        log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
+        if writer.store.closed_cleanly:
+            log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
+        else:
+            log.warning("store %s closed after a failed flush at commit offset %d: the next open re-validates "
+                        "what follows its checkpoint", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()
 

@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,15 +160,56 @@ def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/
                  "exactly-once state would be lost with it. Mount a persistent volume there "
                  f"(docker volume, PersistentVolumeClaim, local disk), or set "
                  f"{ENV_ALLOW_EPHEMERAL}=1 for a throwaway run")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise StorePathError(raw, "exists and is not a directory") from exc
-    except OSError as exc:
-        raise StorePathError(raw, f"cannot be created ({exc.strerror})") from exc
+    _make_dir(root, lambda reason: StorePathError(raw, reason))
     if not os.access(root, os.W_OK | os.X_OK):
         raise StorePathError(raw, f"not writable by uid {os.getuid()}")
     _check_locking(root)
+
+
+def _make_dir(path: Path, refused: Callable[[str], Exception], mode: int = 0o777) -> None:
+    """``path`` and its parents made directories where they are not yet (``path`` itself with
+    ``mode``, less the umask); ``refused(reason)`` if not."""
+    try:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise refused("exists and is not a directory") from exc
+    except OSError as exc:
+        raise refused(f"cannot be created ({exc.strerror})") from exc
+
+
+class CheckpointPathError(PreflightError):
+    """--checkpoint names a place Spark cannot keep its checkpoint."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"--checkpoint {path}: {reason}")
+
+
+def check_checkpoint_path(checkpoint: str | None) -> None:
+    """Raise CheckpointPathError unless a local ``--checkpoint`` is, or can become, a directory the
+    job can write files in (Spark would find out only after its start, in a Java stack trace). A
+    location of another file system (hdfs:, s3a:) is left to Spark."""
+    from sink.spark_checkpoint import local_checkpoint_path
+
+    path = local_checkpoint_path(checkpoint)
+    if path is None:
+        return
+    shown = str(checkpoint)
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise CheckpointPathError(shown, "exists and is not a directory; give a directory (created if missing)")
+    # 0700 as sink.spark_checkpoint.check_checkpoint_dir makes it: no one else may write Spark's offsets
+    _make_dir(path, lambda reason: CheckpointPathError(shown, reason), 0o700)
+    probe = path / PROBE_NAME
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"probe")
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointPathError(shown, f"cannot be written ({exc.strerror}); Spark keeps its offsets and "
+                                         f"commits there") from exc
 
 
 def missing_topics(client_params: dict, names: list[str]) -> list[str]:

@@ -7,9 +7,11 @@ committed state (sink.batch.prepare), write and commit it, log one line.
 
 With ``overlap``, a batch is prepared, written and committed on a writer thread while Spark records
 it and collects the next one: the driver's share of a batch leaves Spark's critical path
-(BENCHMARKS.md, "Pipeline"). At most one batch is in the writer; the next call waits for it and
-raises its failure, which fails the query. Spark may then have recorded a batch the store has not
-committed: sink.spark_checkpoint.rewind_to_store brings the checkpoint back before the next start.
+(BENCHMARKS.md, "Pipeline"). At most one batch is in the writer; the next call waits for it. A
+failed write (a full disk) stops the sink: where Spark's record of the batches can be rewound to the
+store on the next start (sink.spark_checkpoint), later calls return without a word and the job reads
+``failure`` and stops, so the cause is one line and not a stack trace through Spark; elsewhere the
+call raises it, which fails the query.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ Collect = Callable[[Any], pa.Table]   # DataFrame -> the batch on the driver (si
 Check = Callable[[pa.Table], pa.Table]
 
 
+class BatchWriteError(RuntimeError):
+    """Writing a batch to the store failed; nothing of it is committed. ``cause``: the store's error."""
+
+    def __init__(self, batch_id: int, cause: BaseException) -> None:
+        self.batch_id, self.cause = batch_id, cause
+        super().__init__(f"writing batch {batch_id} to the store failed: {cause}")
+
+
 class ForeachBatchSink:
     """Callable for ``writeStream.foreachBatch``; serialises batches against a stop request."""
 
@@ -58,7 +68,8 @@ class ForeachBatchSink:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="commitlog-write",
                                             initializer=_lower_priority) if overlap else None
         self._pending: Future[None] | None = None
-        self._failure: BaseException | None = None
+        self._pending_id = -1
+        self._failure: BatchWriteError | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         with self.lock:
@@ -67,9 +78,12 @@ class ForeachBatchSink:
                 # exception here is a Python traceback in Spark's log) and safe where Spark's record
                 # of the batch is rewound to the store on the next start (sink.spark_checkpoint);
                 # elsewhere only failing the batch keeps Spark from counting it as done.
-                if self.checkpoint_dir is not None and local_checkpoint_path(self.checkpoint_dir) is None:
+                if not self._rewindable():
                     raise InterruptedError(f"batch {batch_id} not started: the job is stopping")
                 log.info("batch %d left to the next run: the job is stopping", batch_id)
+                return
+            if self._executor is not None and self.failure is not None and self._rewindable():
+                self.stopping.set()     # the job reads ``failure`` and stops; Spark's record is rewound
                 return
             started = time.perf_counter()
             query_id = checkpoint_query_id(self.checkpoint_dir)
@@ -84,11 +98,37 @@ class ForeachBatchSink:
                 log.error("batch %d not committed: %s", batch_id, _first_line(exc))
                 raise
             collected = time.perf_counter()
-            self._settle()
+            try:
+                self._settle()
+            except BatchWriteError:
+                if not self._rewindable():
+                    raise
+                self.stopping.set()
+                log.debug("batch %d not written: an earlier write failed", batch_id)
+                return
             if self._executor is None:
-                self._write(batch_id, query_id, table, started, collected)
+                try:
+                    self._write(batch_id, query_id, table, started, collected)
+                except Exception as exc:  # noqa: BLE001 - kept for the later calls
+                    self._failure = BatchWriteError(batch_id, exc)
+                    raise
             else:
                 self._pending = self._executor.submit(self._write, batch_id, query_id, table, started, collected)
+                self._pending_id = batch_id
+
+    def _rewindable(self) -> bool:
+        """Spark's record of a batch the store did not commit is undone on the next start."""
+        return self.checkpoint_dir is None or local_checkpoint_path(self.checkpoint_dir) is not None
+
+    @property
+    def failure(self) -> BatchWriteError | None:
+        """The failed write, once the writer thread is done with it (never waits)."""
+        pending = self._pending
+        if self._failure is None and pending is not None and pending.done() and pending.exception() is not None:
+            exc = pending.exception()
+            assert exc is not None
+            self._failure = BatchWriteError(self._pending_id, exc)
+        return self._failure
 
     def _write(self, batch_id: int, query_id: str | None, table: pa.Table, started: float,
                collected: float) -> None:
@@ -118,10 +158,9 @@ class ForeachBatchSink:
             try:
                 pending.result()
             except Exception as exc:  # noqa: BLE001 - kept and raised to every later caller
-                self._failure = exc
+                self._failure = BatchWriteError(self._pending_id, exc)
         if self._failure is not None:
-            raise RuntimeError(f"writing an earlier batch to the store failed: {self._failure}") \
-                from self._failure
+            raise self._failure
 
     def drain(self) -> None:
         """Wait until every batch handed to the writer is committed; raise if one failed."""
@@ -136,7 +175,7 @@ class ForeachBatchSink:
         if acquired:
             try:
                 self._settle()
-            except RuntimeError:
+            except BatchWriteError:
                 pass
             finally:
                 self.lock.release()

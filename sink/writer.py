@@ -106,6 +106,17 @@ class CommitLogWriter:
         log.info("store %s open: committed offset %d, batch %d, %d records, %d dead letters",
                  self.root, self.store.committed_offset, self.state.batch_id, self.state.records,
                  self.state.dead_letters)
+        damaged = self.store.damaged_records
+        if damaged:
+            shown = ", ".join(map(str, damaged[:10])) + (", ..." if len(damaged) > 10 else "")
+            log.error("store %s: %d committed record(s) below the commit point are damaged (their CRC fails) at "
+                      "offset %s; kept, and every record after them; readers refuse them; `commitlog verify %s` "
+                      "lists them", self.root, len(damaged), shown, self.root)
+
+    @property
+    def damaged_records(self) -> int:
+        """Committed records the store's open found damaged (their content fails its CRC)."""
+        return len(self.store.damaged_records)
 
     def should_skip(self, batch_id: int, query_id: str | None) -> bool:
         """Spark re-runs the last batch after a crash: one at or below the committed id is done."""

@@ -89,6 +89,14 @@ class QueueOffsetMismatchError(StoreError, ValueError):
             f"already stored batch, or a gap?)")
 
 
+class FileSpaceError(StoreError, OSError):
+    """A store file could not get its disk blocks when it was created (a full disk, a quota, a file
+    size limit): an OSError with the errno, whose message names the file and its size."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class SegmentAllocationError(StoreError):
     """A new commit-log segment could not be created (disk full, file size limit); nothing of
     the batch was written (engine)."""

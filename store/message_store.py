@@ -25,19 +25,19 @@ from store.errors import FlushError, StoreError, StoreReadOnlyError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
-from store.index.writer import IndexWriter, mark_index_incomplete
-from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
-from store.log.commit_point import CommitPoint, queue_offsets_before, read_commit_point, write_commit_point
+from store.index.writer import IndexWriter
+from store.log.checkpoint import StoreCheckpoint, write_checkpoint
+from store.log.commit_point import CommitPoint, queue_offsets_before, write_commit_point
 from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
 from store.log.lock import StoreLock
-from store.log.recovery import recover, recover_queues, remove_unfinished_queue_files
 from store.log.segment import fsync_dir
 from store.log.segment_queue import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.queue.dispatch import DispatchService
-from store.topics import TopicsPublisher
 from store.reader import RecordReads
+from store.store_open import StoreOpening, now_ms
+from store.topics import TopicsPublisher
 from store.usage import OpenReport, StoreUsage, measure, open_report
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,7 @@ class AppendResult:
     store_timestamp: int            # STORETIMESTAMP written into every record of the batch
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class MessageStore(RecordReads):
+class MessageStore(StoreOpening, RecordReads):
     """One writer per store (lock file). Use :meth:`open`; thread-safe for appends/commits."""
 
     def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
@@ -66,7 +62,11 @@ class MessageStore(RecordReads):
         self._put_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._closed = False
-        self._failure: BaseException | None = None
+        self.closed_cleanly = False
+        # committed records whose content failed its CRC at open (kept): for logs and metrics
+        self.damaged_records: tuple[int, ...] = ()
+        self._failure: BaseException | None = None          # writes are refused after it
+        self._flush_failure: BaseException | None = None    # ... and a clean close too (store.log.flush)
         self._last_ts = 0
         self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
                               preallocate=config.preallocate, warm_first=config.warm_first_segment,
@@ -117,84 +117,6 @@ class MessageStore(RecordReads):
             raise
         return store
 
-    def _open(self, truncate_on_corruption: bool) -> None:
-        abort = self.root / ABORT_FILE
-        abnormal = abort.exists()
-        commit_point = read_commit_point(self.root)
-        checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
-        self._log.queue.load()
-        remove_unfinished_queue_files(self.root)
-        self._cq.load()
-        result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
-                         truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
-        self._open_report = open_report(result, abnormal, commit_point.offset if commit_point else None)
-        end = result.end_offset
-        valid_point = commit_point if result.commit_point_valid else None
-        recover_queues(self._cq, self.iter_messages, self.min_offset, end, result.dispatch_from,
-                       valid_point)
-        if valid_point is not None:
-            queue_offsets = dict(valid_point.queue_offsets)
-        else:
-            queue_offsets = self._cq.next_queue_offsets()
-        self._log.queue_offsets = dict(queue_offsets)
-        self._log.last_record_offset = result.last_record_offset
-        if self._index is not None:
-            self._index.recover(end, self.min_offset, lambda phy: self.read(phy).store_timestamp)
-        elif not self.read_only:
-            mark_index_incomplete(self.root)
-        metadata = commit_point.metadata if commit_point else {}
-        if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
-            commit_point = CommitPoint(end, dict(queue_offsets), metadata, _now_ms(),
-                                       result.last_record_offset)
-            write_commit_point(self.root, commit_point)
-        self._last_commit = commit_point
-        self._checkpoint = checkpoint or StoreCheckpoint()
-        self._checkpoint.confirm_phy_offset = end
-        self._checkpoint.master_flushed_offset = end
-        write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
-        abort.touch()
-        fsync_dir(self.root)
-        if abnormal:
-            log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
-                        self.root, result.mode, end)
-        self._dispatcher = DispatchService(self._cq, self.root.name, self._log.writer.executor)
-        self._flusher.start()
-        self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
-        self._start_retention()
-
-    def _start_retention(self) -> None:
-        if self.config.retention is None:
-            return
-        from store.retention import RetentionService
-
-        self._retention = RetentionService(
-            self.root, self.config.retention, committed_offset=lambda: self.committed_offset,
-            consume_queues=self._cq, delete_segment=self._delete_oldest_segment).start()
-
-    def _delete_oldest_segment(self, path: Path) -> None:
-        q = self._log.queue
-        with self._put_lock, q.lock:
-            segs = q.segments
-            if len(segs) < 2 or segs[0].path != Path(path):
-                raise StoreError(f"retention may only delete the oldest segment, not {path}")
-            seg = segs.pop(0)
-        seg.destroy()
-        if self._index is not None:
-            with self._put_lock:
-                self._index.delete_below(self.min_offset)
-
-    def _release_after_failed_open(self) -> None:
-        if self._dispatcher is not None:
-            self._dispatcher.stop()
-        self._flusher.stop()
-        try:
-            self._cq.close()
-            if self._index is not None:
-                self._index.close(flush=False)
-        finally:
-            self._log.close()
-            self._lock.release()
-
     # --- writing -------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self._closed:
@@ -226,12 +148,18 @@ class MessageStore(RecordReads):
             check_topic_name(topic)
         with self._put_lock:
             self._check_writable()
-            ts = store_timestamp if store_timestamp is not None else max(_now_ms(), self._last_ts)
+            ts = store_timestamp if store_timestamp is not None else max(now_ms(), self._last_ts)
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
                 started = time.perf_counter()
-                self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
+                try:
+                    self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
+                except OSError as e:      # a new IndexFile without room: the batch is half appended
+                    self._failure = e
+                    raise StoreReadOnlyError(
+                        f"indexing the batch failed: {e}; nothing of this batch is committed, the store "
+                        f"refuses writes until reopened") from e
                 self._index_seconds += time.perf_counter() - started
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
@@ -258,6 +186,9 @@ class MessageStore(RecordReads):
         if self._failure is not None:
             raise FlushError(f"store {self.root} failed earlier ({self._failure}); reopen it")
         self.settle_queues()
+        return self._flush_files()
+
+    def _flush_files(self) -> int:
         off = self._flusher.flush()
         try:
             self._cq.flush()
@@ -267,7 +198,7 @@ class MessageStore(RecordReads):
                 self._index_seconds += time.perf_counter() - started
                 self._checkpoint.index_msg_timestamp = self._index.index_msg_timestamp
         except OSError as e:
-            self._failure = e
+            self._failure = self._flush_failure = e
             raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
                              f"store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
@@ -315,14 +246,14 @@ class MessageStore(RecordReads):
             if self._log.flushed_offset < end:
                 raise FlushError(f"commit at {end} but only {self._log.flushed_offset} is flushed")
             meta = dict(self._last_commit.metadata if metadata is None else metadata)
-            cp = CommitPoint(end, queue_offsets, meta, _now_ms(), last_record)
+            cp = CommitPoint(end, queue_offsets, meta, now_ms(), last_record)
             try:
                 self._topics.cover(queue_offsets)   # config/topics.json before the point that needs it
                 write_commit_point(self.root, cp)
                 self._checkpoint.confirm_phy_offset = end
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
             except OSError as e:
-                self._failure = e
+                self._failure = self._flush_failure = e
                 raise FlushError(f"writing the commit point of {self.root} failed: {e}; the "
                                  f"last durable commit point stays {self._last_commit.offset}; "
                                  f"the store refuses writes until reopened") from e
@@ -356,6 +287,12 @@ class MessageStore(RecordReads):
     @property
     def read_only(self) -> bool:
         return self._failure is not None or self._flusher.failed
+
+    @property
+    def can_close_cleanly(self) -> bool:
+        """No flush has failed: what was committed is durable, and what an append left after the
+        commit point is cut by the next open's normal recovery."""
+        return self._flush_failure is None and not self._flusher.failed
 
     @property
     def commit_log(self) -> CommitLog:
@@ -406,7 +343,9 @@ class MessageStore(RecordReads):
     def close(self) -> None:
         """Flush, write the checkpoint, remove ``abort``, release the lock. Appended but
         uncommitted data is flushed but not kept by the next open (it is after the commit
-        point). After a failure ``abort`` stays, so the next open re-validates."""
+        point): so also after an append that failed part way (a file that could not be
+        created), which only makes the store refuse further writes. After a failed flush
+        ``abort`` stays, so the next open re-validates."""
         if self._closed:
             return
         if self._retention is not None:
@@ -416,17 +355,18 @@ class MessageStore(RecordReads):
         self._flusher.stop()
         clean = False
         try:
-            if not self.read_only:
-                self.flush()
+            if self.can_close_cleanly:
+                self._flush_files()     # the dispatcher, stopped above, has written what it was given
                 self._checkpoint.confirm_phy_offset = self._last_commit.offset
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
                 clean = True
         finally:
             self._closed = True
+            self.closed_cleanly = clean
             try:
                 self._cq.close()
                 if self._index is not None:
-                    self._index.close(flush=not self.read_only)
+                    self._index.close(flush=clean)
             finally:
                 self._log.close()
                 if clean:

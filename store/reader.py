@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 from store.errors import CorruptRecordError, IndexFileError, NotARecordStartError
-from store.format.codec import CodecConfig, DecodedMessage, decode_message
+from store.format.codec import CodecConfig, DecodedMessage, body_crc, decode_message
 from store.format.constants import (
     BLANK_MAGIC_CODE,
     COMMITLOG_DIR,
@@ -30,6 +30,8 @@ from store.format.constants import (
     MIN_RECORD_LENGTH,
     POS_PHYSICALOFFSET,
 )
+from store.index.check import lookup_damage
+from store.index.hashing import index_key_hashes
 from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num, open_index
 from store.index.service import IndexService
 from store.log.commit_point import CommitPoint, read_commit_point
@@ -49,6 +51,9 @@ class RecordReads:
 
     _segments: SegmentQueue
     _cq: ConsumeQueueStore | None
+    # check each record's BODYCRC as it is read (a reader's default; a writer's own reads, recovery's
+    # redispatch among them, take the records recovery kept)
+    _check_crc: bool = False
 
     def _read_limit(self) -> int:
         raise NotImplementedError
@@ -75,7 +80,14 @@ class RecordReads:
             raise NotARecordStartError(
                 f"offset {off} is not the start of a message record (segment "
                 f"{seg.path.name}, position {pos})")
-        return decode_message(seg.view, pos)
+        return self._checked(decode_message(seg.view, pos), off, seg.path.name)
+
+    def _checked(self, msg: DecodedMessage, offset: int, segment: str) -> DecodedMessage:
+        """``msg``, unless its body fails its CRC where the CRCs are checked (CorruptRecordError)."""
+        if self._check_crc and msg.body_crc != body_crc(msg.body):
+            raise CorruptRecordError(offset, "crc", f"BODYCRC {msg.body_crc} but the body's CRC is "
+                                                    f"{body_crc(msg.body)}: its body is damaged", segment)
+        return msg
 
     def _walk_bounds(self, from_offset: int | None, to_offset: int | None, limit: int) -> tuple[int, int]:
         """(first, stop) of a walk over [from_offset, to_offset) below ``limit``; the first offset
@@ -119,7 +131,7 @@ class RecordReads:
                                              f"no message record at offset {base + p} (MAGICCODE 0x{magic:08X}, "
                                              f"TOTALSIZE {total}), below the readable end {stop}",
                                              seg.path.name)
-                yield base + p, decode_message(view, p)
+                yield base + p, self._checked(decode_message(view, p), base + p, seg.path.name)
                 p += total
             pos = seg.end_offset if to_next_segment else base + p
 
@@ -168,6 +180,11 @@ class RecordReads:
         index = self._index_lookup()
         if index is None:
             raise IndexFileError(f"{self.root} has no index/: build it with `commitlog reindex {self.root}`")
+        if index.read_only:   # a reader's: the writer's own index is checked by verify, not per lookup
+            fault = lookup_damage(index, int(index_key_hashes([topic], [key])[0]))
+            if fault is not None:
+                raise IndexFileError(f"index/ of {self.root} is damaged ({fault}): its answers cannot be trusted; "
+                                     f"rebuild it with `commitlog reindex {self.root}`")
         limit = self._read_limit()
         return [o for o in index.query(topic, key, check_max_num(max_num), begin_ms, end_ms) if o < limit]
 
@@ -192,8 +209,9 @@ class StoreReader(RecordReads, ArrowReads):
     """Read-only, lock-free view of a store, up to its committed offset."""
 
     def __init__(self, root: Path, segments: SegmentQueue, cq: ConsumeQueueStore | None,
-                 codec: CodecConfig) -> None:
+                 codec: CodecConfig, check_crc: bool = True) -> None:
         self.root = Path(root)
+        self._check_crc = check_crc
         self._segments = segments
         self._cq = cq
         self._codec = codec
@@ -203,12 +221,15 @@ class StoreReader(RecordReads, ArrowReads):
         self.refresh()
 
     @classmethod
-    def open(cls, root: str | Path, codec: CodecConfig | None = None) -> "StoreReader":
+    def open(cls, root: str | Path, codec: CodecConfig | None = None, *, check_crc: bool = True) -> "StoreReader":
+        """A reader of the store at ``root``. Every record read is checked (structure, lengths,
+        PHYSICALOFFSET and, unless ``check_crc`` is False, its BODYCRC): a damaged one raises
+        CorruptRecordError naming its offset and segment, it is never handed out."""
         root = Path(root)
         cdir = root / COMMITLOG_DIR
         segments = SegmentQueue(cdir, _segment_size_of(cdir) or 4096, read_only=True, preallocate=False)
         cq = ConsumeQueueStore(root, read_only=True)
-        return cls(root, segments, cq, codec or CodecConfig())
+        return cls(root, segments, cq, codec or CodecConfig(), check_crc)
 
     def refresh(self) -> None:
         """Re-read the commit point and map segments created since (a running writer moves

@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 
 
 class ArrowReads:
-    """Arrow reads over a StoreReader's state (_segments, _cq, _committed, _commit_point)."""
+    """Arrow reads over a StoreReader's state (_segments, _cq, _committed, _commit_point, _check_crc)."""
+
+    _check_crc: bool
 
     def record_batches(self, from_offset: int | None = None, to_offset: int | None = None,
                        topics: Iterable[str] | None = None, batch_size: int = 65_536, *,
                        queue_ids: Iterable[int] | None = None, min_store_timestamp: int | None = None,
                        max_store_timestamp: int | None = None, zero_copy: bool = False,
-                       check_crc: bool = False) -> Iterator[pa.RecordBatch]:
+                       check_crc: bool | None = None) -> Iterator[pa.RecordBatch]:
         """The committed messages as Arrow record batches of at most ``batch_size`` rows, columns
         store.format.record_batch.READBACK_SCHEMA, in commit-log order: those starting in
         [from_offset, to_offset) (a record or segment start; default: everything readable), of
@@ -33,13 +35,14 @@ class ArrowReads:
 
         Work and memory are bounded by a scan window, not by the store. ``zero_copy`` gives bodies
         as binary_view values pointing into the segment mapping (valid while they live, even
-        after close). ``check_crc`` checks every BODYCRC as recovery does (structure, lengths
-        and PHYSICALOFFSET are always checked). Zeroed or damaged bytes below the commit point,
-        or a missing segment, raise CorruptRecordError naming the offset."""
+        after close). Every BODYCRC is checked as recovery does unless ``check_crc`` is False
+        (default: the reader's, StoreReader.open; structure, lengths and PHYSICALOFFSET are always
+        checked). Zeroed or damaged bytes below the commit point, or a missing segment, raise
+        CorruptRecordError naming the offset and segment."""
         from store.format.record_batch import RecordFilter, segment_record_batches
 
         rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
-        config = CodecConfig(check_crc_on_recover=check_crc)
+        config = CodecConfig(check_crc_on_recover=self._check_crc if check_crc is None else check_crc)
         for seg, start, end, until in self._segment_ranges(from_offset, to_offset):
             yield from segment_record_batches(seg.view, seg.base_offset, start, end, until=until,
                                               batch_size=batch_size, record_filter=rf, config=config,
@@ -73,7 +76,7 @@ class ArrowReads:
     def record_batches_at(self, offsets: np.ndarray, sizes: np.ndarray, batch_size: int = 65_536, *,
                           topics: Iterable[str] | None = None, queue_ids: Iterable[int] | None = None,
                           min_store_timestamp: int | None = None, max_store_timestamp: int | None = None,
-                          zero_copy: bool = False, check_crc: bool = False) -> Iterator[pa.RecordBatch]:
+                          zero_copy: bool = False, check_crc: bool | None = None) -> Iterator[pa.RecordBatch]:
         """record_batches, for the records at ``offsets`` (ascending, with their sizes: what
         queue_records gives) and no others: each is read and checked where it is, no walk."""
         from store.format.record_batch import RecordFilter, record_batches_at
@@ -91,7 +94,8 @@ class ArrowReads:
             j = int(np.searchsorted(offsets, min(seg.end_offset, self._committed)))
             yield from record_batches_at(seg.view, seg.base_offset, offsets[i:j] - seg.base_offset, sizes[i:j],
                                          batch_size=batch_size, record_filter=rf,
-                                         config=CodecConfig(check_crc_on_recover=check_crc), zero_copy=zero_copy,
+                                         config=CodecConfig(check_crc_on_recover=self._check_crc if check_crc is None
+                                                            else check_crc), zero_copy=zero_copy,
                                          segment_name=seg.path.name)
             i = j
 

@@ -53,9 +53,11 @@ EXPECTED = {
         ["local.commitlog.sync.msgs_per_s", "cluster.commitlog.sync.msgs_per_s"],
         ["ratio.cluster_vs_local"]),
     "readback": (
-        ["body1024.arrow.mb_per_s", "body1024.verify_scan.mb_per_s", "body100.spark.commitlog.msg_per_s",
+        ["body1024.arrow.mb_per_s", "body1024.arrow_unchecked.mb_per_s", "body1024.verify_scan.mb_per_s",
+         "body100.spark.commitlog.msg_per_s", "body100.spark.commitlog_unchecked.msg_per_s",
          "body100.spark.parquet.msg_per_s"],
-        ["body1024.ratio.arrow_vs_verify_scan", "body100.ratio.spark_commitlog_vs_parquet"]),
+        ["body1024.ratio.arrow_vs_verify_scan", "body1024.ratio.arrow_crc_vs_unchecked",
+         "body100.ratio.spark_crc_vs_unchecked", "body100.ratio.spark_commitlog_vs_parquet"]),
     "brokers": (
         ["tansu.start_s", "kafka.start_s", "kafka.restart_s"],
         ["ratio.kafka_vs_tansu_start"]),

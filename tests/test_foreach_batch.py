@@ -14,7 +14,7 @@ import pytest
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import map_and_encode
 from sink import CommitLogWriter
-from sink.foreach_batch import ForeachBatchSink
+from sink.foreach_batch import BatchWriteError, ForeachBatchSink
 from store import StoreConfig
 from store.format.codec import CodecConfig
 from tests.test_mapping import kafka_rows
@@ -65,7 +65,8 @@ def test_with_overlap_a_batch_is_written_after_the_call_returns_and_before_the_n
     w.close()
 
 
-def test_a_failed_write_fails_the_next_call_and_every_later_one(tmp_path: Path) -> None:
+def test_a_failed_write_stops_the_sink_quietly_where_spark_is_rewound_and_is_raised_to_the_job(
+        tmp_path: Path) -> None:
     w = writer(tmp_path)
 
     def before_write(table: pa.Table) -> None:
@@ -74,13 +75,32 @@ def test_a_failed_write_fails_the_next_call_and_every_later_one(tmp_path: Path) 
     w.before_write = before_write
     sink = ForeachBatchSink(w, lambda table: table, overlap=True)
     sink(collected(0), 0)            # returns: the failure is in the writer thread
-    with pytest.raises(RuntimeError, match="No space left on device"):
-        sink(collected(5), 1)
-    with pytest.raises(RuntimeError, match="No space left on device"):
-        sink(collected(5), 1)
-    with pytest.raises(RuntimeError, match="writing an earlier batch"):
+    sink(collected(5), 1)            # no stack trace through Spark: the job reads ``failure``
+    assert sink.stopping.is_set()
+    assert isinstance(sink.failure, BatchWriteError) and sink.failure.batch_id == 0
+    assert "No space left on device" in str(sink.failure)
+    sink(collected(5), 2)            # and every later batch is left to the next run
+    with pytest.raises(BatchWriteError, match="writing batch 0 to the store failed: .*No space left"):
         sink.close()
     assert w.state.batch_id == -1 and w.state.records == 0
+    w.close()
+
+
+def test_a_failed_write_fails_the_next_call_where_spark_cannot_be_rewound(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+
+    def before_write(table: pa.Table) -> None:
+        raise OSError(28, "No space left on device")
+
+    w.before_write = before_write
+    sink = ForeachBatchSink(w, lambda table: table, checkpoint_dir="hdfs://nn/checkpoint", overlap=True)
+    sink(collected(0), 0)
+    with pytest.raises(BatchWriteError, match="No space left on device"):
+        sink(collected(5), 1)
+    with pytest.raises(BatchWriteError, match="No space left on device"):
+        sink(collected(5), 1)
+    with pytest.raises(BatchWriteError, match="writing batch 0"):
+        sink.close()
     w.close()
 
 

@@ -18,12 +18,14 @@ PACKAGES = ("store", "ingest", "sink")
 # room -> the rooms of this project it may import (a room is a package, or a prefix of one)
 ALLOWED = {
     "store.format": {"store.format", "store.errors"},
-    "store.queue": {"store.queue", "store.format", "store.errors"},
-    "store.log": {"store.log", "store.queue", "store.format", "store.errors"},
-    "store.index": {"store.index", "store.log", "store.format", "store.errors"},
+    "store.space": {"store.errors"},
+    "store.queue": {"store.queue", "store.format", "store.space", "store.errors"},
+    "store.log": {"store.log", "store.queue", "store.format", "store.space", "store.errors"},
+    "store.index": {"store.index", "store.log", "store.format", "store.space", "store.errors"},
     "store.tools": {"store"},
     "store": {"store.format", "store.queue", "store.log", "store.index", "store.errors", "store.config",
-              "store.retention", "store.message_store", "store.reader", "store.reader_arrow", "store.topics", "store.usage", "store!"},
+              "store.retention", "store.message_store", "store.reader", "store.reader_arrow", "store.topics",
+              "store.usage", "store.space", "store.store_open", "store!"},
     "sink": {"sink", "store!"},
     "ingest.kafka": {"ingest.kafka"},
     "ingest": {"ingest", "sink", "store!", "store.format", "store.tools!"},

@@ -18,14 +18,17 @@ spark.readStream follows a live store: offsets are physical offsets, each micro-
 the commit point seen when it is planned (``startingOffsets`` earliest or latest).
 
 Options: ``path`` (or load(path)), ``maxBytesPerPartition`` (default 128 MiB), ``batchSize`` (rows
-per Arrow batch, default 65536), ``checkCrc`` (check each BODYCRC, default false), ``pushFilters``
+per Arrow batch, default 65536), ``checkCrc`` (check each BODYCRC, default true: a damaged record
+fails the read, naming its offset and segment; false reads bodies unchecked), ``pushFilters``
 (default true; false when spark.sql.python.filterPushdown.enabled must stay off),
 ``consumeQueueShare`` (default 0.5), ``startingOffsets`` (readStream: earliest or latest).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +58,7 @@ from pyspark.sql.types import (
 )
 
 from ingest.readback import SHORT_NAME
-from store import StoreError, StoreReader
+from store import CorruptRecordError, StoreError, StoreReader
 from store.format.record_batch import DEFAULT_BATCH_SIZE, READBACK_SCHEMA, RecordFilter
 
 _SPARK_TYPES = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64(): LongType(),
@@ -76,7 +79,7 @@ class ReadOptions:
     path: str
     max_bytes: int = 128 << 20
     batch_size: int = DEFAULT_BATCH_SIZE
-    check_crc: bool = False
+    check_crc: bool = True
     push_filters: bool = True
     cq_share: float = 0.5
     starting: str = "earliest"             # readStream only
@@ -90,7 +93,7 @@ class ReadOptions:
         try:
             return cls(path=path, max_bytes=int(opts.get("maxbytesperpartition", cls.max_bytes)),
                        batch_size=int(opts.get("batchsize", cls.batch_size)),
-                       check_crc=_flag(opts, "checkcrc", False), push_filters=_flag(opts, "pushfilters", True),
+                       check_crc=_flag(opts, "checkcrc", True), push_filters=_flag(opts, "pushfilters", True),
                        cq_share=float(opts.get("consumequeueshare", cls.cq_share)),
                        starting=_choice(opts, "startingoffsets", ("earliest", "latest")))
         except ValueError as exc:
@@ -164,7 +167,7 @@ class PlainCommitLogReader(DataSourceReader):
         o, p = self.options, self.pushed
         if p.empty:
             return []
-        with _open(o.path) as reader:
+        with _one_line(o), _open(o.path) as reader:
             if p.topics is not None:
                 picked = _through_consume_queues(reader, p, o)
                 if picked is not None:
@@ -176,7 +179,7 @@ class PlainCommitLogReader(DataSourceReader):
         o, rf = self.options, self.pushed.record_filter()
         args = dict(topics=rf.topics, queue_ids=rf.queue_ids, min_store_timestamp=rf.min_store_timestamp,
                     max_store_timestamp=rf.max_store_timestamp, check_crc=o.check_crc)
-        with _open(o.path) as reader:
+        with _one_line(o), _open(o.path) as reader:
             if partition.offsets is not None:
                 batches = reader.record_batches_at(partition.offsets, partition.sizes, o.batch_size, **args)
             else:
@@ -278,6 +281,29 @@ def _through_consume_queues(reader: StoreReader, p: _Pushed, o: ReadOptions) -> 
     cuts = np.flatnonzero(np.diff(np.cumsum(sizes) // o.max_bytes)) + 1
     return [StoreRange(int(a[0]), int(a[-1]) + 1, a, s)
             for a, s in zip(np.split(offsets, cuts), np.split(sizes, cuts), strict=True)]
+
+
+class ReadbackDamageError(StoreError):
+    """The store read back holds a damaged record (or lacks a segment, or one is of the wrong size)
+    where the read needs it."""
+
+
+@contextmanager
+def _one_line(o: ReadOptions) -> Iterator[None]:
+    """Damage met by a task (or by the planning) reaches the user as one line naming the store and
+    where (the offset and the segment), not at the foot of a Python traceback inside a Java one. The Python
+    worker formats the exception that ends its task with its traceback unless SPARK_HIDE_TRACEBACK is
+    set, and exits right after (pyspark.worker): setting it here changes nothing else."""
+    try:
+        yield
+    except ReadbackOptionError:
+        raise
+    except StoreError as exc:
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        crc = isinstance(exc, CorruptRecordError) and exc.kind == "crc"
+        hint = "; option checkCrc=false reads the bodies without their CRC" if crc else ""
+        raise ReadbackDamageError(f"rocketmq-commitlog: store {o.path}: {exc}; `commitlog verify {o.path}` lists "
+                                  f"every damaged record{hint}") from None
 
 
 @dataclass

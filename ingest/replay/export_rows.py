@@ -75,6 +75,9 @@ class _Bad(Exception):
     """Internal: this row's reason (the caller adds where it is)."""
 
 
+PARQUET_MAGIC = b"PAR1"       # a Parquet file's first (and last) four bytes
+
+
 def export_files(directory: str | os.PathLike[str], fmt: str) -> list[Path]:
     """The data files of an export, as Spark lists them (hidden and ``_`` files, e.g. _SUCCESS and
     .crc, left out)."""
@@ -140,12 +143,23 @@ def _read_jsonl(path: Path) -> tuple[pa.Table, list[Unplaced]]:
     unplaced: list[Unplaced] = []
     try:
         with open(path, "rb") as f:
+            if f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+                raise ExportFileError(f"--from-files: {path} is a Parquet file (it starts with "
+                                      f"{PARQUET_MAGIC.decode()}), not JSON lines: give --format parquet")
+            f.seek(0)
             for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 where = f"{path} line {number}"
                 try:
-                    obj = json.loads(line)
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as exc:    # JSON lines are UTF-8; json.loads would guess another
+                    unplaced.append(Unplaced(f"{where}: not UTF-8 text (byte 0x{line[exc.start]:02X} at column "
+                                             f"{exc.start + 1}: {exc.reason}); JSON lines must be UTF-8", None,
+                                             None, None, line.rstrip(b"\r\n")))
+                    continue
+                try:
+                    obj = json.loads(text)
                 except json.JSONDecodeError as exc:   # a cut line, a stray byte: where in the line, not the file
                     unplaced.append(Unplaced(f"{where}: not a JSON object ({exc.msg} at column {exc.colno})",
                                              None, None, None, line.rstrip(b"\r\n")))

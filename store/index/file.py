@@ -22,6 +22,7 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
+from store.space import create_reserved, reserve_path
 
 _HEADER = struct.Struct(">qqqqii")
 _ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
@@ -60,8 +61,8 @@ class IndexFile:
         self.max_index_num = max_index_num
         size = index_file_size(max_hash_slot_num, max_index_num)
         if create:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(fd, size)
+            # every block reserved now: a full disk is an OSError here, not SIGBUS on a put
+            fd = create_reserved(self.path, size, "index file")
         else:
             fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR)
             actual = os.fstat(fd).st_size
@@ -171,6 +172,11 @@ class IndexFile:
         self._items[n:] = np.zeros(1, dtype=_ITEM)
         self.header.hash_slot_count = int(np.count_nonzero(slots))
         self._write_header()
+
+    def reserve(self) -> None:
+        """Reserve the disk blocks of a file this writer did not create and goes on filling
+        (store.space)."""
+        reserve_path(self.path, index_file_size(self.max_hash_slot_num, self.max_index_num), "index file")
 
     def read_header(self) -> IndexHeader:
         """The header as the file holds it now (a reader beside a writer)."""

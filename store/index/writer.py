@@ -38,6 +38,8 @@ class IndexWriter:
                          self.settings.max_index_num)
             config = self.settings.config()
         self.service = IndexService(self.directory, config)
+        if self.service.files:
+            self.service.files[-1].reserve()     # the one the next keys go into
 
     def recover(self, committed_end: int, min_offset: int, timestamp_of: Callable[[int], int]) -> None:
         """Bring the index to the commit point: items past it go. A store with messages but no

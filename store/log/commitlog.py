@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from store.errors import FieldLimitError, QueueOffsetMismatchError, SegmentAllocationError
+from store.errors import FieldLimitError, FileSpaceError, QueueOffsetMismatchError, SegmentAllocationError
 from store.format.codec import CodecConfig
 from store.format.constants import (
     BLANK_MAGIC_CODE,
@@ -232,10 +232,10 @@ class CommitLog:
                     self.queue.segments.remove(seg)
             for seg in made:
                 seg.destroy()
-            raise SegmentAllocationError(
-                f"cannot create a commit-log segment of {self.segment_size} bytes in "
-                f"{self.queue.directory}: {e}; free disk space (or raise the file size limit) "
-                f"and retry; nothing of this batch was written") from e
+            what = e if isinstance(e, FileSpaceError) else (
+                f"cannot create a commit-log segment of {self.segment_size} bytes in {self.queue.directory}: "
+                f"{e}; free disk space (or raise the file size limit) and retry")
+            raise SegmentAllocationError(f"{what}; nothing of this batch was written") from e
         return made
 
     # --- queue offsets -------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 * The commit point (commitpoint.json) is the exactly-once boundary: no byte after it survives
   an open. Dropped bytes are zeroed in their segment and later segments deleted, so a later
   scan (ours, or a RocketMQ broker's) cannot mistake stale records for live ones.
-* Normal recovery (clean close, no ``abort`` file) trusts the commit point and checks only the
-  tail: the last committed record and whatever follows the commit point in its segment. Its
-  cost does not grow with the store.
+* Normal recovery (clean close, no ``abort`` file) trusts the commit point and checks the tail:
+  the last committed record, whatever follows the commit point in its segment, and, as RocketMQ's
+  recoverNormally does, every committed record of the last three segments with its CRC (a damaged
+  one is reported and kept, as below). Its cost does not grow with the store.
 * Abnormal recovery (``abort`` present) re-validates every record from the segment the
   checkpoint points at (magic, CRC, computed length, PHYSICALOFFSET == position). Below the
   commit point a crash tears nothing (it was durable first), so what fails there is damage:
@@ -19,23 +20,20 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from store.errors import CommittedDataCorruptError, ConsumeQueueGapError
+from store.errors import CommittedDataCorruptError
 from store.format.codec import CodecConfig, record_store_timestamp_pos
-from store.format.constants import CONSUMEQUEUE_DIR
 from store.format.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
 from store.log.checkpoint import StoreCheckpoint
 from store.log.commit_point import CommitPoint
 from store.log.commitlog import CommitLog
 from store.log.segment import Segment
 from store.log.segment_queue import SegmentQueue, zero_range
-from store.queue.consume_queue import ConsumeQueueStore
-from store.queue.redispatch import redispatch
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +118,13 @@ def recover(log_: CommitLog, commit_point: CommitPoint | None, checkpoint: Store
         return _recover_rocketmq(log_, checkpoint, abnormal=abnormal, codec=codec)
 
     c = commit_point.offset
-    if not abnormal and _tail_ok(log_, commit_point, codec) and _heads_ok(log_, c, codec):
+    damaged = _committed_tail_damage(log_, c, codec) \
+        if not abnormal and _tail_ok(log_, commit_point, codec) and _heads_ok(log_, c, codec) else None
+    if damaged is not None:
         result = _truncate_after(log_, c, codec, scan_tail=True)
         result.dispatch_from = c
         result.last_record_offset = commit_point.last_record_offset
+        result.damaged = damaged
         return result
     if not abnormal:
         log.warning("clean-close recovery: the committed tail at %d does not check out; "
@@ -165,6 +166,32 @@ def _heads_ok(log_: CommitLog, commit: int, codec: CodecConfig) -> bool:
                         "re-validating as after a crash", seg.path.name, chk.error_kind or chk.kind, chk.offset)
             return False
     return True
+
+
+def _committed_tail_damage(log_: CommitLog, commit: int, codec: CodecConfig) -> list[int] | None:
+    """The committed records of the last _NORMAL_RECOVERY_SEGMENTS segments, validated with their
+    CRCs: the offsets of those whose content is damaged (reported, kept), or None when the records
+    cannot be walked to the commit point (then recovery re-validates as after a crash)."""
+    q = log_.queue
+    start = max(q.segments[max(len(q.segments) - _NORMAL_RECOVERY_SEGMENTS, 0)].base_offset, q.first_base)
+    if start >= commit:
+        return []
+    damaged: list[RecordCheck] = []
+    reached, _, bad = validate_from(q, start, commit, codec, damaged)
+    if bad is not None or reached != commit:
+        where = bad.check.offset if bad is not None else reached
+        log.warning("clean-close recovery: the committed records do not reach the commit point %d (stopped at %d); "
+                    "re-validating as after a crash", commit, where)
+        return None
+    _report_damaged(damaged)
+    return [chk.offset for chk in damaged]
+
+
+def _report_damaged(damaged: list[RecordCheck]) -> None:
+    for chk in damaged:
+        log.error("recovery: committed record at offset %d is damaged (%s: %s); its framing holds, so it is "
+                  "kept and recovery goes on past it; `commitlog verify` lists it", chk.offset, chk.error_kind,
+                  chk.detail)
 
 
 def _truncate_after(log_: CommitLog, end: int, codec: CodecConfig, *, scan_tail: bool,
@@ -273,10 +300,7 @@ def _recover_abnormally(log_: CommitLog, cp: CommitPoint, checkpoint: StoreCheck
     start = max(start, q.first_base)
     damaged: list[RecordCheck] = []
     reached, last_record, bad = validate_from(log_.queue, start, c, codec, damaged)
-    for chk in damaged:
-        log.error("recovery: committed record at offset %d is damaged (%s: %s); its framing holds, so it is "
-                  "kept and recovery goes on past it; `commitlog verify` lists it", chk.offset, chk.error_kind,
-                  chk.detail)
+    _report_damaged(damaged)
     if bad is not None or reached != c:
         if bad is not None:
             err = _corruption(bad.check, bad.seg, c)
@@ -328,54 +352,3 @@ def _recover_rocketmq(log_: CommitLog, checkpoint: StoreCheckpoint | None, *, ab
     result.last_record_offset = last_record
     result.mode = "rocketmq-" + ("abnormal" if abnormal else "normal")
     return result
-
-
-# --- consume queues ------------------------------------------------------------------------------
-
-def remove_unfinished_queue_files(root: Path) -> None:
-    """A writer killed between creating a consume-queue file and sizing it leaves it empty.
-    It never held a unit (units are written after sizing) and the queues are repaired below,
-    so it can go; ConsumeQueueStore.load would refuse its size."""
-    for path in (Path(root) / CONSUMEQUEUE_DIR).glob("*/*/*"):
-        try:
-            if path.is_file() and path.stat().st_size == 0:
-                log.warning("removing empty consume-queue file %s (creation cut short by a crash)", path)
-                path.unlink()
-        except FileNotFoundError:
-            pass
-
-
-def recover_queues(cq: ConsumeQueueStore, records: Callable[[int, int], Iterator],
-                   min_offset: int, end: int, dispatch_from: int,
-                   commit_point: CommitPoint | None) -> None:
-    """Drop consume-queue units past ``end`` and add the missing ones. Units below a valid
-    commit point were flushed before it was written, so normally nothing is redispatched; a
-    queue behind the commit point (files lost or damaged) is rebuilt from further back.
-    ``records(start, end)`` iterates (offset, message) of the commit log."""
-    cq.truncate_dirty(end)
-
-    def behind() -> list[tuple[str, int]]:
-        have = cq.next_queue_offsets()
-        return [k for k, v in (commit_point.queue_offsets if commit_point else {}).items()
-                if have.get(k, 0) < v]
-
-    starts = [dispatch_from] if commit_point is None else [end]
-    if commit_point is not None and behind():
-        starts = [dispatch_from, min_offset]
-    for start in starts:
-        start = max(start, min_offset)
-        try:
-            added = redispatch(cq, records(start, end))
-        except ConsumeQueueGapError as gap:
-            # a queue's first missing unit lies before ``start``: rebuild from further back
-            log.warning("recovery: redispatch from %d left a gap (%s); trying further back", start, gap)
-            continue
-        if added:
-            log.info("recovery: %d consume-queue units rebuilt from offset %d", added, start)
-        if not behind():
-            break
-    lagging = behind()
-    if lagging:
-        log.error("recovery: consume queues %s stay behind the commit point: their units "
-                  "point below the commit log's first offset %d", lagging, min_offset)
-    cq.flush()

@@ -9,7 +9,6 @@ mapping, there is no transient pool) and ``flushed`` (bytes made durable by msyn
 from __future__ import annotations
 
 import ctypes
-import errno
 import logging
 import mmap
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from store.format.constants import FILE_NAME_DIGITS, OS_PAGE_SIZE
+from store.space import create_reserved, reserve
 
 log = logging.getLogger(__name__)
 
@@ -156,29 +156,14 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, size: int, *, warm: bool = True,
                mlock: bool = False) -> "Segment":
-        """Create a new zero-filled segment file with its disk blocks reserved.
-
-        Blocks are reserved with posix_fallocate so that a full disk shows up here, as an
-        OSError, and not later as SIGBUS on a store into the mapping. The file gets its final
-        name only once it has its full size, so a crash never leaves a short segment."""
+        """Create a new zero-filled segment file with its disk blocks reserved (store.space:
+        a full disk is an OSError here, not SIGBUS on a store into the mapping). The file gets its
+        final name only once it has its full size, so a crash never leaves a short segment."""
         directory = Path(directory)
         final = directory / segment_name(base_offset)
         tmp = directory / (final.name + ".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                os.ftruncate(fd, size)  # filesystem without fallocate: sparse file
-        except BaseException:
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        tmp.unlink(missing_ok=True)
+        fd = create_reserved(tmp, size, "commit-log segment", named=final)
         os.close(fd)
         os.rename(tmp, final)
         fsync_dir(directory)
@@ -188,6 +173,10 @@ class Segment:
         if mlock:
             seg.lock_in_memory()
         return seg
+
+    def reserve(self) -> None:
+        """Reserve the disk blocks of a segment this writer did not create (store.space)."""
+        reserve(self._fd, self.size, self.path, "commit-log segment")
 
     def warm(self, cancel: threading.Event | None = None, step: int = 32 << 20, until: int | None = None) -> bool:
         """Fault the pages of ``[0, until)`` (all by default) in now (RocketMQ's warmMappedFile) so

@@ -85,13 +85,15 @@ class SegmentQueue:
                     f"{self.segment_size}")
             if self.segments and base != self.segments[-1].base_offset + self.segment_size:
                 raise SegmentSizeError(
-                    f"segment {path} does not follow {self.segments[-1].path.name}: a segment "
-                    f"is missing between them")
+                    f"segment {path} does not follow {self.segments[-1].path.name}: a segment is missing "
+                    f"between them, the one at offset {self.segments[-1].base_offset + self.segment_size}")
             try:
                 seg = Segment(path, base, self.segment_size, read_only=self.read_only)
             except FileNotFoundError:
                 continue
             self.segments.append(seg)
+        if not self.read_only and self.segments:
+            self.segments[-1].reserve()     # the one the writer goes on with
 
     # --- lookup ----------------------------------------------------------------------------
     @property
@@ -161,8 +163,8 @@ class SegmentQueue:
             return None
         try:
             seg = fut.result()  # normally long done; a failure is retried synchronously
-        except OSError as e:
-            log.warning("background creation of segment %s failed: %s", segment_name(base), e)
+        except OSError as e:    # the caller creates it now, and says so if that fails too
+            log.debug("background creation of segment %s failed: %s", segment_name(base), e)
             return None
         if seg.base_offset != base:
             seg.destroy()

@@ -100,6 +100,8 @@ def open_source(path: str | Path, base: int | None = None) -> Source:
         raise SourceError(f"{p} does not exist")
     if p.is_file():
         known = base is not None or is_file_name(p.name)
+        if not known:
+            _check_loose_records(p)
         b = base if base is not None else (int(p.name) if is_file_name(p.name) else 0)
         return Source("segment", p, [SegmentFile(p, b, p.stat().st_size, check_physical_offset=known)])
     if (p / COMMITLOG_DIR).is_dir():
@@ -111,10 +113,25 @@ def open_source(path: str | Path, base: int | None = None) -> Source:
                       committed_offset=cp.offset if cp is not None else None, commit_point=cp,
                       checkpoint=read_checkpoint(p / CHECKPOINT_FILE))
     segs = _list_segments(p)
-    if segs or not any(p.iterdir()):
+    if segs:
         return Source("commitlog", p, segs)
-    raise SourceError(f"{p} is neither a store (no {COMMITLOG_DIR}/ inside), a commit-log directory "
-                      f"(no 20-digit segment files) nor a segment file")
+    what = "an empty directory" if not any(p.iterdir()) else "a directory"
+    raise SourceError(f"{p} is {what}, not a store (no {COMMITLOG_DIR}/ inside), a commit-log directory "
+                      f"(no 20-digit segment files) or a segment file")
+
+
+def _check_loose_records(p: Path) -> None:
+    """A file not named as a segment is read as records only if it starts with one (a message or a
+    BLANK), so that a text file is not taken for a damaged segment."""
+    from store.format.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+
+    with open(p, "rb") as f:
+        head = f.read(8)
+    magic = int.from_bytes(head[4:8], "big") if len(head) == 8 else None
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE):
+        found = "it is empty" if not head else f"it starts with {head[:8]!r}, not a record's TOTALSIZE and MAGICCODE"
+        raise SourceError(f"{p} is not a segment file ({found}); a segment is named by its 20-digit start offset, "
+                          f"or give --base OFFSET to read a file of records")
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import numpy as np
 
 from store.errors import ConsumeQueueError, ConsumeQueueGapError
 from store.format.constants import CONSUMEQUEUE_DIR, CQ_STORE_UNIT_SIZE, DEFAULT_CONSUME_QUEUE_UNITS, SCHEDULE_TOPIC
+from store.space import create_reserved, reserve
 from store.queue.groups import QueueGroups, group_queues
 from store.queue.read import ConsumeQueueReads, _Queue
 from store.queue.units import (
@@ -251,15 +252,22 @@ class ConsumeQueueStore(ConsumeQueueReads):
                 q.dirty = False
             else:
                 os.close(q.fd)
+        q.fd, q.fd_start = None, -1
         path = q.path / file_name(file_start)
-        new = not path.exists()
-        q.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        q.fd_start = file_start
-        if new:
-            os.ftruncate(q.fd, self.file_size)   # full size, zero-filled, as a mapped file
+        if path.exists():
+            fd = os.open(path, os.O_RDWR)
+            try:
+                reserve(fd, self.file_size, path, "consume-queue file")   # one we did not create
+            except BaseException:
+                os.close(fd)
+                raise
+        else:
+            # full size, zero-filled, as a mapped file; every block reserved (store.space)
+            fd = create_reserved(path, self.file_size, "consume-queue file")
             q.files.append(file_start)
             q.files.sort()
             self._dirs_to_sync.add(q.path)
+        q.fd, q.fd_start = fd, file_start
 
     def flush(self) -> None:
         """fsync every queue file written since the last flush (and new directory entries)."""

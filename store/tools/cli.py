@@ -57,6 +57,8 @@ def _dump(args: argparse.Namespace) -> int:
     from store.log.source import open_source
     from store.tools.dump import run_dump
 
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit {args.limit}: give 1 or more messages (leave it out for all)")
     src = open_source(args.path, base=args.base)
     return run_dump(src, sys.stdout, from_offset=args.from_offset, topic=args.topic, queue_id=args.queue,
                     limit=args.limit, as_json=args.json)
@@ -108,6 +110,9 @@ def _get_by_key(args: argparse.Namespace) -> int:
         raise UsageError(f"--{'key' if args.key is not None else 'uniq-key'} needs --topic (keys are indexed "
                          f"per topic)")
     begin, end = parse_time(args.begin, "--begin"), parse_time(args.end, "--end")
+    if begin is not None and end is not None and begin > end:
+        raise UsageError(f"--begin {args.begin} is after --end {args.end}: the range is empty; give the earlier "
+                         f"time to --begin")
     found = messages_by_key(args.path, args.topic, args.key if args.key is not None else args.uniq_key,
                             uniq=args.uniq_key is not None, max_num=args.max_num, begin_ms=begin, end_ms=end,
                             decompress=args.decompress)

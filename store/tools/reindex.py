@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -21,7 +21,7 @@ from store.index.settings import IndexSettings, write_index_settings
 from store.log.checkpoint import read_checkpoint, write_checkpoint
 from store.log.lock import StoreLock
 from store.log.segment import fsync_dir
-from store.log.source import open_source
+from store.log.source import LayoutProblem, layout_problems, open_source
 from store.tools.progress import Progress
 
 _BUILDING = INDEX_DIR + ".building"
@@ -33,6 +33,7 @@ class ReindexResult:
     rebuild: RebuildResult
     files: int
     seconds: float
+    holes: list[LayoutProblem] = field(default_factory=list)   # segments missing or cut short: not indexed
 
 
 def reindex(root: Path, config: IndexConfig) -> ReindexResult:
@@ -65,7 +66,7 @@ def reindex(root: Path, config: IndexConfig) -> ReindexResult:
         if cp is not None:
             cp.index_msg_timestamp = stamp
             write_checkpoint(root / CHECKPOINT_FILE, cp)
-        return ReindexResult(result, files, time.perf_counter() - t0)
+        return ReindexResult(result, files, time.perf_counter() - t0, layout_problems(src))
     finally:
         lock.release()
 
@@ -75,8 +76,10 @@ def print_reindex(root: Path, r: ReindexResult, config: IndexConfig, out: TextIO
     out.write(f"reindexed {root}: {rb.messages} messages, {rb.keys} keys in {r.files} index file(s) "
               f"(maxHashSlotNum {config.max_hash_slot_num}, maxIndexNum {config.max_index_num}), "
               f"up to offset {rb.end_offset}, in {r.seconds:.1f} s\n")
+    for hole in r.holes:
+        out.write(f"not indexed: {hole.kind} at offset {hole.offset}: {hole.detail}; the messages there are not "
+                  f"in the commit log (run `commitlog verify {root}`)\n")
     if rb.damage is not None:
         out.write(f"stopped at offset {rb.damage.offset}: {rb.damage.error_kind}: {rb.damage.detail}; the "
                   f"messages after it are not indexed (run `commitlog verify {root}`)\n")
-        return 1
-    return 0
+    return 1 if r.holes or rb.damage is not None else 0

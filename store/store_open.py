@@ -1,0 +1,131 @@
+"""MessageStore's opening, a mixin of store.message_store.MessageStore: recover the commit log
+(store.log.recovery), then the consume queues (store.queue.recovery) and the index to the recovered
+end, write the commit point and the checkpoint, create ``abort``, and start the services (dispatch,
+flush, retention); on a failed open, let go of everything taken."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from store.config import StoreConfig
+from store.errors import StoreError
+from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
+from store.index.writer import IndexWriter, mark_index_incomplete
+from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
+from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
+from store.log.commitlog import CommitLog
+from store.log.flush import FlushService
+from store.log.lock import StoreLock
+from store.log.recovery import recover
+from store.log.segment import fsync_dir
+from store.queue.consume_queue import ConsumeQueueStore
+from store.queue.dispatch import DispatchService
+from store.queue.recovery import recover_queues, remove_unfinished_queue_files
+from store.usage import OpenReport, open_report
+
+log = logging.getLogger("store.message_store")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class StoreOpening:
+    """The open of a MessageStore (whose state it fills in)."""
+
+    root: Path
+    config: StoreConfig
+    damaged_records: tuple[int, ...]
+    _open_report: OpenReport
+    _lock: StoreLock
+    _log: CommitLog
+    _cq: ConsumeQueueStore
+    _index: IndexWriter | None
+    _flusher: FlushService
+    _dispatcher: DispatchService | None
+    _checkpoint: StoreCheckpoint
+    _last_commit: CommitPoint
+    _retention: Any
+    _put_lock: Any
+
+    def _open(self, truncate_on_corruption: bool) -> None:
+        abort = self.root / ABORT_FILE
+        abnormal = abort.exists()
+        commit_point = read_commit_point(self.root)
+        checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
+        self._log.queue.load()
+        remove_unfinished_queue_files(self.root)
+        self._cq.load()
+        result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
+                         truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
+        self._open_report = open_report(result, abnormal, commit_point.offset if commit_point else None)
+        end = result.end_offset
+        self.damaged_records = tuple(result.damaged)
+        valid_point = commit_point if result.commit_point_valid else None
+        recover_queues(self._cq, self.iter_messages, self.min_offset, end, result.dispatch_from,
+                       valid_point.queue_offsets if valid_point is not None else None)
+        if valid_point is not None:
+            queue_offsets = dict(valid_point.queue_offsets)
+        else:
+            queue_offsets = self._cq.next_queue_offsets()
+        self._log.queue_offsets = dict(queue_offsets)
+        self._log.last_record_offset = result.last_record_offset
+        if self._index is not None:
+            self._index.recover(end, self.min_offset, lambda phy: self.read(phy).store_timestamp)
+        elif not self.read_only:
+            mark_index_incomplete(self.root)
+        metadata = commit_point.metadata if commit_point else {}
+        if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
+            commit_point = CommitPoint(end, dict(queue_offsets), metadata, now_ms(),
+                                       result.last_record_offset)
+            write_commit_point(self.root, commit_point)
+        self._last_commit = commit_point
+        self._checkpoint = checkpoint or StoreCheckpoint()
+        self._checkpoint.confirm_phy_offset = end
+        self._checkpoint.master_flushed_offset = end
+        write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+        abort.touch()
+        fsync_dir(self.root)
+        if abnormal:
+            log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
+                        self.root, result.mode, end)
+        self._dispatcher = DispatchService(self._cq, self.root.name, self._log.writer.executor)
+        self._flusher.start()
+        self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
+        self._start_retention()
+
+    def _start_retention(self) -> None:
+        if self.config.retention is None:
+            return
+        from store.retention import RetentionService
+
+        self._retention = RetentionService(
+            self.root, self.config.retention, committed_offset=lambda: self.committed_offset,
+            consume_queues=self._cq, delete_segment=self._delete_oldest_segment).start()
+
+    def _delete_oldest_segment(self, path: Path) -> None:
+        q = self._log.queue
+        with self._put_lock, q.lock:
+            segs = q.segments
+            if len(segs) < 2 or segs[0].path != Path(path):
+                raise StoreError(f"retention may only delete the oldest segment, not {path}")
+            seg = segs.pop(0)
+        seg.destroy()
+        if self._index is not None:
+            with self._put_lock:
+                self._index.delete_below(self.min_offset)
+
+    def _release_after_failed_open(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
+        self._flusher.stop()
+        try:
+            self._cq.close()
+            if self._index is not None:
+                self._index.close(flush=False)
+        finally:
+            self._log.close()
+            self._lock.release()

@@ -1,0 +1,42 @@
+"""A full disk is a message, not a signal: every file the store writes in place (segments,
+consume-queue files, IndexFiles) has its disk blocks when it is created, so running out of space is
+an error naming the file at its creation, the batch is not committed, the store closes cleanly,
+and it opens and goes on once there is room again. Done on a real filesystem of a few MiB."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.small_fs import BATCH, reopen_and_write, small_filesystem
+
+pytestmark = pytest.mark.unit
+
+WHAT = {"index": "index file", "queue": "consume-queue file", "segment": "commit-log segment"}
+
+
+@pytest.mark.parametrize("kind", ["index", "queue", "segment"])
+def test_a_file_that_finds_the_disk_full_is_an_error_at_its_creation_and_the_store_closes_cleanly(
+        tmp_path: Path, kind: str) -> None:
+    with small_filesystem(tmp_path / "fs", "4m") as fs:
+        root, filler = fs / "store", fs / "filler"
+        child = subprocess.run([sys.executable, "-m", "tests.small_fs", kind, str(root), str(filler)],
+                               capture_output=True, text=True, timeout=300)
+        assert child.returncode == 0, f"the writer died with {child.returncode}: {child.stderr[-3000:]}"
+        got = json.loads(child.stdout)
+        assert got["error"] is not None, got
+        assert got["errno"] == errno.ENOSPC, got
+        assert "cannot reserve" in got["error"] and WHAT[kind] in got["error"], got["error"]
+        assert "No space left on device" in got["error"], got["error"]
+        assert "nothing of this batch" in got["error"] or "not committed" in got["error"], got["error"]
+        assert got["closed_cleanly"] and not got["abort"], got
+        filler.unlink()
+        assert reopen_and_write(kind, root, got["committed"]) == got["committed"] + BATCH
+        verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(root)],
+                                capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 0, verify.stdout + verify.stderr

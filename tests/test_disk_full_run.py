@@ -1,0 +1,62 @@
+"""`commitlog run` on a disk that fills up under it, with the index on and off: one line naming the
+file that found no room, exit 2, the store closed cleanly at its last commit; once the space is back
+the next run takes in the rest, every record exactly once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
+from tests.small_fs import fill, small_filesystem
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 4000
+
+
+def run_command(bootstrap: str, topic: str, store: Path, checkpoint: Path, index: bool) -> list[str]:
+    return [sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", bootstrap, "--subscribe", topic,
+            "--store", str(store), "--checkpoint", str(checkpoint), "--segment-size", "256k",
+            "--consume-queue-units", "2000", "--max-hash-slot-num", "500", "--max-index-num", "2000",
+            "--message-index", "true" if index else "false", "--max-offsets-per-trigger", "500",
+            "--trigger", "available-now", "--master", "local[1]", "--shuffle-partitions", "1"]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("index", [True, False], ids=["index-on", "index-off"])
+def test_run_on_a_disk_that_fills_up_says_so_in_one_line_and_the_next_run_resumes_exactly_once(
+        bootstrap_servers: str, tmp_path: Path, index: bool) -> None:
+    topic = unique_topic("full")
+    create_topics(bootstrap_servers, [topic])
+    sent = produce(bootstrap_servers, [(topic, i % 4, f"k{i}".encode(), os.urandom(300).hex().encode(), [])
+                                       for i in range(RECORDS)])
+    env = dict(os.environ, COMMITLOG_ALLOW_EPHEMERAL_STORE="1")
+    with small_filesystem(tmp_path / "fs", "8m") as fs:
+        store, filler = fs / "store", fs / "filler"
+        cmd = run_command(bootstrap_servers, topic, store, tmp_path / "checkpoint", index)
+        fill(filler, leave=2 << 20)        # room for about half of what the topic holds
+        first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
+        out = first.stdout + first.stderr
+        assert first.returncode == 2, f"exit {first.returncode}\n{out[-5000:]}"
+        errors = [ln for ln in out.splitlines() if "error" in ln.lower() or "No space left" in ln]
+        assert len(errors) == 1 and errors[0].startswith("commitlog run: error: "), out[-5000:]
+        assert "No space left on device" in errors[0] and "cannot reserve" in errors[0], errors
+        assert "Traceback" not in out and "\tat " not in out and "Exception" not in out, out[-5000:]
+        assert "closed cleanly" in out and not (store / "abort").exists(), out[-3000:]
+        held = store_by_coordinates(str(store))
+        assert 0 < len(held) < RECORDS and all(len(v) == 1 for v in held.values())
+
+        filler.unlink()
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
+        assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
+        found = store_by_coordinates(str(store))
+        assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
+        assert all(len(v) == 1 for v in found.values())
+        verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(store)],
+                                capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -35,7 +35,7 @@ from store.log.recovery import recover, recover_queues, remove_unfinished_queue_
 from store.log.segment import fsync_dir
 from store.log.segment_queue import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
-from store.queue.dispatch import DispatchService
+from store.log.dispatch import DispatchService
 from store.topics import TopicsPublisher
 from store.reader import RecordReads
 
@@ -153,7 +153,10 @@ class MessageStore(RecordReads):
         if abnormal:
             log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
                         self.root, result.mode, end)
-        self._dispatcher = DispatchService(self._cq, self.root.name, self._log.writer.executor)
+        self._dispatcher = DispatchService(lambda **units: self._cq.dispatch(**units), self.root.name,
+                                           self._log.writer.executor)
+        if self._index is not None:
+            self._index.start(self._segments)
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
@@ -173,6 +176,8 @@ class MessageStore(RecordReads):
             segs = q.segments
             if len(segs) < 2 or segs[0].path != Path(path):
                 raise StoreError(f"retention may only delete the oldest segment, not {path}")
+            if self._index is not None:
+                self._index.settle()    # the thread behind the appends is done with every segment
             seg = segs.pop(0)
         seg.destroy()
         if self._index is not None:
@@ -197,6 +202,8 @@ class MessageStore(RecordReads):
             raise StoreError(f"store {self.root} is closed")
         if self._dispatcher is not None and self._dispatcher.failure is not None and self._failure is None:
             self._failure = self._dispatcher.failure
+        if self._index is not None and self._index.failure is not None and self._failure is None:
+            self._failure = self._index.failure
         if self._failure is not None or self._flusher.failed:
             cause = self._failure or self._flusher.failure
             raise StoreReadOnlyError(
@@ -215,8 +222,8 @@ class MessageStore(RecordReads):
     def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
         """Append a pre-encoded batch. Topics are checked before anything is written; a batch
         carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError).
-        The consume-queue units are written behind (store.queue.dispatch): the batch's columns must
-        stay as they are until the next flush."""
+        The consume-queue units are written behind (store.log.dispatch), so the batch's columns
+        must stay as they are until the next flush; the index too, from the commit log's bytes."""
         self._check_writable()
         for topic in batch.topic_names:
             check_topic_name(topic)
@@ -226,7 +233,7 @@ class MessageStore(RecordReads):
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
-                self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
+                self._index.submit(out.physical_offsets)     # indexed behind, from the commit log
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -252,15 +259,16 @@ class MessageStore(RecordReads):
         if self._failure is not None:
             raise FlushError(f"store {self.root} failed earlier ({self._failure}); reopen it")
         self.settle_queues()
-        off = self._flusher.flush()
+        off = self._flusher.flush()     # the index thread catches up meanwhile
         try:
             self._cq.flush()
             if self._index is not None:
+                self._index.settle()
                 self._index.flush()
                 self._checkpoint.index_msg_timestamp = self._index.index_msg_timestamp
-        except OSError as e:
+        except (StoreError, OSError, ValueError) as e:
             self._failure = e
-            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
+            raise FlushError(f"flushing the consume queues or building the index of {self.root} failed: {e}; the "
                              f"store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
@@ -409,7 +417,10 @@ class MessageStore(RecordReads):
                 self._lock.release()
 
     def _index_lookup(self) -> Any:
-        return self._index.service if self._index is not None else None
+        if self._index is None:
+            return None
+        self._index.settle()        # built behind the appends: a lookup sees every one
+        return self._index.service
 
     def __enter__(self) -> MessageStore:
         return self

@@ -416,11 +416,14 @@ class MessageStore(RecordReads):
                     fsync_dir(self.root)
                 self._lock.release()
 
+    def settle_index(self) -> None:
+        """Wait until the index holds every appended record (it is built behind the appends)."""
+        if self._index is not None:
+            self._index.settle()
+
     def _index_lookup(self) -> Any:
-        if self._index is None:
-            return None
-        self._index.settle()        # built behind the appends: a lookup sees every one
-        return self._index.service
+        self.settle_index()         # a lookup sees every append
+        return self._index.service if self._index is not None else None
 
     def __enter__(self) -> MessageStore:
         return self

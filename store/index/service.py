@@ -144,6 +144,7 @@ class IndexService:
             if prev is not None else IndexHeader()
         f = IndexFile(self.directory / name, self.config.max_hash_slot_num, self.config.max_index_num, create=True,
                       start=start)
+        f.warm_slots()
         self.files.append(f)
         return f
 

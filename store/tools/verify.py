@@ -26,7 +26,7 @@ from store.format.codec import CodecConfig
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from store.log.source import Source, layout_problems, segment_size_of
 from store.tools.progress import Progress
-from store.tools.verify_index import index_problems
+from store.tools.verify_index import capped, index_problems, piece_index
 from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
 from store.tools.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces
 
@@ -108,12 +108,14 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     src = _with_loose_base(src)
     problems, expected = _layout_problems(src)
     units = QueueUnits(src.root)
+    index = piece_index(src)
     tasks = []
     for i, seg in enumerate(src.segments):
         if src.committed_offset is not None and seg.base_offset >= src.committed_offset and i > 0:
             break    # nothing committed here (a writer's newest segment)
         end = src.segment_end(seg)
-        tasks.append(SegmentTask(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config))
+        tasks.append(SegmentTask(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config,
+                                 index))
     jobs = default_jobs(src) if jobs is None else max(1, jobs)
     pieces = plan_pieces(tasks, PIECE_BYTES if jobs > 1 else 0, jobs)
     work = [(tasks[p.task], p) for p in pieces]
@@ -121,14 +123,18 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
             _pool(jobs) as pool:
         results = pool.map(check_piece, work) if pool is not None else map(check_piece, work)
         joined = join_pieces(tasks, pieces, results)
-        spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
+        piece_index_problems: list[Problem] = []
+        spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar,
+                                                   piece_index_problems)
     report.data_end = data_end
     report.queues = len(spans)
     problems.extend(dangling_units(src, units, spans, data_end))
     if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
         problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
-    index, report.index_items_checked = index_problems(src, data_end)
-    problems.extend(index)
+    covered = [(t.seg.base_offset, t.seg.base_offset + t.end) for t in tasks] if index is not None else None
+    rest, checked = index_problems(src, data_end, covered)
+    report.index_items_checked += checked
+    problems.extend(capped(rest + piece_index_problems))
     problems.sort(key=lambda p: (p.offset, p.kind))
     report.problems = problems
     report.elapsed_s = time.perf_counter() - t0
@@ -162,7 +168,8 @@ def reuse_freed_memory() -> None:
 
 
 def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
-           problems: list[Problem], bar: Progress) -> tuple[dict[tuple[str, int], QueueSpan], int, bool]:
+           problems: list[Problem], bar: Progress, index_problems: list[Problem]
+           ) -> tuple[dict[tuple[str, int], QueueSpan], int, bool]:
     """Join the segments' results in order: queue continuity across segments, and where the
     valid data ends (the first error, the first hole, or the end)."""
     spans: dict[tuple[str, int], QueueSpan] = {}
@@ -178,7 +185,9 @@ def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResul
         report.message_bytes += res.message_bytes
         report.blanks += res.blanks
         report.units_checked += res.units_checked
+        report.index_items_checked += res.index_items
         problems.extend(res.problems)
+        index_problems.extend(res.index_problems)
         stopped = stopped or not contiguous
         if not stopped:
             errors = [p.offset for p in res.problems if p.kind not in _NOT_RECORD_ERRORS]

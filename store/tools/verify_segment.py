@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from store.log.source import SegmentFile, mapped
 from store.format.fields import fields_from_scan, record_fields
 from store.format.prop_crc import prop_crc_mismatches
 from store.tools.queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
+from store.tools.verify_index import ItemChecker, PieceIndex, Problems
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
 _HEAD = struct.Struct(">iI")                  # TOTALSIZE, MAGICCODE
@@ -44,6 +46,8 @@ class SegmentResult:
     problems: list[Problem] = field(default_factory=list)
     queues: dict[tuple[str, int], QueueSpan] = field(default_factory=dict)
     paused_at: int | None = None    # a piece: the record start (in the segment) where it paused
+    index_items: int = 0            # IndexFile items pointing into the records checked, checked
+    index_problems: list[Problem] = field(default_factory=list)
 
 
 @dataclass
@@ -54,6 +58,7 @@ class SegmentTask:
     is_last: bool
     units: QueueUnits
     config: CodecConfig
+    index: PieceIndex | None = None     # the index items of its records are checked here too
 
 
 @dataclass
@@ -69,16 +74,46 @@ def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> 
     with the fields the scan read, while they are still in cache."""
     seg, end = t.seg, t.end
     res = SegmentResult(data_end=seg.base_offset + start)
-    with open(seg.path, "rb") as f, mapped(seg) as mv:
+    with open(seg.path, "rb") as f, mapped(seg) as mv, _index_checker(t) as index:
         arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
+        windows = _IndexWindows(index, res, arr, seg.base_offset, start)
         with read_ahead(f.fileno(), start, end if until is None else until, seg.name):
-            _scan_and_check(res, arr, mv, t, start, until)
+            _scan_and_check(res, arr, mv, t, start, until, windows)
+        if res.paused_at is None:
+            windows.upto(end)   # the segment's data ends in this piece: every item up to its end
     return res
 
 
+@contextmanager
+def _index_checker(t: SegmentTask) -> Iterator[ItemChecker | None]:
+    if t.index is None:
+        yield None
+        return
+    with t.index.checker() as checker:
+        yield checker
+
+
+class _IndexWindows:
+    """The index items of each stretch of the segment a piece has checked, checked while its
+    records are in cache (store.tools.verify_index)."""
+
+    def __init__(self, checker: ItemChecker | None, res: SegmentResult, arr: np.ndarray, base: int, start: int):
+        self.checker, self.res, self.arr, self.base, self.done = checker, res, arr, base, start
+        self.problems = Problems()
+
+    def upto(self, pos: int) -> None:
+        """Every item pointing into [the last position, ``pos``) of the segment."""
+        if self.checker is not None and pos > self.done:
+            self.res.index_items += self.checker.check(self.arr, self.base, self.base + self.done, self.base + pos,
+                                                       self.problems)
+            self.res.index_problems = self.problems.problems
+        self.done = max(self.done, pos)
+
+
 def _scan_and_check(res: SegmentResult, arr: np.ndarray, mv: memoryview, t: SegmentTask, start: int,
-                    until: int | None) -> None:
-    """verify_segment's loop: scan a window, check its records, go on or say why it ended."""
+                    until: int | None, index: _IndexWindows) -> None:
+    """verify_segment's loop: scan a window, check its records (and the index items pointing
+    into it), go on or say why it ended."""
     seg, end, config = t.seg, t.end, t.config
     pos = start
     while True:
@@ -90,6 +125,7 @@ def _scan_and_check(res: SegmentResult, arr: np.ndarray, mv: memoryview, t: Segm
         res.data_end = scan.end_offset
         if stop.kind == "pause":
             pos = stop.offset - seg.base_offset
+            index.upto(pos)
             if until is not None and pos >= until:
                 res.paused_at = pos
                 break
@@ -107,6 +143,7 @@ def _scan_and_check(res: SegmentResult, arr: np.ndarray, mv: memoryview, t: Segm
                 _check_records(res, arr, t, np.array([pos]), np.array([stop.size]), None)
                 pos += stop.size
                 res.data_end = seg.base_offset + pos
+                index.upto(pos)
                 if until is not None and pos >= until:
                     res.paused_at = pos
                     break
@@ -229,3 +266,5 @@ def _append(into: SegmentResult, later: SegmentResult) -> None:
     into.problems.extend(later.problems)
     join_spans(into.queues, later.queues, into.problems)
     into.data_end, into.broken, into.paused_at = later.data_end, later.broken, later.paused_at
+    into.index_items += later.index_items
+    into.index_problems = into.index_problems + later.index_problems

@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(PY) -m ingest.demo
 
 bench-quick: $(STAMP)
-	for b in store_append roll recovery verify pipeline replay codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
+	for b in store_append roll recovery verify pipeline replay replay_files codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint

@@ -173,7 +173,7 @@ class CommitLog:
         self.last_record_offset = int(phys[-1])
         end = self.max_offset
         self._ts_marks.append((end, store_timestamp))
-        self.queue.preallocate_next()
+        self.queue.preallocate_next(total)
         return AppendOutcome(phys, np.asarray(sizes, dtype=np.int32), queue_offsets, eligible, end, groups, bases)
 
     def _layout(self, sizes: np.ndarray, sys_flags: np.ndarray) -> BatchLayout:

@@ -185,3 +185,29 @@ def test_the_window_ahead_grows_to_two_of_the_last_batch(tmp_path: Path) -> None
     finally:
         warm.close()
         q.close()
+
+
+def test_the_window_moves_on_from_where_the_last_one_ended_between_pages(tmp_path: Path) -> None:
+    """The window's end is rarely a page boundary: the next step starts there all the same (madvise
+    refused such a start, and the thread took that for a kernel without MADV_POPULATE_WRITE)."""
+    from store.log.warm_ahead import WarmAhead
+
+    q = SegmentQueue(tmp_path, 8 << 20, preallocate=False)
+    seg = q.create_first(0)
+    warm = WarmAhead(q, window=1 << 20, step=256 << 10)
+    try:
+        def settled(expected: int) -> bool:
+            deadline = time.monotonic() + 10
+            while warm.warmed_to != expected and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return warm.warmed_to == expected
+
+        seg.wrote = 5000
+        warm.nudge()
+        assert settled(5000 + (1 << 20))
+        seg.wrote = 5000 + (600 << 10)                     # still inside the window warmed
+        warm.nudge()
+        assert settled(seg.wrote + (1 << 20)) and warm.running
+    finally:
+        warm.close()
+        q.close()

@@ -90,7 +90,9 @@ class WarmAhead:
         end = min(seg.size, wrote + self.window, start + self.step)
         if start >= end or self._stop.is_set():
             return False
-        if not seg.warm_range(start, end):
+        # madvise takes a page-aligned start: the window's end (where the last step stopped) is not
+        # one; EINVAL there stopped the thread for good, as if the kernel could not do it
+        if not seg.warm_range(start - start % OS_PAGE_SIZE, end):
             log.info("this kernel cannot pre-fault pages beside a writer (MADV_POPULATE_WRITE); "
                      "appends fault their own pages")
             self._stop.set()

@@ -53,13 +53,21 @@ def unpack(table: pa.Table, schema: pa.Schema) -> pa.Table:
     for chunk in table.column(CHUNK).chunks:
         if chunk.null_count:
             raise PackedBatchError("a packed batch names a spool file: sink.spool.resolve it first")
-        for i in range(len(chunk)):
-            reader = pa.ipc.open_stream(chunk[i].as_buffer())
+        for value in _values(chunk):
+            reader = pa.ipc.open_stream(value)
             if not reader.schema.equals(schema):
                 raise PackedBatchError(f"a packed batch has columns {reader.schema.names}, expected "
                                        f"{schema.names}: was it written by another version of the job?")
             batches.extend(reader)
     return pa.Table.from_batches(batches, schema=schema)
+
+
+def _values(chunk: pa.Array) -> list[pa.Buffer]:
+    """Each value of a binary array as a slice of its data buffer: ``chunk[i].as_buffer()`` copies
+    the value (a spool file mapped in would be read whole, and its copy faulted in page by page)."""
+    _, offsets, data = chunk.buffers()
+    at = np.frombuffer(offsets, dtype=np.int32, count=len(chunk) + 1, offset=4 * chunk.offset).tolist()
+    return [data.slice(a, b - a) for a, b in zip(at, at[1:])]
 
 
 def packed_spark_schema() -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import common_stream as cs  # noqa: E402
+from replay import timed_replay  # noqa: E402
 
 FULL = {"messages": 1_000_000, "files_per_partition": 8, "partitions": 2}
 QUICK = {"messages": 4_000, "files_per_partition": 1, "partitions": 2}
@@ -64,18 +65,12 @@ def write_export(directory: Path, fmt: str, n: int, partitions: int, files: int)
 
 def run_replay(spark: Any, export: Path, fmt: str, root: Path, expected: int) -> float:
     from ingest.config import JobConfig
-    from ingest.replay.command import ReplayOptions, replay
+    from ingest.replay.command import ReplayOptions
 
     cfg = JobConfig(bootstrap_servers="(unused)", subscribe="*", store=str(root / "store"), flush="sync",
                     master="local[2]", shuffle_partitions=2)
-    opts = ReplayOptions(from_files=str(export), file_format=fmt, verify=False, progress="none")
-    t0 = time.perf_counter()
-    summary = replay(cfg, opts, spark=spark)
-    elapsed = time.perf_counter() - t0
-    if not summary.complete or summary.records != expected:
-        raise RuntimeError(f"replay wrote {summary.records} records (complete={summary.complete}), "
-                           f"expected {expected}")
-    return elapsed
+    return timed_replay(spark, cfg, ReplayOptions(from_files=str(export), file_format=fmt, verify=False,
+                                                  progress="none"), expected)
 
 
 def run_spark(spark: Any, export: Path, fmt: str, expected: int, read_values: bool) -> float:

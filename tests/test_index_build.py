@@ -15,11 +15,9 @@ from hypothesis import strategies as st
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, HostAddress, Message
 from store.format.constants import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_ROLLBACK_TYPE
-from store.format.properties import string_to_properties
 from store.index.build import build_kernel_available, record_keys
 from store.index.file import IndexFile, IndexHeader
-from store.index.hashing import index_key_hashes
-from store.index.keys import indexed_keys
+from tests.test_index_keys import expected
 
 pytestmark = [pytest.mark.unit,
               pytest.mark.skipif(not build_kernel_available(), reason="built without a C compiler")]
@@ -29,15 +27,6 @@ def encoded(messages: list[Message], store_timestamp: int = 1_700_000_000_123) -
     batch = encode_messages([replace(m, store_timestamp=store_timestamp + i) for i, m in enumerate(messages)],
                             CodecConfig())
     return np.array(batch.data, dtype=np.uint8), np.asarray(batch.offsets, dtype=np.int64)
-
-
-def expected(messages: list[Message]) -> tuple[list[int], list[int]]:
-    records, hashes = [], []
-    for i, m in enumerate(messages):
-        keys = indexed_keys(string_to_properties(m.properties), m.sys_flag)
-        records += [i] * len(keys)
-        hashes += index_key_hashes([m.topic] * len(keys), keys).tolist()
-    return records, hashes
 
 
 def both_ways(messages: list[Message], base: int = 0):

@@ -233,7 +233,10 @@ class MessageStore(RecordReads):
             self._last_ts = max(self._last_ts, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
-                self._index.submit(out.physical_offsets)     # indexed behind, from the commit log
+                try:
+                    self._index.submit(out.physical_offsets)     # indexed behind, from the commit log
+                except (StoreError, OSError, ValueError) as e:   # an earlier batch's index failed
+                    raise self._dispatch_failed(e, "building the index") from e
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -293,10 +296,10 @@ class MessageStore(RecordReads):
         except (StoreError, OSError) as e:
             raise self._dispatch_failed(e) from e
 
-    def _dispatch_failed(self, e: BaseException) -> StoreReadOnlyError:
+    def _dispatch_failed(self, e: BaseException, what: str = "writing the consume queues") -> StoreReadOnlyError:
         self._failure = self._failure or e
         return StoreReadOnlyError(
-            f"writing the consume queues of {self.root} failed ({e}); appended batches are in "
+            f"{what} of {self.root} failed ({e}); appended batches are in "
             f"the commit log but not committed. The store refuses writes now; reopen it to "
             f"recover from the last commit point")
 

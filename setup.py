@@ -27,4 +27,5 @@ setup(ext_modules=[
     Extension("store.format._record_columns", ["store/format/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.format._scan_walk", ["store/format/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS),
 ])

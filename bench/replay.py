@@ -87,12 +87,18 @@ def run_plain(bootstrap: str, partitions: int, per_partition: int) -> float:
 
 def run_replay(spark: Any, bootstrap: str, root: Path, batch: int | None, expected: int) -> float:
     from ingest.config import JobConfig
-    from ingest.replay.command import ReplayOptions, replay
+    from ingest.replay.command import ReplayOptions
 
     sizing = {"max_offsets_per_trigger": batch} if batch else {}
     cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=TOPIC, store=str(root / "store"),
                     flush="sync", master="local[2]", shuffle_partitions=2, **sizing)
-    opts = ReplayOptions(topics=(TOPIC,), verify=False, progress="none")
+    return timed_replay(spark, cfg, ReplayOptions(topics=(TOPIC,), verify=False, progress="none"), expected)
+
+
+def timed_replay(spark: Any, cfg: Any, opts: Any, expected: int) -> float:
+    """Seconds of one ingest.replay.command.replay, which must write ``expected`` records."""
+    from ingest.replay.command import replay
+
     t0 = time.perf_counter()
     summary = replay(cfg, opts, spark=spark)
     elapsed = time.perf_counter() - t0

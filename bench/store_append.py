@@ -4,7 +4,8 @@ and against RocketMQ's way of doing it on the JVM, on the same bytes?
 Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable flush per batch):
 - ``py_append_encoded``: MessageStore.append_encoded of pre-encoded batches (+ flush per batch in SYNC),
   index off;
-- ``py_append_encoded_index``: the same with the index on (its keys found, hashed and put with the append);
+- ``py_append_encoded_index``: the same with the index on (its keys found, hashed and put behind the
+  append, on the store's index thread; timed until the index holds every batch);
 - ``py_append_table``: MessageStore.append_table (encode_batch, body CRCs included, + append);
 - ``py_append_commit`` (SYNC only): append_encoded + commit per batch, what the sink does;
 - ``jvm_batch`` / ``jvm_single``: bench/jvm/AppendPeer.java, RocketMQ's putMessages / putMessage
@@ -44,8 +45,8 @@ def store_config(segment_size: int, flush: str, index: bool = False) -> object:
 
     # No background pre-creation: the data fits the first segment, pre-touched when it is created
     # (before timing); a concurrent 1 GiB pre-touch would only add noise on 2 cores.
-    # The index is off but in the ``encoded_index`` mode: RocketMQ builds it behind the append (its
-    # dispatcher), as the JVM peer does not; the index's own cost is that mode's figure.
+    # The index is off but in the ``encoded_index`` mode (the JVM peer builds none); the index's own
+    # cost is that mode's figure.
     return StoreConfig(segment_size=segment_size, flush_mode=flush, preallocate=False, warm_first_segment=True,
                        index=IndexConfig(enabled=index))
 
@@ -79,7 +80,8 @@ def run_py(args, batches, tables, first, segment_size: int, flush: str, mode: st
                     store.commit()
             else:
                 raise ValueError(mode)
-            store.settle_queues()       # the consume queues are written behind: count them in
+            store.settle_queues()       # the consume queues and the index are written behind: count them in
+            store.settle_index()
             elapsed = time.perf_counter() - t0
         finally:
             store.close()

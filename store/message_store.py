@@ -34,7 +34,7 @@ from store.log.lock import StoreLock
 from store.log.segment import fsync_dir
 from store.log.segment_queue import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
-from store.queue.dispatch import DispatchService
+from store.log.dispatch import DispatchService
 from store.reader import RecordReads
 from store.store_open import StoreOpening, now_ms
 from store.topics import TopicsPublisher
@@ -123,6 +123,8 @@ class MessageStore(StoreOpening, RecordReads):
             raise StoreError(f"store {self.root} is closed")
         if self._dispatcher is not None and self._dispatcher.failure is not None and self._failure is None:
             self._failure = self._dispatcher.failure
+        if self._index is not None and self._index.failure is not None and self._failure is None:
+            self._failure = self._index.failure
         if self._failure is not None or self._flusher.failed:
             cause = self._failure or self._flusher.failure
             raise StoreReadOnlyError(
@@ -141,8 +143,8 @@ class MessageStore(StoreOpening, RecordReads):
     def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
         """Append a pre-encoded batch. Topics are checked before anything is written; a batch
         carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError).
-        The consume-queue units are written behind (store.queue.dispatch): the batch's columns must
-        stay as they are until the next flush."""
+        The consume-queue units are written behind (store.log.dispatch), so the batch's columns
+        must stay as they are until the next flush; the index too, from the commit log's bytes."""
         self._check_writable()
         for topic in batch.topic_names:
             check_topic_name(topic)
@@ -154,12 +156,9 @@ class MessageStore(StoreOpening, RecordReads):
             if self._index is not None:
                 started = time.perf_counter()
                 try:
-                    self._index.add(batch.data, batch.offsets, batch.sizes, out.physical_offsets, ts)
-                except OSError as e:      # a new IndexFile without room: the batch is half appended
-                    self._failure = e
-                    raise StoreReadOnlyError(
-                        f"indexing the batch failed: {e}; nothing of this batch is committed, the store "
-                        f"refuses writes until reopened") from e
+                    self._index.submit(out.physical_offsets)     # indexed behind, from the commit log
+                except (StoreError, OSError, ValueError) as e:   # an earlier batch's index failed
+                    raise self._dispatch_failed(e, "building the index") from e
                 self._index_seconds += time.perf_counter() - started
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
@@ -188,15 +187,23 @@ class MessageStore(StoreOpening, RecordReads):
         self.settle_queues()
         return self._flush_files()
 
-    def _flush_files(self) -> int:
-        off = self._flusher.flush()
+    def _flush_files(self, index: bool = True) -> int:
+        off = self._flusher.flush()     # the index thread catches up meanwhile
+        idx = self._index if index else None
+        if idx is not None:
+            started = time.perf_counter()
+            try:
+                idx.settle()
+            except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say: nothing flushed
+                raise self._dispatch_failed(e, "building the index") from e
+            self._index_seconds += time.perf_counter() - started
         try:
             self._cq.flush()
-            if self._index is not None:
+            if idx is not None:
                 started = time.perf_counter()
-                self._index.flush()
+                idx.flush()
                 self._index_seconds += time.perf_counter() - started
-                self._checkpoint.index_msg_timestamp = self._index.index_msg_timestamp
+                self._checkpoint.index_msg_timestamp = idx.index_msg_timestamp
         except OSError as e:
             self._failure = self._flush_failure = e
             raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
@@ -224,10 +231,10 @@ class MessageStore(StoreOpening, RecordReads):
         except (StoreError, OSError) as e:
             raise self._dispatch_failed(e) from e
 
-    def _dispatch_failed(self, e: BaseException) -> StoreReadOnlyError:
+    def _dispatch_failed(self, e: BaseException, what: str = "writing the consume queues") -> StoreReadOnlyError:
         self._failure = self._failure or e
         return StoreReadOnlyError(
-            f"writing the consume queues of {self.root} failed ({e}); appended batches are in "
+            f"{what} of {self.root} failed ({e}); appended batches are in "
             f"the commit log but not committed. The store refuses writes now; reopen it to "
             f"recover from the last commit point")
 
@@ -301,7 +308,8 @@ class MessageStore(StoreOpening, RecordReads):
 
     @property
     def index_seconds(self) -> float:
-        """Time spent putting keys into index/ and flushing it since the open (part of append and flush)."""
+        """Time the writer spent on index/ since the open: handing batches to the index thread, waiting
+        for it before a commit point, and flushing the index (part of append and flush)."""
         return self._index_seconds
 
     @property
@@ -354,9 +362,13 @@ class MessageStore(StoreOpening, RecordReads):
             self._dispatcher.stop()
         self._flusher.stop()
         clean = False
+        index_ok = self._index is None or self._index.failure is None
         try:
             if self.can_close_cleanly:
-                self._flush_files()     # the dispatcher, stopped above, has written what it was given
+                # the dispatcher, stopped above, has written what it was given; an index whose
+                # thread failed (a new IndexFile without room) keeps what its files hold, and the
+                # next open cuts its items past the commit point
+                self._flush_files(index=index_ok)
                 self._checkpoint.confirm_phy_offset = self._last_commit.offset
                 write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
                 clean = True
@@ -366,7 +378,7 @@ class MessageStore(StoreOpening, RecordReads):
             try:
                 self._cq.close()
                 if self._index is not None:
-                    self._index.close(flush=clean)
+                    self._index.close(flush=clean and index_ok)
             finally:
                 self._log.close()
                 if clean:
@@ -374,7 +386,13 @@ class MessageStore(StoreOpening, RecordReads):
                     fsync_dir(self.root)
                 self._lock.release()
 
+    def settle_index(self) -> None:
+        """Wait until the index holds every appended record (it is built behind the appends)."""
+        if self._index is not None:
+            self._index.settle()
+
     def _index_lookup(self) -> Any:
+        self.settle_index()         # a lookup sees every append
         return self._index.service if self._index is not None else None
 
     def __enter__(self) -> MessageStore:

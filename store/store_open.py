@@ -22,7 +22,7 @@ from store.log.lock import StoreLock
 from store.log.recovery import recover
 from store.log.segment import fsync_dir
 from store.queue.consume_queue import ConsumeQueueStore
-from store.queue.dispatch import DispatchService
+from store.log.dispatch import DispatchService
 from store.queue.recovery import recover_queues, remove_unfinished_queue_files
 from store.usage import OpenReport, open_report
 
@@ -92,7 +92,10 @@ class StoreOpening:
         if abnormal:
             log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
                         self.root, result.mode, end)
-        self._dispatcher = DispatchService(self._cq, self.root.name, self._log.writer.executor)
+        self._dispatcher = DispatchService(lambda **units: self._cq.dispatch(**units), self.root.name,
+                                           self._log.writer.executor)
+        if self._index is not None:
+            self._index.start(self._segments)
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
@@ -112,6 +115,8 @@ class StoreOpening:
             segs = q.segments
             if len(segs) < 2 or segs[0].path != Path(path):
                 raise StoreError(f"retention may only delete the oldest segment, not {path}")
+            if self._index is not None:
+                self._index.settle()    # the thread behind the appends is done with every segment
             seg = segs.pop(0)
         seg.destroy()
         if self._index is not None:

@@ -49,6 +49,10 @@ EXPECTED = {
     "replay": (
         ["replay.msgs_per_s", "plain_consumer.msgs_per_s"],
         ["ratio.replay_vs_plain_consumer"]),
+    "replay_files": (
+        ["jsonl.replay.msgs_per_s", "jsonl.spark_count.msgs_per_s", "parquet.spark_read.msgs_per_s",
+         "parquet.task_closure_bytes"],
+        ["jsonl.ratio.replay_vs_spark_count", "parquet.ratio.replay_vs_spark_count"]),
     "cluster": (
         ["local.commitlog.sync.msgs_per_s", "cluster.commitlog.sync.msgs_per_s"],
         ["ratio.cluster_vs_local"]),

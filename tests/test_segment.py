@@ -164,3 +164,50 @@ def test_a_window_ahead_of_the_writer_is_faulted_in_and_written_bytes_are_left_a
         warm.close()
         q.close()
     assert not warm.running                                # joined: it cannot touch an unmapped segment
+
+
+def test_the_window_ahead_grows_to_two_of_the_last_batch(tmp_path: Path) -> None:
+    from store.log.warm_ahead import BATCHES_AHEAD, WarmAhead
+
+    q = SegmentQueue(tmp_path, 16 << 20, preallocate=False)
+    seg = q.create_first(0)
+    warm = WarmAhead(q, window=1 << 20, step=256 << 10)
+    try:
+        seg.wrote = 4096
+        warm.nudge(3 << 20)                                # a batch of 3 MiB was just written
+        deadline = time.monotonic() + 10
+        want = 4096 + BATCHES_AHEAD * (3 << 20)
+        while warm.warmed_to != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert warm.warmed_to == want
+        warm.nudge(1000)                                   # small batches: the window's least size
+        assert warm.window == 1 << 20
+    finally:
+        warm.close()
+        q.close()
+
+
+def test_the_window_moves_on_from_where_the_last_one_ended_between_pages(tmp_path: Path) -> None:
+    """The window's end is rarely a page boundary: the next step starts there all the same (madvise
+    refused such a start, and the thread took that for a kernel without MADV_POPULATE_WRITE)."""
+    from store.log.warm_ahead import WarmAhead
+
+    q = SegmentQueue(tmp_path, 8 << 20, preallocate=False)
+    seg = q.create_first(0)
+    warm = WarmAhead(q, window=1 << 20, step=256 << 10)
+    try:
+        def settled(expected: int) -> bool:
+            deadline = time.monotonic() + 10
+            while warm.warmed_to != expected and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return warm.warmed_to == expected
+
+        seg.wrote = 5000
+        warm.nudge()
+        assert settled(5000 + (1 << 20))
+        seg.wrote = 5000 + (600 << 10)                     # still inside the window warmed
+        warm.nudge()
+        assert settled(seg.wrote + (1 << 20)) and warm.running
+    finally:
+        warm.close()
+        q.close()

@@ -195,12 +195,12 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     from sink.foreach_batch import ForeachBatchSink
 
     started = time.monotonic()
-    export = None
+    pieces = None
     if opts.from_files:
-        from ingest.replay.export_rows import read_export
+        from ingest.replay.file_pieces import plan_pieces
 
-        # before Spark and before anything is written: a file that cannot be read stops the replay here
-        export = read_export(opts.from_files, opts.file_format)
+        # before Spark: a file that is not of the format stops the replay here (the executors read them)
+        pieces = plan_pieces(opts.from_files, opts.file_format)
     if not cfg.skip_preflight:
         from ingest.preflight import check_store_path
 
@@ -209,7 +209,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     metrics, server = start_metrics(cfg, "replay")
     stop = stop or threading.Event()
     own_spark = spark is None
-    files_df = None
+    export = None
     plan_file = None
     writer = None
     spool = None
@@ -217,17 +217,20 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     batch_log_level = batch_log.level
     try:
         spark = spark or spark_session(cfg)
-        if export is not None:
-            from ingest.replay.files import range_filter, read_kafka_files, resolve_file_plan
+        if pieces is not None:
+            from ingest.replay.file_pieces import batch_rows, scan_export
+            from ingest.replay.files import resolve_file_plan
 
-            files_df = read_kafka_files(spark, opts.from_files, opts.file_format, rows=export).persist()
-            if export.table.num_rows == 0 and export.unplaced:
+            # the executors scan the files before anything is written: a piece that cannot be read stops here
+            export = scan_export(spark, pieces, opts.begin.timestamp if opts.begin.kind == "timestamp" else None,
+                                 opts.finish.timestamp if opts.finish.kind == "timestamp" else None)
+            if not export.partitions() and export.unplaced:
                 plan = ReplayPlan([])    # nothing but bad rows: they are still the replay's dead letters
             else:
-                plan = group_plan(resolve_file_plan(files_df, opts.begin, opts.finish, opts.topics,
-                                                    opts.topic_pattern), cfg.group)
+                plan = group_plan(resolve_file_plan(export, opts.begin, opts.finish, opts.topics, opts.topic_pattern),
+                                  cfg.group)
             notes: list[str] = []
-            load = lambda ranges: files_df.where(range_filter(ranges))  # noqa: E731
+            load = partial(batch_rows, spark, export)
         else:
             plan, notes, plan_file = _kafka_plan(cfg, opts)
         writer = open_writer(cfg, metrics)
@@ -240,7 +243,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         summary = ReplaySummary(str(cfg.store), plan, notes=notes)
         first_records, first_dead = writer.state.records, writer.state.dead_letters
         if export is not None:
-            from ingest.replay.export_rows import selected, write_unplaced
+            from ingest.replay.unplaced import selected, write_unplaced
 
             # rows with no partition belong to no group: the first group writes them
             unplaced = selected(export.unplaced, opts.topics, opts.topic_pattern) if not cfg.group or \
@@ -292,8 +295,6 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             writer.close()
         if spool is not None:
             spool.close()
-        if files_df is not None:
-            files_df.unpersist()
         if own_spark and spark is not None:
             spark.stop()
     if opts.verify:

@@ -1,9 +1,10 @@
 """Reading exported Kafka records (``replay --from-files``) row by row, so that every bad row is named.
 
 Spark's readers stop a whole replay at the first bad row with an error naming neither file nor line
-(FAILFAST), or turn it into nulls that are then dropped in silence (PERMISSIVE). Here each file is
-read in the driver with pyarrow and the standard library, before Spark starts and before anything
-is written:
+(FAILFAST), or turn it into nulls that are then dropped in silence (PERMISSIVE). Here each piece of
+a file (ingest.replay.file_pieces: a byte range of a jsonl file, a row group of a parquet file) is
+read with pyarrow and the standard library, in the executors' tasks; ``read_export`` reads a whole
+export in one place the same way. Before anything is written:
 
 - a file that cannot be read at all (a truncated parquet footer, a row group that does not decode,
   a parquet column of a type no Kafka column has, an unreadable jsonl file) stops the replay with
@@ -117,15 +118,16 @@ def read_export(directory: str | os.PathLike[str], fmt: str) -> ExportRows:
     unplaced: list[Unplaced] = []
     files = export_files(directory, fmt)
     for path in files:
-        table, bad = (_read_jsonl if fmt == "jsonl" else _read_parquet)(path)
+        table, bad = _read_jsonl(path)[:2] if fmt == "jsonl" else _read_parquet(path)
         tables.append(table)
         unplaced += bad
     table = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
-    table, repeated = _first_of_each_position(table)
+    table, repeated = first_of_each_position(table)
     return ExportRows(table, unplaced, repeated, len(files))
 
 
-def _first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
+def first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
+    """The first row of each (topic, partition, offset), and how many later ones were dropped."""
     if table.num_rows == 0:
         return table, 0
     indexed = table.select(["topic", "partition", "offset"]).append_column(
@@ -138,16 +140,19 @@ def _first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
 
 # ---------------------------------------------------------------------------------------- jsonl
 
-def _read_jsonl(path: Path) -> tuple[pa.Table, list[Unplaced]]:
+def _read_jsonl(path: Path, start: int = 0, stop: int | None = None, first_line: int = 1
+                ) -> tuple[pa.Table, list[Unplaced], int]:
+    """The lines of ``path`` that begin in bytes [start, stop) (a piece of it, as Spark splits a
+    text file: a line belongs to the piece its first byte is in), the first of them being line
+    ``first_line``. Returns the rows, the unplaced ones and how many lines the piece holds."""
     rows: list[dict[str, Any]] = []
     unplaced: list[Unplaced] = []
+    number = first_line - 1
     try:
         with open(path, "rb") as f:
-            if f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
-                raise ExportFileError(f"--from-files: {path} is a Parquet file (it starts with "
-                                      f"{PARQUET_MAGIC.decode()}), not JSON lines: give --format parquet")
-            f.seek(0)
-            for number, line in enumerate(f, 1):
+            check_not_parquet(f, path)
+            for line in _lines(f, start, stop):
+                number += 1
                 if not line.strip():
                     continue
                 where = f"{path} line {number}"
@@ -180,7 +185,31 @@ def _read_jsonl(path: Path) -> tuple[pa.Table, list[Unplaced]]:
                 rows.append(_json_row(obj, topic, partition, offset, where))
     except OSError as exc:
         raise ExportFileError(f"--from-files: cannot read {path}: {exc.strerror or exc}") from None
-    return pa.Table.from_pylist(rows, schema=ROWS_SCHEMA), unplaced
+    return pa.Table.from_pylist(rows, schema=ROWS_SCHEMA), unplaced, number - first_line + 1
+
+
+def check_not_parquet(f: Any, path: Path) -> None:
+    """Refuse a Parquet file given as JSON lines (its bytes would all be dead letters); leaves ``f``
+    at its start."""
+    f.seek(0)
+    if f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+        raise ExportFileError(f"--from-files: {path} is a Parquet file (it starts with "
+                              f"{PARQUET_MAGIC.decode()}), not JSON lines: give --format parquet")
+    f.seek(0)
+
+
+def _lines(f: Any, start: int, stop: int | None) -> Iterator[bytes]:
+    """The lines whose first byte is in [start, stop) of the open file ``f``."""
+    if start > 0:
+        f.seek(start - 1)
+        f.readline()            # the rest of the line that byte start - 1 is in: an earlier piece's
+    pos = f.tell()
+    while stop is None or pos < stop:
+        line = f.readline()
+        if not line:
+            return
+        pos += len(line)
+        yield line
 
 
 def _short(exc: Exception) -> str:
@@ -291,24 +320,34 @@ def _headers(value: Any) -> list[dict[str, Any]] | None:
 # -------------------------------------------------------------------------------------- parquet
 
 def _read_parquet(path: Path) -> tuple[pa.Table, list[Unplaced]]:
+    pf = parquet_file(path)
+    tables, unplaced = [], []
+    for group in range(pf.num_row_groups):
+        table, bad = read_row_group(pf, path, group)
+        tables.append(table)
+        unplaced += bad
+    return (pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()), unplaced
+
+
+def parquet_file(path: Path) -> pq.ParquetFile:
+    """An export's parquet file, its footer read; a truncated or foreign file is refused here."""
     try:
-        pf = pq.ParquetFile(path)       # the footer: a truncated or foreign file fails here
+        pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise ExportFileError(f"--from-files: {path} is not a readable parquet file ({_short(exc)})") from None
     missing = [c for c in REQUIRED if c not in pf.schema_arrow.names]
     if missing:
         raise ExportFileError(f"--from-files: {path} lacks column(s) {', '.join(missing)}; expected the Kafka "
                               "source's columns (key, value, topic, partition, offset, timestamp, headers)")
-    tables, unplaced = [], []
-    for group in range(pf.num_row_groups):
-        try:
-            raw = pf.read_row_group(group)
-        except (OSError, pa.ArrowException) as exc:
-            raise ExportFileError(f"--from-files: {path} row group {group} cannot be read ({_short(exc)})") from None
-        table, bad = _parquet_rows(raw, f"{path} row group {group}", path)
-        tables.append(table)
-        unplaced += bad
-    return (pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()), unplaced
+    return pf
+
+
+def read_row_group(pf: pq.ParquetFile, path: Path, group: int) -> tuple[pa.Table, list[Unplaced]]:
+    try:
+        raw = pf.read_row_group(group)
+    except (OSError, pa.ArrowException) as exc:
+        raise ExportFileError(f"--from-files: {path} row group {group} cannot be read ({_short(exc)})") from None
+    return _parquet_rows(raw, f"{path} row group {group}", path)
 
 
 def _column(raw: pa.Table, name: str, typ: pa.DataType, path: Path) -> pa.ChunkedArray:
@@ -323,11 +362,12 @@ def _column(raw: pa.Table, name: str, typ: pa.DataType, path: Path) -> pa.Chunke
 
 def _parquet_rows(raw: pa.Table, where: str, path: Path) -> tuple[pa.Table, list[Unplaced]]:
     n = raw.num_rows
-    topics, partitions, offsets = (raw.column(c).to_pylist() for c in ("topic", "partition", "offset"))
-    good: list[int] = []
     unplaced = []
+    clean = _positions_clean(raw)           # then no row is looked at one by one
+    good: list[int] = [] if not clean else list(range(n))
+    topics, partitions, offsets = ([] if clean else raw.column(c).to_pylist() for c in ("topic", "partition", "offset"))
     values = None
-    for i in range(n):
+    for i in range(0 if clean else n):
         try:
             _position(topics[i], partitions[i], offsets[i])
             good.append(i)
@@ -361,49 +401,18 @@ def _parquet_rows(raw: pa.Table, where: str, path: Path) -> tuple[pa.Table, list
     return pa.table([cols[f.name] for f in ROWS_SCHEMA], schema=ROWS_SCHEMA), unplaced
 
 
+def _positions_clean(raw: pa.Table) -> bool:
+    """Every row's topic, partition and offset as _position takes them (checked by column)."""
+    t, p, o = (raw.column(c) for c in ("topic", "partition", "offset"))
+    if not (pa.types.is_string(t.type) and pa.types.is_integer(p.type) and pa.types.is_integer(o.type)) \
+            or t.null_count or p.null_count or o.null_count:
+        return False
+    return raw.num_rows == 0 or (pc.min(pc.utf8_length(t)).as_py() > 0 and pc.min(p).as_py() >= 0
+                                 and pc.max(p).as_py() <= INT32_MAX and pc.min(o).as_py() >= 0
+                                 and pc.max(o).as_py() <= INT64_MAX)
+
+
 def iter_problems(rows: ExportRows) -> Iterator[str]:
     """Every reason of the export's bad rows, unplaced first (for logs and tests)."""
     yield from (u.reason for u in rows.unplaced)
     yield from (p for p in rows.table.column(PROBLEM).to_pylist() if p is not None)
-
-
-# ------------------------------------------------------------------------ writing the unplaced
-
-def unplaced_table(unplaced: list[Unplaced]) -> pa.Table:
-    """The unplaced rows as dead rows of the hand-over (sink.batch.ENCODED_SCHEMA)."""
-    from sink.batch import ENCODED_SCHEMA
-
-    n = len(unplaced)
-    cols: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in ENCODED_SCHEMA}
-    cols.update({"kafka_topic": pa.array([u.topic for u in unplaced], pa.string()),
-                 "kafka_partition": pa.array([u.partition for u in unplaced], pa.int32()),
-                 "kafka_offset": pa.array([u.offset for u in unplaced], pa.int64()),
-                 "dead_reason": pa.array([u.reason for u in unplaced], pa.string()),
-                 "raw_value": pa.array([u.raw for u in unplaced], pa.binary())})
-    return pa.table([cols[f.name] for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)
-
-
-def write_unplaced(writer: Any, unplaced: list[Unplaced]) -> tuple[int, int]:
-    """Write the rows no partition range holds as one batch of dead letters, before the ranges.
-    They move no Kafka offset (sink.writer.kafka_next_offsets), so what makes them exactly once is
-    their reason, which names the file and line: one already in the store's dead letters (an earlier
-    run of the same replay) is not written again. Returns (written, already held)."""
-    from sink import read_dead_letters
-
-    if not unplaced:
-        return 0, 0
-    known = {d.get("reason") for d in read_dead_letters(writer.root)}
-    todo = [u for u in unplaced if u.reason not in known]
-    if todo:
-        writer.write_batch(writer.state.batch_id + 1, None, unplaced_table(todo))
-    return len(todo), len(unplaced) - len(todo)
-
-
-def selected(unplaced: list[Unplaced], topics: tuple[str, ...] | None, pattern: str | None) -> list[Unplaced]:
-    """The unplaced rows of the topics asked for; a row whose topic is unknown is always kept."""
-    import re
-
-    if not topics and not pattern:
-        return unplaced
-    return [u for u in unplaced if u.topic is None
-            or (u.topic in topics if topics else re.fullmatch(pattern or "", u.topic) is not None)]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest.replay.export_rows import PROBLEM, ExportRows, read_export
+from ingest.replay.file_pieces import ExportScan
 from ingest.replay.plan import FILE_FORMATS, Bound, Offsets, PartitionPlan, ReplayError, ReplayPlan, TopicPartitionKey
 
 log = logging.getLogger("commitlog.replay")
@@ -35,54 +35,40 @@ EXPORT_SCHEMA = pa.schema([
 ])
 
 
-def read_kafka_files(spark: Any, directory: str | os.PathLike[str], fmt: str,
-                     rows: ExportRows | None = None) -> Any:
+def read_kafka_files(spark: Any, directory: str | os.PathLike[str], fmt: str) -> Any:
     """A DataFrame with the Kafka source's columns and types, plus ``problem`` (a reason a row is a
     dead letter, or null), one row per (topic, partition, offset) (an export holding a record twice
-    gives it once). The files are read in the driver (ingest.replay.export_rows: every bad row named
-    by file and line) unless ``rows`` gives what they hold already."""
-    from pyspark.sql.types import StringType, StructField, StructType
+    gives it once), the files read by the executors (ingest.replay.file_pieces)."""
+    from ingest.replay.file_pieces import batch_rows, plan_pieces, scan_export
 
-    from ingest.kafka.source import kafka_schema
-
-    rows = rows if rows is not None else read_export(directory, fmt)
-    schema = StructType([*kafka_schema(True).fields, StructField(PROBLEM, StringType())])
-    return spark.createDataFrame(rows.table, schema=schema)
+    return batch_rows(spark, scan_export(spark, plan_pieces(directory, fmt)))
 
 
-def resolve_file_plan(df: Any, begin: Bound, finish: Bound, topics: Sequence[str] | None,
+def resolve_file_plan(scan: ExportScan, begin: Bound, finish: Bound, topics: Sequence[str] | None,
                       pattern: str | None) -> ReplayPlan:
-    """The range of each partition found in the files, with --from/--to applied the Kafka way: a
-    timestamp bound is the first offset whose timestamp is >= it."""
+    """The range of each partition found in the files (``scan``, taken with these bounds'
+    timestamps), with --from/--to applied the Kafka way: a timestamp bound is the first offset
+    whose timestamp is >= it."""
     import re
 
-    from pyspark.sql import functions as F
-
-    ts_ms = F.col("timestamp").cast("double") * 1000
-    aggs = [F.min("offset").alias("first"), F.max("offset").alias("last")]
-    if begin.kind == "timestamp":
-        aggs.append(F.min(F.when(ts_ms >= begin.timestamp, F.col("offset"))).alias("from_ts"))
-    if finish.kind == "timestamp":
-        aggs.append(F.min(F.when(ts_ms >= finish.timestamp, F.col("offset"))).alias("to_ts"))
-    rows = df.groupBy("topic", "partition").agg(*aggs).collect()
+    found = scan.partitions()
     if topics:
-        rows = [r for r in rows if r["topic"] in set(topics)]
+        found = {tp: st for tp, st in found.items() if tp[0] in set(topics)}
     elif pattern:
-        rows = [r for r in rows if re.fullmatch(pattern, r["topic"])]
-    if not rows:
+        found = {tp: st for tp, st in found.items() if re.fullmatch(pattern, tp[0])}
+    if not found:
         raise ReplayError("no records to replay in the files" + (" for the topics asked" if topics or pattern else ""))
     parts = []
-    for r in sorted(rows, key=lambda r: (r["topic"], r["partition"])):
-        tp: TopicPartitionKey = (r["topic"], r["partition"])
-        first, end = int(r["first"]), int(r["last"]) + 1
+    for tp, st in sorted(found.items()):
+        first, end = st.first, st.last + 1
         start = {"earliest": first, "latest": end}.get(begin.kind)
         if begin.kind == "timestamp":
-            start = end if r["from_ts"] is None else int(r["from_ts"])
+            start = end if st.from_ts is None else st.from_ts
         elif begin.kind == "offsets":
             start = _marker(begin.offsets, tp, first, end, "--from-offsets")
         stop = end
         if finish.kind == "timestamp":
-            stop = end if r["to_ts"] is None else int(r["to_ts"])
+            stop = end if st.to_ts is None else st.to_ts
         elif finish.kind == "offsets":
             stop = _marker(finish.offsets, tp, first, end, "--to-offsets")
         start = max(first, min(start, end))
@@ -99,17 +85,6 @@ def _marker(offsets: Mapping[TopicPartitionKey, int], tp: TopicPartitionKey, fir
         raise ReplayError(f"{option} must name every partition replayed; missing {tp[0]}-{tp[1]}")
     off = offsets[tp]
     return first if off == -2 else end if off == -1 else off
-
-
-def range_filter(ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> Any:
-    """A Spark condition selecting the rows of the given offset ranges."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    conds = [(F.col("topic") == t) & (F.col("partition") == p) & (F.col("offset") >= a) & (F.col("offset") < b)
-             for (t, p), (a, b) in sorted(ranges.items())]
-    return reduce(lambda x, y: x | y, conds) if conds else F.lit(False)
 
 
 # ---------------------------------------------------------------- the exporter

@@ -10,6 +10,7 @@ patched by the store at append time).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,7 @@ from store.format.constants import (
 from store.format.crc import crc32_many
 from store.format.properties import java_parse_int, parse_delay_property, string_to_properties, tags_code
 
+PIECE_MIN_BYTES = 1 << 20       # records of a batch left in their buffers when these are this large on average
 __all__ = ["MESSAGE_TABLE_SCHEMA", "OPTIONAL_COLUMNS", "EncodedBatch", "encode_batch", "encode_batch_to_arrow",
            "validate_batch"]
 
@@ -61,7 +63,10 @@ __all__ = ["MESSAGE_TABLE_SCHEMA", "OPTIONAL_COLUMNS", "EncodedBatch", "encode_b
 
 @dataclass
 class EncodedBatch:
-    """Records back to back in ``data`` plus what the store and the consume queue need per record."""
+    """Records back to back in ``data`` plus what the store and the consume queue need per record.
+    A batch collected from several buffers (the read tasks' spool files) may hold its records
+    where they are instead: ``pieces`` (first record, buffer) in record order, each piece's
+    records back to back in its buffer, ``offsets`` then into their piece (``data`` unused)."""
 
     data: np.ndarray
     offsets: np.ndarray
@@ -73,25 +78,36 @@ class EncodedBatch:
     tags_codes: np.ndarray
     delay_levels: np.ndarray
     queue_offsets: np.ndarray | None
+    pieces: tuple[tuple[int, np.ndarray], ...] = ()
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes)
+        return sum(int(d.nbytes) for _, d in self.pieces) if self.pieces else int(self.data.nbytes)
 
     def record(self, i: int) -> memoryview:
-        return memoryview(self.data)[int(self.offsets[i]):int(self.offsets[i]) + int(self.sizes[i])]
+        data = self.data
+        if self.pieces:
+            data = self.pieces[bisect.bisect_right([first for first, _ in self.pieces], i) - 1][1]
+        return memoryview(data)[int(self.offsets[i]):int(self.offsets[i]) + int(self.sizes[i])]
+
+    def sources(self) -> list[tuple[int, int, np.ndarray]]:
+        """(first record, end record, buffer) of each buffer holding records, in record order."""
+        if not self.pieces:
+            return [(0, len(self), self.data)]
+        ends = [first for first, _ in self.pieces[1:]] + [len(self)]
+        return [(first, end, d) for (first, d), end in zip(self.pieces, ends) if end > first]
 
     @classmethod
     def from_arrow(cls, table: pa.Table | pa.RecordBatch, rows: np.ndarray | None = None) -> "EncodedBatch":
         """From the ``encode_batch_to_arrow`` form: a ``record`` binary column (records encoded
         elsewhere, e.g. by Spark executors) with topic, queue_id, sys_flag, tags_code,
         delay_level and queue_offset columns. Metadata columns are used without copying; the
-        record bytes are copied once into one writable buffer. ``rows`` (ascending) takes only
-        those rows; the others' records must be null and empty (a batch's dead letters), so the
-        one copy is still all there is."""
+        record bytes too when they lie in large chunks (``pieces``), else they are copied once
+        into one buffer. ``rows`` (ascending) takes only those rows; the others' records must be
+        null and empty (a batch's dead letters), so nothing more is copied."""
         records = table.column("record")
         if not (pa.types.is_binary(records.type) or pa.types.is_large_binary(records.type)):
             raise InvalidMessageError(f"column record is {records.type}, not binary")
@@ -105,11 +121,11 @@ class EncodedBatch:
                 return cls.from_arrow(table.take(pa.array(rows)))    # rows left out hold bytes: copy
         elif records.null_count:
             raise InvalidMessageError(f"column record has {records.null_count} null rows")
-        starts, data = gather_binary(records)
-        sizes = np.diff(np.append(starts, data.size)).astype(np.int32)
+        starts, sizes, data, pieces = _record_bytes(records)
         meta = table.select([name for name in table.schema.names if name != "record"])
         if rows is not None:
             starts, sizes, meta = starts[rows], sizes[rows], meta.take(pa.array(rows))
+            pieces = tuple((int(np.searchsorted(rows, first)), d) for first, d in pieces)
         n = len(starts)
         cols = columns_of(meta)
         topics = pc.dictionary_encode(cols["topic"])
@@ -121,7 +137,26 @@ class EncodedBatch:
             topic_names=topics.dictionary.to_pylist(), topic_index=int_column(topics.indices, np.int32),
             queue_ids=int_column(cols["queue_id"], np.int32), sys_flags=int_column(cols["sys_flag"], np.int32),
             tags_codes=int_column(cols["tags_code"], np.int64), delay_levels=int_column(cols["delay_level"], np.int32),
-            queue_offsets=queue_offsets)
+            queue_offsets=queue_offsets, pieces=pieces)
+
+
+def _record_bytes(records: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """(starts, sizes, data, pieces) of a binary column of records: where they are when its chunks
+    are large (the spool files' buffers, nothing copied: the commit log copies from them), else
+    copied once into one buffer (many small pieces would cost more than the copy)."""
+    chunks = [c for c in (records.chunks if isinstance(records, pa.ChunkedArray) else [records]) if len(c)]
+    total = sum(int(c.buffers()[2].size) if c.buffers()[2] is not None else 0 for c in chunks)
+    if len(chunks) <= 1 or total < PIECE_MIN_BYTES * len(chunks):
+        starts, data = gather_binary(records)
+        return starts, np.diff(np.append(starts, data.size)).astype(np.int32), data, ()
+    starts, sizes, pieces, first = [], [], [], 0
+    for c in chunks:
+        offs, values = binary_parts(c)
+        starts.append(offs[:-1] - offs[0])
+        sizes.append(np.diff(offs))
+        pieces.append((first, values[offs[0]:offs[-1]]))
+        first += len(c)
+    return np.concatenate(starts), np.concatenate(sizes).astype(np.int32), np.zeros(0, np.uint8), tuple(pieces)
 
 
 def validate_batch(table: pa.Table | pa.RecordBatch,
@@ -300,7 +335,12 @@ def encode_batch_to_arrow(table: pa.Table | pa.RecordBatch, config: CodecConfig 
 
 def _to_arrow(batch: EncodedBatch) -> pa.Table:
     n = len(batch)
-    records = binary_from(batch.data, np.append(batch.offsets, batch.nbytes))
+    data, offsets = batch.data, batch.offsets
+    if batch.pieces:        # one buffer again
+        data = np.concatenate([d[int(batch.offsets[a]):int(batch.offsets[b - 1]) + int(batch.sizes[b - 1])]
+                               for a, b, d in batch.sources()])
+        offsets = np.cumsum(batch.sizes, dtype=np.int64) - batch.sizes
+    records = binary_from(data, np.append(offsets, data.nbytes))
     names = pa.array(batch.topic_names, pa.string())
     topic = names.take(pa.array(batch.topic_index)) if n else pa.array([], pa.string())
     queue_offset = pa.array(batch.queue_offsets, pa.int64()) if batch.queue_offsets is not None \

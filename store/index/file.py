@@ -4,9 +4,9 @@ A file is 40 header bytes, ``max_hash_slot_num`` 4-byte slots and ``max_index_nu
 all big-endian. An item is (keyHash, phyOffset, timeDiff, prevIndex); a slot holds the newest item
 of its hash chain. Item 0 is never written, so a file holds ``max_index_num - 1`` items.
 
-Keys are put a batch at a time: the chains of the batch are linked with numpy (each key's previous
-item is the one before it in its slot, within the batch or from the slot), which gives the same
-bytes as RocketMQ's putKey called once per key.
+Keys are put a batch at a time, in C (store/index/_index_build.c: RocketMQ's putKey once per key,
+slots asked for ahead) or, without a compiler, with numpy (the chains of the batch linked at once),
+which gives the same bytes.
 """
 
 from __future__ import annotations
@@ -24,9 +24,15 @@ from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
 from store.space import create_reserved, reserve_path
 
+try:
+    from store.index import _index_build
+except ImportError:  # built without a C compiler: the numpy put
+    _index_build = None
+
 _HEADER = struct.Struct(">qqqqii")
 _ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 _INT_MAX = 0x7FFFFFFF
+_MADV_POPULATE_READ = 22
 
 
 @dataclass
@@ -94,17 +100,61 @@ class IndexFile:
     def room(self) -> int:
         return max(self.max_index_num - self.header.index_count, 0)
 
-    def put(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
-        """Append items for these keys, in order (at most ``room`` of them)."""
+    def put(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray, *,
+            use_c: bool | None = None) -> None:
+        """Append items for these keys, in order (at most ``room`` of them): in C when it was built
+        (``use_c`` False takes the numpy way, which tests compare with it)."""
         n = len(key_hashes)
         if n == 0:
             return
         if n > self.room:
             raise ValueError(f"{n} keys do not fit index file {self.path.name} ({self.room} items left)")
+        if _index_build is not None and use_c is not False:
+            h = self.header
+            header, _ = _index_build.put_items(
+                self._mm, self.max_hash_slot_num, self.max_index_num,
+                (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
+                 h.index_count), np.ascontiguousarray(key_hashes, dtype=np.int32),
+                np.ascontiguousarray(phy_offsets, dtype=np.int64), np.ascontiguousarray(store_timestamps, dtype=np.int64))
+            self.header = IndexHeader(*header)
+            self._write_header()
+            return
+        self._put_numpy(np.asarray(key_hashes, dtype=np.int64), np.asarray(phy_offsets, dtype=np.int64),
+                        np.asarray(store_timestamps, dtype=np.int64))
+
+    def warm_slots(self) -> None:
+        """Fault the hash slots in, once, when the file is new: keys reach them in random order, so
+        page by page as the first batches come they would cost a fault each, scattered; in one
+        sweep the kernel does them in a row. Read faults (MADV_POPULATE_READ, else a byte read per
+        page): the pages are not dirtied, so the first flush does not write 20 MB of zeros."""
+        start = INDEX_HEADER_SIZE - INDEX_HEADER_SIZE % mmap.PAGESIZE
+        length = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * self.max_hash_slot_num - start
+        try:
+            self._mm.madvise(_MADV_POPULATE_READ, start, length)
+        except (OSError, ValueError):    # before Linux 5.14
+            int(self._slots.view(np.uint8)[::mmap.PAGESIZE].sum())
+
+    def put_records(self, buf: np.ndarray, starts: np.ndarray, first: int, skip: int, base: int
+                    ) -> tuple[int, int, int]:
+        """Put the keys of the records at ``starts[first:]`` of ``buf`` (``base``: the offset of
+        buf[0]), the first ``skip`` keys of the first one being in already, in C
+        (_index_build.index_records): (status, next record, its keys already in), status 0 when
+        every record is in, 1 when the file filled up, 2 when the C pass left record ``next`` to
+        the caller (store.index.build decodes it)."""
+        assert _index_build is not None
         h = self.header
-        key_hashes = np.asarray(key_hashes, dtype=np.int64)
-        phy = np.asarray(phy_offsets, dtype=np.int64)
-        ts = np.asarray(store_timestamps, dtype=np.int64)
+        header, status, nxt, skip = _index_build.index_records(
+            buf, starts, first, skip, base, self._mm, self.max_hash_slot_num, self.max_index_num,
+            (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count))
+        self.header = IndexHeader(*header)
+        self._write_header()
+        return status, nxt, skip
+
+    def _put_numpy(self, key_hashes: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
+        """put with numpy: the chains of the batch linked at once (each key's previous item is the
+        one before it in its slot, within the batch or from the slot)."""
+        n = len(key_hashes)
+        h = self.header
         first_item = h.index_count
         numbers = np.arange(first_item, first_item + n, dtype=np.int64)
         slots = key_hashes % self.max_hash_slot_num

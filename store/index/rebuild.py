@@ -1,6 +1,6 @@
 """Building index/ from the commit log itself: what `commitlog reindex` does for a store written
 before the index existed (or by RocketMQ), segment by segment, a window of records at a time,
-with the append's vectorized key finder. Each record keeps its own store timestamp."""
+with the append's key finder (store.index.build). Each record keeps its own store timestamp."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.format.codec import CodecConfig
-from store.format.constants import BORNHOST_V6_FLAG
-from store.format.fields import be_ints, fields_from_scan
 from store.format.scan import RecordCheck, scan_segment_fast
-from store.index.batch_keys import batch_keys
 from store.index.service import IndexService
 from store.log.source import SegmentFile, mapped
 
@@ -45,11 +42,13 @@ def index_commit_log(service: IndexService, segments: Sequence[SegmentFile], to_
             pos = 0
             while True:
                 scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos,
-                                         until=min(pos + WINDOW_BYTES, end), columns=True)
+                                         until=min(pos + WINDOW_BYTES, end))
                 starts = scan.offsets - seg.base_offset
                 keep = scan.offsets >= from_offset
                 if keep.any():
-                    _index_window(service, arr, starts, scan, keep, seg.base_offset, res)
+                    kept = starts[keep] if not keep.all() else starts
+                    res.messages += len(kept)
+                    res.keys += service.put_records(arr, kept, seg.base_offset)
                 res.end_offset = max(res.end_offset, scan.end_offset)
                 del starts
                 stop = scan.stop
@@ -64,19 +63,3 @@ def index_commit_log(service: IndexService, segments: Sequence[SegmentFile], to_
             res.damage = stop
             break
     return res
-
-
-def _index_window(service: IndexService, arr: np.ndarray, starts: np.ndarray, scan, keep: np.ndarray,
-                  base: int, res: RebuildResult) -> None:
-    sizes = scan.sizes.astype(np.int64)
-    fields = fields_from_scan(arr, starts, sizes, scan.columns)
-    if not keep.all():
-        fields = fields.rows(int(np.argmax(keep)), len(keep))
-    keys = batch_keys(arr, fields)
-    res.messages += len(fields.starts)
-    if len(keys):
-        at = fields.starts[keys.record]
-        born6 = (fields.sys_flag[keys.record] & BORNHOST_V6_FLAG) != 0
-        store_ts = be_ints(arr, at + 56 + born6 * 12, 8)
-        service.put_hashes(keys.key_hash, at + base, store_ts)
-        res.keys += len(keys)

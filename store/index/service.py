@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
+from store.index.build import RECORD_LEFT, build_kernel_available, decoded_keys, record_keys
 from store.index.file import IndexFile, IndexHeader
 from store.index.hashing import index_key_hashes
 
@@ -103,6 +104,31 @@ class IndexService:
             self._dirty.add(len(self.files) - 1)
             done += take
 
+    def put_records(self, buf: np.ndarray, starts: np.ndarray, base: int) -> int:
+        """Index the records at ``starts`` of ``buf`` (``base``: the offset of buf[0]), in order, as
+        buildIndex does: keys found, hashed and put in one C pass, rolling to a new file whenever one
+        is full (numpy's way without a compiler). Returns how many keys were put."""
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        if not build_kernel_available():
+            keys = record_keys(buf, starts, base)
+            self.put_hashes(keys.key_hash, keys.phy_offset, keys.store_timestamp)
+            return len(keys)
+        put, first, skip = 0, 0, 0
+        while first < len(starts):
+            if not self.files or self.files[-1].is_full:
+                self._new_file()
+            last = self.files[-1]
+            before = last.header.index_count
+            status, first, skip = last.put_records(buf, starts, first, skip, base)
+            self._dirty.add(len(self.files) - 1)
+            put += last.header.index_count - before
+            if status == RECORD_LEFT:
+                hashes, ts = decoded_keys(buf, int(starts[first]))
+                self.put_hashes(hashes, np.full(len(hashes), base + int(starts[first])), np.full(len(hashes), ts))
+                put += len(hashes)
+                first, skip = first + 1, 0
+        return put
+
     def _new_file(self) -> IndexFile:
         self.directory.mkdir(parents=True, exist_ok=True)
         name = file_name(int(time.time() * 1000))
@@ -118,6 +144,7 @@ class IndexService:
             if prev is not None else IndexHeader()
         f = IndexFile(self.directory / name, self.config.max_hash_slot_num, self.config.max_index_num, create=True,
                       start=start)
+        f.warm_slots()
         self.files.append(f)
         return f
 

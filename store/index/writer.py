@@ -1,7 +1,8 @@
-"""The store's index, fed by its appends: the keys of each appended batch are read from the encoded
-records (store.index.batch_keys finds and hashes them for the whole batch at once) and put into the
-IndexService; flushed with the commit log, so that every commit point covers it, and trimmed back
-to the commit point after a crash."""
+"""The store's index, fed by its appends: the keys of each appended batch are read from its records
+in the commit log (store.index.build finds and hashes them for the whole batch at once, in C) and
+put into the IndexService, on a thread behind the append (the store's index dispatcher); settled
+and flushed before every commit point, so that each covers it, and trimmed back to the commit point
+after a crash."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from store.errors import IndexFileError
 from store.format.constants import INDEX_DIR
-from store.format.fields import record_fields
-from store.index.batch_keys import batch_keys
 from store.index.service import IndexConfig, IndexService
 from store.index.settings import IndexSettings, read_index_settings, write_index_settings
+from store.log.dispatch import DispatchService
+from store.log.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,42 @@ class IndexWriter:
         self.service = IndexService(self.directory, config)
         if self.service.files:
             self.service.files[-1].reserve()     # the one the next keys go into
+        self._segments: SegmentQueue | None = None
+        self._behind: DispatchService | None = None
+
+    # --- behind the append -----------------------------------------------------------------------
+    def start(self, segments: SegmentQueue) -> None:
+        """Index what is appended to ``segments`` from now on, on a thread of its own: the C pass
+        runs without the GIL beside the next batch's copy (RocketMQ's dispatcher does this work)."""
+        self._segments = segments
+        self._behind = DispatchService(self._index_appended, f"index-{self.root.name}")
+
+    def submit(self, physical_offsets: np.ndarray) -> None:
+        """Index the records just appended at ``physical_offsets`` (ascending), behind the caller;
+        raises the failure of an earlier batch instead."""
+        assert self._behind is not None, "start() first"
+        self._behind.submit(physical_offsets=physical_offsets)
+
+    def settle(self) -> None:
+        """Wait until every record submitted is indexed; raises a failure of any of them."""
+        if self._behind is not None:
+            self._behind.drain()
+
+    @property
+    def failure(self) -> Exception | None:
+        return self._behind.failure if self._behind is not None else None
+
+    def _index_appended(self, physical_offsets: np.ndarray) -> None:
+        assert self._segments is not None
+        offsets, i = physical_offsets, 0
+        while i < len(offsets):
+            seg = self._segments.find(int(offsets[i]))
+            if seg is None:
+                raise IndexFileError(f"the commit log of {self.root} has no segment at offset {int(offsets[i])} "
+                                     f"to index")
+            j = int(np.searchsorted(offsets, seg.end_offset))
+            self.add_records(seg.buf, offsets[i:j] - seg.base_offset, seg.base_offset)
+            i = j
 
     def recover(self, committed_end: int, min_offset: int, timestamp_of: Callable[[int], int]) -> None:
         """Bring the index to the commit point: items past it go. A store with messages but no
@@ -57,19 +95,11 @@ class IndexWriter:
             write_index_settings(self.root, settings)
             self.settings = settings
 
-    def add(self, data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, physical_offsets: np.ndarray,
-            store_timestamp: int) -> int:
-        """Index the keys of an appended batch (its encoded records, where they were before the copy
-        into the commit log, and the offsets they were given there)."""
-        if len(starts) == 0:
-            return 0
-        arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-        fields = record_fields(arr, np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
-        keys = batch_keys(arr, fields)
-        if len(keys):
-            phy = np.asarray(physical_offsets, dtype=np.int64)[keys.record]
-            self.service.put_hashes(keys.key_hash, phy, np.full(len(keys), store_timestamp, dtype=np.int64))
-        return len(keys)
+    def add_records(self, buf: np.ndarray, starts: np.ndarray, base: int) -> int:
+        """Index the records at ``starts`` of ``buf`` (a segment's bytes; ``base`` its offset), as
+        IndexService.buildIndex does behind the append: keys, offsets and store timestamps read
+        from the records themselves. Returns how many keys were put."""
+        return self.service.put_records(buf, starts, base)
 
     @property
     def index_msg_timestamp(self) -> int:
@@ -82,6 +112,10 @@ class IndexWriter:
         return self.service.delete_below(min_offset)
 
     def close(self, flush: bool = True) -> None:
+        """Stop the thread behind the appends (what was submitted is indexed first), then flush."""
+        if self._behind is not None:
+            self._behind.stop()
+            self._behind = None
         if flush:
             self.service.flush()
         self.service.close()

@@ -15,6 +15,7 @@ import os
 import struct
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,15 +71,21 @@ def queue_eligible(sys_flags: np.ndarray) -> np.ndarray:
     return (np.asarray(sys_flags) & TRANSACTION_PREPARED_TYPE) == 0
 
 
-def _check_back_to_back(offsets: np.ndarray, layout: BatchLayout) -> None:
-    """The records must lie back to back in the batch's data, as the copy takes them."""
-    n = len(offsets)
-    if n < 2:
-        return
-    steps = np.diff(offsets)
-    back_to_back = bool((steps == layout.stride).all()) if layout.stride else np.array_equal(steps, layout.sizes[:-1])
-    if not back_to_back:
-        raise ValueError("batch records are not back to back in batch.data")
+def _sources(batch: EncodedBatch, offsets: np.ndarray, layout: BatchLayout) -> list[tuple[int, int, np.ndarray, int]]:
+    """(first record, end record, buffer, where the first one starts in it) of each buffer the
+    batch's records come from (one, or its pieces), checked: the records must lie back to back
+    in it, as the copy takes them, and fit it."""
+    out = []
+    for first, end, data in batch.sources():
+        src, need = int(offsets[first]), layout.before(end) - layout.before(first)
+        if src < 0 or src + need > len(data):
+            raise ValueError(f"batch.data has {len(data)} bytes, its records need {src + need} from {src}")
+        steps = np.diff(offsets[first:end])
+        if len(steps) and not (bool((steps == layout.stride).all()) if layout.stride
+                               else np.array_equal(steps, layout.sizes[first:end - 1])):
+            raise ValueError("batch records are not back to back in batch.data")
+        out.append((first, end, data, src))
+    return out
 
 
 class CommitLog:
@@ -129,13 +136,11 @@ class CommitLog:
         sizes = np.asarray(batch.sizes)
         offsets = np.asarray(batch.offsets, dtype=np.int64)
         sys_flags = np.asarray(batch.sys_flags, dtype=np.int32)
-        data = batch.data
         # Positions follow from the sizes alone (never from the offsets, which are only checked),
         # so nothing the batch says can place a byte outside the room it was given.
         layout = self._layout(sizes, sys_flags)
-        src, total = int(offsets[0]), layout.before(n)
-        if src < 0 or src + total > len(data):
-            raise ValueError(f"batch.data has {len(data)} bytes, its records need {src + total} from {src}")
+        total = layout.before(n)
+        sources = _sources(batch, offsets, layout)
         if self.queue.last() is None:
             self.queue.create_first(0)
         first_seg_index = len(self.queue.segments) - 1
@@ -144,17 +149,22 @@ class CommitLog:
         phys = np.empty(n, dtype=np.int64)
         fields = self.writer.fields(n)
 
-        def placement(s_slot: int, pos: int, i: int, k: int) -> Placement:
+        def placements(s_slot: int, pos: int, i: int, k: int) -> Iterator[Placement]:
             base = current.base_offset + s_slot * self.segment_size    # segments are contiguous
-            return Placement(self.queue.segments[first_seg_index + s_slot].buf, base, pos, i, k, layout, data,
-                             src + layout.before(i) - pos, fields, phys)
+            buf = self.queue.segments[first_seg_index + s_slot].buf
+            for first, end, data, src in sources:       # records i..k-1, a source buffer at a time
+                a, b = max(i, first), min(k, end)
+                if a < b:
+                    at = pos + layout.before(a) - layout.before(i)
+                    yield Placement(buf, base, at, a, b, layout, data,
+                                    src + layout.before(a) - layout.before(first) - at, fields, phys)
 
-        _check_back_to_back(offsets, layout)
         eligible = queue_eligible(sys_flags)
         queue_offsets, updates, groups, bases = self._queue_offsets(batch, eligible)
         self._allocate(slot)
         for chunk in chunks:
-            self.writer.write(placement(*chunk), store_timestamp, queue_offsets)
+            for place in placements(*chunk):
+                self.writer.write(place, store_timestamp, queue_offsets)
         segs = self.queue.segments[first_seg_index:first_seg_index + slot + 1]
         size = self.segment_size
         for s_slot, pos in blanks:
@@ -173,7 +183,7 @@ class CommitLog:
         self.last_record_offset = int(phys[-1])
         end = self.max_offset
         self._ts_marks.append((end, store_timestamp))
-        self.queue.preallocate_next()
+        self.queue.preallocate_next(total)
         return AppendOutcome(phys, np.asarray(sizes, dtype=np.int32), queue_offsets, eligible, end, groups, bases)
 
     def _layout(self, sizes: np.ndarray, sys_flags: np.ndarray) -> BatchLayout:

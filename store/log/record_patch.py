@@ -5,7 +5,7 @@ Records are copied a block (~1 MiB) at a time and each block is patched while it
 CPU cache: patching after one big copy would read every record's first cache line back from
 memory, which costs half as much as the copy itself. Two threads take blocks from the same batch
 (numpy releases the GIL while it copies): the appending thread and a helper, which between
-batches writes the previous batch's consume-queue units (store.queue.dispatch) and joins the copy when
+batches writes the previous batch's consume-queue units (store.log.dispatch) and joins the copy when
 it is done with them. Each block's PHYSICALOFFSETs are computed by the thread that writes it,
 from the record sizes alone: no whole-batch array of positions comes before the copy, and no
 write can land outside the bytes the batch was given.

@@ -171,16 +171,17 @@ class SegmentQueue:
             return None
         return seg
 
-    def warm_ahead(self) -> None:
-        """Fault in the pages just ahead of the writer, in the background (store.log.warm_ahead)."""
+    def warm_ahead(self, batch_bytes: int = 0) -> None:
+        """Fault in the pages just ahead of the writer, in the background (store.log.warm_ahead),
+        a window sized to the last batch (``batch_bytes``)."""
         if self.preallocate:
-            self._warm_ahead.nudge()
+            self._warm_ahead.nudge(batch_bytes)
 
-    def preallocate_next(self) -> None:
+    def preallocate_next(self, batch_bytes: int = 0) -> None:
         """Keep the pages ahead of the writer faulted in, and start preparing the segment after the
         last one (after the first, once it is PREALLOCATE_FIRST_AT full). The writer calls this after
-        each append; cheap when there is nothing to do."""
-        self.warm_ahead()
+        each append (of ``batch_bytes``); cheap when there is nothing to do."""
+        self.warm_ahead(batch_bytes)
         if not self.preallocate or self._next is not None:
             return
         last = self.last()

@@ -1,4 +1,5 @@
-"""Consume-queue dispatch behind the commit log (RocketMQ's ReputMessageService).
+"""Work done behind the commit log, batch by batch in append order (RocketMQ's ReputMessageService):
+the consume-queue units, and the index (store.index.writer, on a thread of its own).
 
 An append returns once its records are in the commit log; the consume-queue units are written
 behind it, in append order, while the caller goes on. The work runs on the commit log's helper
@@ -15,19 +16,19 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
-
-from store.queue.consume_queue import ConsumeQueueStore
 
 _BACKLOG = 2        # batches submitted but not dispatched yet, at most: bounds the memory held
 
 
 class DispatchService:
-    def __init__(self, cq: ConsumeQueueStore, name: str = "", executor: ThreadPoolExecutor | None = None) -> None:
-        """``executor`` must run one task at a time (units are written in order); without one,
-        the service has a thread of its own."""
-        self._cq = cq
+    def __init__(self, work: Callable[..., None], name: str = "", executor: ThreadPoolExecutor | None = None) -> None:
+        """``work`` is called with each batch's arguments (ConsumeQueueStore.dispatch, say), in
+        order: ``executor`` must run one task at a time; without one, the service has a thread of
+        its own."""
+        self._work = work
         self._own = executor is None
         self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix=f"dispatch-{name}")
         self._pending: deque[Future[None]] = deque()     # in submission order
@@ -39,7 +40,7 @@ class DispatchService:
         return self._failure
 
     def submit(self, **dispatch_args: Any) -> None:
-        """Queue one batch's ConsumeQueueStore.dispatch; raises an earlier failure instead."""
+        """Queue one batch's work; raises an earlier failure instead."""
         self._raise_failure()
         while True:
             with self._lock:
@@ -81,6 +82,6 @@ class DispatchService:
         if self._failure is not None:       # after a failure, units would leave a hole
             return
         try:
-            self._cq.dispatch(**job)
+            self._work(**job)
         except Exception as e:  # noqa: BLE001 - kept, and raised in the caller's thread
             self._failure = e

@@ -1,0 +1,119 @@
+"""The index built behind the append (store.index.writer on its own thread, as RocketMQ's dispatcher
+builds it): what a lookup, a commit and a reopen see, a failure on that thread, and the same files
+whichever pass (C or numpy) built them."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store import MessageStore, StoreConfig
+from store.errors import FlushError, StoreReadOnlyError
+from store.format.batch_codec import encode_messages
+from store.format.codec import CodecConfig, Message
+from store.index import build as index_build
+from store.index import file as index_file
+from store.index import service as index_service
+from store.index.build import build_kernel_available
+from store.index.service import IndexConfig, IndexService
+
+pytestmark = pytest.mark.unit
+SEG = 1 << 16
+
+
+def keyed(i: int, topic: str = "T") -> Message:
+    return Message(topic, f"body-{i}".encode() * (1 + i % 7), queue_id=i % 3,
+                   properties=f"KEYS\x01k{i} shared{i % 5}\x02UNIQ_KEY\x01U{i:08d}\x02")
+
+
+def batch(first: int, n: int, topic: str = "T"):
+    return encode_messages([keyed(i, topic) for i in range(first, first + n)], CodecConfig())
+
+
+def index_bytes(root: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((root / "index").iterdir())]
+
+
+def test_a_lookup_right_after_an_append_finds_what_was_appended(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as s:
+        for b in range(20):
+            res = s.append_encoded(batch(b * 50, 50))
+            assert [o for o, _ in s.messages_by_key("T", f"k{b * 50 + 7}")] == [int(res.physical_offsets[7])]
+
+
+def test_a_commit_leaves_every_committed_key_on_disk_and_a_reopen_keeps_them(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    config = StoreConfig(segment_size=SEG, index=IndexConfig(True, 64, 500))
+    s = MessageStore.open(root, config)
+    for b in range(30):                  # rolls segments and index files
+        s.append_encoded(batch(b * 40, 40))
+    s.commit()
+    committed = index_bytes(root)         # what the commit made durable, read before close
+    s.abandon()
+    with MessageStore.open(root, config) as s2:
+        assert index_bytes(root) == committed
+        assert len(committed) > 3
+        assert len(s2.messages_by_key("T", "k1199")) == 1
+
+
+def test_keys_appended_after_the_commit_point_are_gone_after_a_crash(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append_encoded(batch(0, 30))
+    s.commit()
+    s.append_encoded(batch(30, 30))       # indexed behind, never committed
+    s.abandon()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.messages_by_key("T", "k29") and not s2.messages_by_key("T", "k30")
+
+
+def test_a_failure_behind_the_append_makes_the_store_refuse_writes_until_reopened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append_encoded(batch(0, 20))
+    cp = s.commit()
+
+    def broken(self: IndexService, *args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(IndexService, "put_records", broken)
+    s.append_encoded(batch(20, 5))        # in the commit log; its keys fail behind it
+    with pytest.raises(FlushError, match="index .* No space left"):
+        s.commit()
+    with pytest.raises(StoreReadOnlyError, match="reopen"):
+        s.append_encoded(batch(25, 1))
+    s.close()
+    monkeypatch.undo()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == cp.offset
+        assert s2.messages_by_key("T", "k19") and not s2.messages_by_key("T", "k20")
+        s2.append_encoded(batch(20, 5))
+        s2.commit()
+        assert len(s2.messages_by_key("T", "k24")) == 1
+
+
+@pytest.mark.skipif(not build_kernel_available(), reason="built without a C compiler")
+def test_the_c_pass_and_numpy_build_the_same_index_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two stores fed the same batches at the same store timestamps, one indexed without the C
+    passes: their IndexFiles, rolled over several times, are equal byte for byte."""
+    config = StoreConfig(segment_size=SEG, index=IndexConfig(True, 97, 300))
+    non_ascii = encode_messages([Message("Tö", b"x", properties="KEYS\x01clé \U0001F600\x02UNIQ_KEY\x01\xe9\x02")],
+                                CodecConfig())
+    for name, with_c in (("c", True), ("numpy", False)):
+        if not with_c:
+            monkeypatch.setattr(index_service, "build_kernel_available", lambda: False)
+            monkeypatch.setattr(index_file, "_index_build", None)
+        with MessageStore.open(tmp_path / name, config) as s:
+            for b in range(12):
+                s.append_encoded(batch(b * 37, 37, topic=f"T{b % 2}"), store_timestamp=1_700_000_000_000 + b * 1500)
+                s.append_encoded(non_ascii, store_timestamp=1_700_000_000_000 + b * 1500)
+            s.commit()
+    assert index_build.build_kernel_available()
+    c, py = index_bytes(tmp_path / "c"), index_bytes(tmp_path / "numpy")
+    assert len(c) == len(py) > 3
+    assert c == py
+    assert np.frombuffer(c[0][36:40], dtype=">i4")[0] == 300     # a full file: the roll was crossed

@@ -1,0 +1,129 @@
+"""``replay --from-files`` read by the executors (ingest.replay.file_pieces): an export cut into pieces
+(jsonl byte ranges, parquet row groups) gives, whatever the cuts, the rows, reasons and dead letters
+the whole files give read in one place (ingest.replay.export_rows.read_export)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.replay.export_rows import _read_jsonl, read_export
+from ingest.replay.fast_rows import jsonl_rows
+from ingest.replay.file_pieces import FilePiece, plan_pieces, read_piece, scan_export
+from ingest.replay.files import read_kafka_files
+from tests.test_replay_files import bad_export, good, parquet_export, write_jsonl
+
+
+@pytest.mark.unit
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"x")), max_size=25),
+       st.lists(st.integers(0, 400), max_size=6), st.booleans())
+def test_the_pieces_of_a_file_hold_each_of_its_lines_once_numbered_as_in_the_file(tmp_path_factory, lines, cuts,
+                                                                                  last_newline):
+    path = tmp_path_factory.mktemp("lines") / "f.jsonl"
+    data = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+    path.write_bytes(data)
+    edges = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    numbered: list[tuple[int, bytes]] = []
+    first = 1
+    for a, b in zip(edges, edges[1:] or [len(data)]):
+        with open(path, "rb") as f:
+            from ingest.replay.export_rows import _lines
+
+            got = list(_lines(f, a, b))
+        numbered += [(first + i, line) for i, line in enumerate(got)]
+        first += len(got)
+    with open(path, "rb") as f:
+        whole = list(enumerate(f, 1))
+    assert numbered == whole
+
+
+@pytest.mark.unit
+def test_a_piece_of_a_jsonl_file_names_its_rows_by_their_line_in_the_file(tmp_path: Path) -> None:
+    expected = bad_export(tmp_path / "export")
+    path = tmp_path / "export" / "orders-0.jsonl"
+    pieces = plan_pieces(tmp_path / "export", "jsonl", piece_bytes=300)
+    assert len(pieces) > 4
+    first, reasons, offsets = 1, [], []
+    for p in pieces:
+        table, unplaced, lines = read_piece(FilePiece(p.path, p.fmt, p.start, p.stop, first))
+        first += lines
+        reasons += [u.reason for u in unplaced] + [r for r in table.column("problem").to_pylist() if r]
+        offsets += table.column("offset").to_pylist()
+    whole = read_export(tmp_path / "export", "jsonl")
+    assert sorted(offsets) == sorted(whole.table.column("offset").to_pylist())
+    assert sorted(reasons) == sorted([u.reason for u in whole.unplaced]
+                                     + [r for r in whole.table.column("problem").to_pylist() if r])
+    assert {int(r.split(" line ")[1].split(":")[0]) for r in reasons if r.startswith(f"{path} line ")} == set(expected)
+    assert _read_jsonl(path)[2] == first - 1
+
+
+@pytest.mark.integration
+def test_the_executors_read_what_the_driver_read(spark: object, tmp_path: Path) -> None:
+    bad_export(tmp_path / "jsonl")
+    write_jsonl(tmp_path / "jsonl" / "orders-1.jsonl", [json.dumps(good(1, o)) for o in range(5, 9)])
+    parquet_export(tmp_path / "parquet", [0, 0, 0, 0, 0, None, 0, -1, 1, 1], [0, 1, 2, 3, 4, 5, -7, 6, 0, 1])
+    for fmt in ("jsonl", "parquet"):
+        whole = read_export(tmp_path / fmt, fmt)
+        pieces = plan_pieces(tmp_path / fmt, fmt, piece_bytes=256)
+        assert len(pieces) >= 3, fmt
+        scan = scan_export(spark, pieces)
+        assert sorted(u.reason for u in scan.unplaced) == sorted(u.reason for u in whole.unplaced), fmt
+        want = sorted(zip(*(whole.table.column(c).to_pylist() for c in ("topic", "partition", "offset", "value",
+                                                                          "problem"))))
+        df = read_kafka_files(spark, tmp_path / fmt, fmt)
+        got = sorted((r["topic"], r["partition"], r["offset"], bytes(r["value"]) if r["value"] is not None else None,
+                      r["problem"]) for r in df.collect())
+        assert got == want, fmt
+        parts = scan.partitions()
+        assert {tp: (s.first, s.last) for tp, s in parts.items()} == \
+            {("orders", 0): (0, 11 if fmt == "jsonl" else 4), ("orders", 1): (5, 8) if fmt == "jsonl" else (0, 1)}
+
+
+@pytest.mark.integration
+def test_a_position_in_two_files_keeps_the_first_and_counts_the_other(spark: object, tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", [json.dumps(good(0, o)) for o in (0, 1, 2, 5)])
+    write_jsonl(tmp_path / "b.jsonl", [json.dumps(dict(good(0, o), value=base64.b64encode(b"later").decode()))
+                                       for o in (2, 3, 4, 5)])
+    scan = scan_export(spark, plan_pieces(tmp_path, "jsonl"))
+    assert scan.repeated == 2 and scan.overlapping == {("orders", 0)}
+    rows = read_kafka_files(spark, tmp_path, "jsonl").orderBy("offset").collect()
+    assert [(r["offset"], bytes(r["value"])) for r in rows] == \
+        [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"later"), (4, b"later"), (5, b"v5")]
+
+
+_field = st.one_of(st.none(), st.integers(-3, 2**31 + 1), st.booleans(), st.just("0"), st.text(max_size=3),
+                   st.just(base64.b64encode(b"ok").decode()), st.just("not base64!"), st.just("YQ=")
+                   ).map(lambda v: v if not isinstance(v, str) or v != "" else "x")
+_stamp = st.sampled_from(["2026-11-22T10:00:00.000Z", "2026-11-22T10:00:00+01:00", "2026-11-22T10:00:00",
+                          "1700000000000", 1_700_000_000_000, "yesterday", None])
+
+
+@pytest.mark.unit
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), _field, _field, _stamp, st.integers(0, 2)), min_size=1, max_size=12))
+def test_a_piece_read_column_by_column_is_what_line_by_line_reading_gives(tmp_path_factory, rows):
+    """A clean piece is read by pyarrow (ingest.replay.fast_rows), any other line by line: either way
+    the same rows, problems and dead letters."""
+    lines = []
+    for n, (clean, key, partition, stamp, headers) in enumerate(rows):
+        row = good(0, n)
+        if not clean:
+            row.update(key=key, partition=partition, timestamp=stamp)
+        row["headers"] = [{"key": f"h{i}", "value": base64.b64encode(b"%d" % i).decode()} for i in range(headers)]
+        lines.append(json.dumps(row))
+    path = tmp_path_factory.mktemp("rows") / "orders-0.jsonl"
+    write_jsonl(path, lines)
+    size = path.stat().st_size
+    table, unplaced, count = read_piece(FilePiece(str(path), "jsonl", 0, size))
+    slow_table, slow_unplaced, slow_count = _read_jsonl(path)
+    assert table.to_pylist() == slow_table.to_pylist()
+    assert [u.reason for u in unplaced] == [u.reason for u in slow_unplaced]
+    assert count == slow_count == len(lines)
+    if all(clean for clean, *_ in rows):
+        assert jsonl_rows(path.read_bytes()) is not None       # a clean piece is read by pyarrow

@@ -246,6 +246,8 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
                 log.error("%s", exc)
         writer.close()
         close_spool(cfg, spool_dir)
+        if sink is not None:
+            log.info("this run wrote %s", sink.totals.line())
         log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         if own_spark and spark is not None:
             spark.stop()

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sink.batch import COORD_COLUMNS, RECORD_COLUMNS
+from sink.batch import COORD_COLUMNS, RECORD_COLUMNS, VALUE_EMPTY, VALUE_KIND, VALUE_NULL
 from sink.deadletter import DeadLetterLog
 from sink.faults import CrashPoints
 from sink.state import SinkState, tp_key
@@ -39,6 +39,8 @@ class BatchStats:
     flush_ms: float
     commit_ms: float
     commit_offset: int
+    tombstones: int = 0       # records whose Kafka value was null, stored as a 1-byte body
+    empty_values: int = 0     # ... 0 bytes, the same
 
 
 def kafka_next_offsets(table: pa.Table) -> dict[str, int]:
@@ -105,14 +107,16 @@ class CommitLogWriter:
         self.store.flush()
         self.crash.reached("after-flush")
         t2 = time.perf_counter()
+        kinds = np.bincount(table.column(VALUE_KIND).fill_null(0).to_numpy(), minlength=3)
+        tombstones, empty_values = int(kinds[VALUE_NULL]), int(kinds[VALUE_EMPTY])
         new_state = self.state.advanced(batch_id, query_id, kafka_next_offsets(table), dl_size,
-                                        dead.num_rows, table.num_rows - dead.num_rows)
+                                        dead.num_rows, table.num_rows - dead.num_rows, tombstones, empty_values)
         point = self.store.commit(None, metadata=new_state.to_metadata())
         t3 = time.perf_counter()
         self.state = new_state
         self.crash.reached("after-commit")
         return BatchStats(batch_id, table.num_rows - dead.num_rows, dead.num_rows, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                          (t3 - t2) * 1e3, point.offset)
+                          (t3 - t2) * 1e3, point.offset, tombstones, empty_values)
 
     def close(self) -> None:
         self.dead_letters.close()

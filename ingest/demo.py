@@ -109,8 +109,8 @@ def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topic
                 # KAFKA_HEADERS keeps them as sent
                 produced.awkward[i] = list(headers)
         key = f"key-{i % 5000}".encode() if i % 10 else None
-        if not value and i % 4 == 0:
-            value = None                                             # a tombstone
+        if not value and key is not None and i % 4 == 0:
+            value = None                                             # a tombstone (Kafka's have a key)
         if i not in bad_kinds:
             produced.tombstones += value is None
             produced.empty_values += value == b""

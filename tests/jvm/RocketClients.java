@@ -52,7 +52,17 @@ public class RocketClients {
     // a loaded test machine answers slower than RocketMQ's 3 s default
     private static final int API_TIMEOUT_MS = 30_000;
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable e) {
+            OUT.flush();
+            e.printStackTrace();
+            System.exit(1);    // the clients' non-daemon threads would keep a failed JVM too
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         String cmd = args[0];
         String namesrv = args[1];
         switch (cmd) {
@@ -214,13 +224,16 @@ public class RocketClients {
                 return LocalTransactionState.COMMIT_MESSAGE;
             }
         });
+        producer.setSendMsgTimeout(API_TIMEOUT_MS);
         producer.start();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         int n = 0;
+        java.util.Set<String> routed = new java.util.HashSet<>();
         while ((line = in.readLine()) != null) {
             if (line.isEmpty()) continue;
             String[] f = line.split("\t", -1);
+            if (routed.add(f[1])) awaitRoute(producer, f[1]);
             Message msg = new Message(f[1], Base64.getDecoder().decode(f[6]));
             if (!f[2].isEmpty()) msg.setTags(f[2]);
             if (!f[3].isEmpty()) msg.setKeys(f[3]);
@@ -236,6 +249,20 @@ public class RocketClients {
                 + ",\"transactionState\":" + quote(String.valueOf(r.getSendStatus())) + "}");
         }
         producer.shutdown();
+    }
+
+    /** A send looks its topic's route up under a lock it waits 3 s for, and fails: a NameServer on a
+     * loaded machine can take longer to answer the first request. Wait for the route first. */
+    static void awaitRoute(DefaultMQProducer producer, String topic) throws Exception {
+        long deadline = System.currentTimeMillis() + API_TIMEOUT_MS * 4L;
+        while (true) {
+            try {
+                if (!producer.fetchPublishMessageQueues(topic).isEmpty()) return;
+            } catch (Exception e) {
+                if (System.currentTimeMillis() > deadline) throw e;
+            }
+            Thread.sleep(500);
+        }
     }
 
     // --- JSON ---------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """``make demo``: the main job end to end on the embedded broker, checked.
 
 Starts ``commitlog broker``, creates 3 topics of 4 partitions, produces ~200,000 sample events (tags,
-keys, headers, bodies of many sizes, a few bad records, a few headers only KAFKA_HEADERS can keep),
+keys, headers, bodies of many sizes, empty and null values, a few bad records, a few headers only
+KAFKA_HEADERS can keep),
 runs ``commitlog run`` until every event is in the store (as a message or a dead letter), stops it
 with SIGTERM, then prints ``commitlog stat``, the dead-letter count and ``commitlog verify``, and reads
-the store back as Arrow to find the awkward headers as they were produced. Exits non-zero when verify
-is not clean or a count or a header differs.
+the store back as Arrow to find the awkward headers as they were produced and every null and empty
+value stored as RocketMQ can serve it (a one-byte body and its property, no empty body). Exits
+non-zero when verify is not clean or a count or a header differs.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Produced:
     bad: int = 0                # dead letters to be
     awkward: dict[int, list[tuple[str, bytes]]] = field(default_factory=dict)   # seq -> headers, kept whole
     per_topic: dict[str, int] = field(default_factory=dict)
+    tombstones: int = 0         # good events with a null value
+    empty_values: int = 0       # good events with a 0-byte value
 
     @property
     def good(self) -> int:
@@ -105,6 +109,11 @@ def produce_sample_events(bootstrap: str, n: int = 200_000, seed: int = 7, topic
                 # KAFKA_HEADERS keeps them as sent
                 produced.awkward[i] = list(headers)
         key = f"key-{i % 5000}".encode() if i % 10 else None
+        if not value and key is not None and i % 4 == 0:
+            value = None                                             # a tombstone (Kafka's have a key)
+        if i not in bad_kinds:
+            produced.tombstones += value is None
+            produced.empty_values += value == b""
         producer.send(topic, key=key, value=value, headers=headers, partition=i % PARTITIONS)
         produced.per_topic[topic] = produced.per_topic.get(topic, 0) + 1
         produced.total += 1
@@ -134,24 +143,39 @@ def committed_counts(store: Path) -> tuple[int, int]:
     return state.records, state.dead_letters
 
 
-def awkward_headers(store: Path) -> dict[int, list[tuple[str, bytes | None]]]:
-    """seq -> Kafka headers of the messages whose headers the store keeps in KAFKA_HEADERS, read
-    back with StoreReader and ingest/encode/restore.py."""
+@dataclass
+class ReadBack:
+    """What the store holds, read back as Arrow (StoreReader) with ingest/encode/restore.py."""
+
+    awkward: dict[int, list[tuple[str, bytes | None]]] = field(default_factory=dict)   # seq -> KAFKA_HEADERS
+    tombstones: int = 0          # KAFKA_VALUE_NULL=true
+    empty_values: int = 0        # KAFKA_VALUE_EMPTY=true
+    empty_bodies: int = 0        # what RocketMQ's 4.9 consumers cannot take: must stay 0
+
+
+def read_back(store: Path) -> ReadBack:
     import pyarrow.compute as pc
 
     from ingest.encode.restore import kafka_headers
     from store import StoreReader
-    from store.format.constants import PROPERTY_KAFKA_HEADERS
+    from store.format.constants import PROPERTY_KAFKA_HEADERS, PROPERTY_KAFKA_VALUE_EMPTY, PROPERTY_KAFKA_VALUE_NULL
 
-    out = {}
+    out = ReadBack()
     with StoreReader.open(store) as reader:
         for batch in reader.record_batches():
             props = batch.column("properties")
+            out.empty_bodies += pc.sum(pc.equal(pc.binary_length(batch.column("body")), 0)).as_py() or 0
+            for name in (PROPERTY_KAFKA_VALUE_NULL, PROPERTY_KAFKA_VALUE_EMPTY):
+                marked = pc.sum(pc.equal(pc.map_lookup(props, name, "first"), "true")).as_py() or 0
+                if name == PROPERTY_KAFKA_VALUE_NULL:
+                    out.tombstones += marked
+                else:
+                    out.empty_values += marked
             has = pc.is_valid(pc.map_lookup(props, PROPERTY_KAFKA_HEADERS, "first"))
             for row in props.filter(has).to_pylist():
                 headers = kafka_headers(dict(row))
                 seq = int(dict((k, v) for k, v in headers if v is not None)["seq"])
-                out[seq] = headers
+                out.awkward[seq] = headers
     return out
 
 
@@ -238,8 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"{dead} dead letters, {produced.bad} bad events produced")
     if (store / "abort").exists():
         problems.append("abort file left: the job did not close the store cleanly")
-    found = awkward_headers(store)
-    print(f"demo: read back as Arrow: {len(found)} messages with their headers in KAFKA_HEADERS")
+    back = read_back(store)
+    found = back.awkward
+    print(f"demo: read back as Arrow: {len(found)} messages with their headers in KAFKA_HEADERS; "
+          f"{back.tombstones} tombstones and {back.empty_values} empty values stored as a 1-byte body, "
+          f"{back.empty_bodies} empty bodies")
+    if (back.tombstones, back.empty_values, back.empty_bodies) != (produced.tombstones, produced.empty_values, 0):
+        problems.append(f"null and empty values: {back.tombstones} tombstones and {back.empty_values} empty values "
+                        f"read back, {produced.tombstones} and {produced.empty_values} sent; {back.empty_bodies} "
+                        "messages with an empty body (none may have one)")
     if found != produced.awkward:
         differ = sorted(set(found) ^ set(produced.awkward)
                         | {k for k in set(found) & set(produced.awkward) if found[k] != produced.awkward[k]})

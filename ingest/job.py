@@ -312,6 +312,8 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         writer.close()
         if spool is not None:
             spool.close()
+        if sink is not None:
+            log.info("this run wrote %s", sink.totals.line())
         if writer.store.closed_cleanly:
             log.info("store %s closed cleanly at commit offset %d", cfg.store, writer.store.committed_offset)
         else:

@@ -24,16 +24,21 @@ COORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
 RECORD_COLUMNS = ("record", "topic", "queue_id", "sys_flag", "tags_code", "delay_level")
 # Dead rows only: why, and the Kafka record as it came (key, value, headers, timestamp).
 RAW_COLUMNS = ("raw_key", "raw_value", "raw_headers", "raw_timestamp")
+# Live rows: what the body holds, for the counts of the batch log line. A Kafka null or 0-byte
+# value is stored as a one-byte body and a property (store.format.constants.EMPTY_VALUE_BODY).
+VALUE_KIND = "value_kind"
+VALUE_IN_BODY, VALUE_NULL, VALUE_EMPTY = 0, 1, 2
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 ENCODED_SCHEMA = pa.schema([
     ("record", pa.binary()), ("topic", pa.string()), ("queue_id", pa.int32()), ("sys_flag", pa.int32()),
     ("tags_code", pa.int64()), ("delay_level", pa.int32()),
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-    ("dead_reason", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
+    (VALUE_KIND, pa.int8()), ("dead_reason", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
     ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()),
 ])
-assert set(RECORD_COLUMNS) | set(COORD_COLUMNS) | set(RAW_COLUMNS) | {"dead_reason"} == set(ENCODED_SCHEMA.names)
+assert set(RECORD_COLUMNS) | set(COORD_COLUMNS) | set(RAW_COLUMNS) | {VALUE_KIND, "dead_reason"} \
+    == set(ENCODED_SCHEMA.names)
 
 
 def drop_held(table: pa.Table, next_offsets: Mapping[str, int]) -> pa.Table:

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +53,29 @@ class BatchWriteError(RuntimeError):
         super().__init__(f"writing batch {batch_id} to the store failed: {cause}")
 
 
+@dataclass
+class BatchTotals:
+    """What the batches this sink wrote add up to (the run's summary line)."""
+
+    batches: int = 0
+    records: int = 0
+    dead_letters: int = 0
+    tombstones: int = 0       # Kafka null values, stored as a 1-byte body with KAFKA_VALUE_NULL
+    empty_values: int = 0     # 0-byte Kafka values, stored as a 1-byte body with KAFKA_VALUE_EMPTY
+
+    def add(self, stats: BatchStats) -> None:
+        self.batches += 1
+        self.records += stats.records
+        self.dead_letters += stats.dead_letters
+        self.tombstones += stats.tombstones
+        self.empty_values += stats.empty_values
+
+    def line(self) -> str:
+        return (f"{self.batches} batches, {self.records} records ({self.tombstones} tombstones and "
+                f"{self.empty_values} empty values among them, stored as a 1-byte body), {self.dead_letters} "
+                f"dead letters")
+
+
 class ForeachBatchSink:
     """Callable for ``writeStream.foreachBatch``; serialises batches against a stop request."""
 
@@ -65,6 +89,7 @@ class ForeachBatchSink:
         self.lock = threading.Lock()       # held for the whole of a call
         self.stopping = threading.Event()
         self.batches = 0
+        self.totals = BatchTotals()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="commitlog-write",
                                             initializer=_lower_priority) if overlap else None
         self._pending: Future[None] | None = None
@@ -143,10 +168,11 @@ class ForeachBatchSink:
         total = time.perf_counter() - started
         self.batches += 1
         log.info("batch %d: %d records, %.0f rec/s, %.0f ms (spark %.0f, append %.0f, index %.0f, flush %.0f, "
-                 "commit %.0f), commit-log offset %d, %d dead letters",
+                 "commit %.0f), commit-log offset %d, %d dead letters, %d tombstones, %d empty values",
                  batch_id, stats.records, stats.records / total if total else 0.0, total * 1e3,
                  stats.collect_ms, stats.append_ms, stats.index_ms, stats.flush_ms, stats.commit_ms,
-                 stats.commit_offset, stats.dead_letters)
+                 stats.commit_offset, stats.dead_letters, stats.tombstones, stats.empty_values)
+        self.totals.add(stats)
         if self.on_batch:
             self.on_batch(stats)
 

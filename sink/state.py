@@ -33,6 +33,8 @@ class SinkState:
     dead_letter_bytes: int = 0                       # committed length of the dead-letter file
     dead_letters: int = 0                            # dead letters committed so far
     records: int = 0                                 # messages committed so far
+    tombstones: int = 0                              # ... of them Kafka null values (a 1-byte body)
+    empty_values: int = 0                            # ... of them 0-byte Kafka values (a 1-byte body)
     broker_group: str | None = None                  # "K/N": the share of partitions it holds (ingest.broker_groups)
 
     @property
@@ -44,7 +46,7 @@ class SinkState:
         sink = {"version": STATE_VERSION, "batchId": self.batch_id, "queryId": self.query_id,
                 "kafkaOffsets": dict(sorted(self.kafka_offsets.items())),
                 "deadLetterBytes": self.dead_letter_bytes, "deadLetters": self.dead_letters,
-                "records": self.records}
+                "records": self.records, "tombstones": self.tombstones, "emptyValues": self.empty_values}
         if self.broker_group is not None:
             sink["brokerGroup"] = self.broker_group
         return {"sink": sink}
@@ -58,16 +60,19 @@ class SinkState:
                    kafka_offsets={str(k): int(v) for k, v in sink.get("kafkaOffsets", {}).items()},
                    dead_letter_bytes=int(sink.get("deadLetterBytes", 0)),
                    dead_letters=int(sink.get("deadLetters", 0)), records=int(sink.get("records", 0)),
+                   tombstones=int(sink.get("tombstones", 0)), empty_values=int(sink.get("emptyValues", 0)),
                    broker_group=sink.get("brokerGroup"))
 
     def advanced(self, batch_id: int, query_id: str | None, kafka_next: Mapping[str, int],
-                 dead_letter_bytes: int, dead_letters: int, records: int) -> "SinkState":
+                 dead_letter_bytes: int, dead_letters: int, records: int, tombstones: int = 0,
+                 empty_values: int = 0) -> "SinkState":
         offsets = dict(self.kafka_offsets)
         for key, nxt in kafka_next.items():
             offsets[key] = max(offsets.get(key, 0), nxt)
         return replace(self, batch_id=batch_id, query_id=query_id, kafka_offsets=offsets,
                        dead_letter_bytes=dead_letter_bytes, dead_letters=self.dead_letters + dead_letters,
-                       records=self.records + records)
+                       records=self.records + records, tombstones=self.tombstones + tombstones,
+                       empty_values=self.empty_values + empty_values)
 
     def starting_offsets_json(self) -> dict[str, dict[str, int]]:
         """The Kafka source's ``startingOffsets`` JSON that continues exactly after this state."""

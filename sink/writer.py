@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sink.batch import COORD_COLUMNS, RECORD_COLUMNS
+from sink.batch import COORD_COLUMNS, RECORD_COLUMNS, VALUE_EMPTY, VALUE_KIND, VALUE_NULL
 from sink.deadletter import DeadLetterLog
 from sink.faults import CrashPoints
 from sink.state import SinkState, tp_key
@@ -45,6 +45,8 @@ class BatchStats:
     topic_records: Mapping[str, int] = field(default_factory=dict)   # messages stored, per RocketMQ topic
     topic_bytes: Mapping[str, int] = field(default_factory=dict)     # their commit-log bytes
     dead_reasons: Mapping[str, int] = field(default_factory=dict)    # dead letters, per reason text
+    tombstones: int = 0             # records whose Kafka value was null, stored as a 1-byte body
+    empty_values: int = 0           # ... 0 bytes, the same
 
 
 def topic_totals(batch: EncodedBatch) -> tuple[dict[str, int], dict[str, int]]:
@@ -149,15 +151,18 @@ class CommitLogWriter:
         self.crash.reached("after-flush")
         t2 = time.perf_counter()
         i2 = self.store.index_seconds
+        kinds = np.bincount(table.column(VALUE_KIND).fill_null(0).to_numpy(), minlength=3)
+        tombstones, empty_values = int(kinds[VALUE_NULL]), int(kinds[VALUE_EMPTY])
         new_state = self.state.advanced(batch_id, query_id, kafka_next_offsets(table), dl_size,
-                                        dead.num_rows, table.num_rows - dead.num_rows)
+                                        dead.num_rows, table.num_rows - dead.num_rows, tombstones, empty_values)
         point = self.store.commit(None, metadata=new_state.to_metadata())
         t3 = time.perf_counter()
         self.state = new_state
         self.crash.reached("after-commit")
         return BatchStats(batch_id, table.num_rows - dead.num_rows, dead.num_rows, (t1 - t0 - (i1 - i0)) * 1e3,
                           (t2 - t1 - (i2 - i1)) * 1e3, (t3 - t2) * 1e3, point.offset, index_ms=(i2 - i0) * 1e3,
-                          topic_records=per_topic[0], topic_bytes=per_topic[1], dead_reasons=reason_counts(dead))
+                          topic_records=per_topic[0], topic_bytes=per_topic[1], dead_reasons=reason_counts(dead),
+                          tombstones=tombstones, empty_values=empty_values)
 
     def close(self) -> None:
         self.dead_letters.close()

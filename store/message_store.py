@@ -78,6 +78,7 @@ class MessageStore(StoreOpening, RecordReads):
                                      least_pages=config.flush_least_pages,
                                      thorough_interval_ms=config.flush_thorough_interval_ms)
         self._checkpoint = StoreCheckpoint()
+        self._checkpoint_lock = threading.Lock()      # each write holds the newest fields
         self._last_commit = CommitPoint(0)
         self._retention: Any = None
         self._dispatcher: DispatchService | None = None
@@ -155,6 +156,7 @@ class MessageStore(StoreOpening, RecordReads):
             out = self._log.append(batch, ts)
             if self._index is not None:
                 started = time.perf_counter()
+                self._cover_index(ts)
                 try:
                     self._index.submit(out.physical_offsets)     # indexed behind, from the commit log
                 except (StoreError, OSError, ValueError) as e:   # an earlier batch's index failed
@@ -203,7 +205,7 @@ class MessageStore(StoreOpening, RecordReads):
                 started = time.perf_counter()
                 idx.flush()
                 self._index_seconds += time.perf_counter() - started
-                self._checkpoint.index_msg_timestamp = idx.index_msg_timestamp
+                self._checkpoint.index_msg_timestamp = max(self._checkpoint.index_msg_timestamp, idx.end_timestamp)
         except OSError as e:
             self._failure = self._flush_failure = e
             raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
@@ -212,6 +214,21 @@ class MessageStore(StoreOpening, RecordReads):
         self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.master_flushed_offset = off
         return off
+
+    def _write_checkpoint(self, sync: bool = True) -> None:
+        with self._checkpoint_lock:
+            write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint, sync)
+
+    def _cover_index(self, store_timestamp: int) -> None:
+        """Before the index takes keys stored at ``store_timestamp``, indexMsgTimestamp covers them:
+        a RocketMQ broker opening the store after a crash destroys every index file that ends past it
+        (IndexService.load) and re-indexes only the segments it re-dispatches, losing the other keys.
+        Our index is whole up to its last item at every moment a process can die (our own recovery
+        trims what the commit point does not cover), so the broker may keep it all. Not synced: a
+        killed process leaves the write in the page cache, and each commit syncs the checkpoint."""
+        if store_timestamp > self._checkpoint.index_msg_timestamp:
+            self._checkpoint.index_msg_timestamp = store_timestamp
+            self._write_checkpoint(sync=False)
 
     def _submit_dispatch(self, **args: Any) -> None:
         assert self._dispatcher is not None
@@ -258,7 +275,7 @@ class MessageStore(StoreOpening, RecordReads):
                 self._topics.cover(queue_offsets)   # config/topics.json before the point that needs it
                 write_commit_point(self.root, cp)
                 self._checkpoint.confirm_phy_offset = end
-                write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+                self._write_checkpoint()
             except OSError as e:
                 self._failure = self._flush_failure = e
                 raise FlushError(f"writing the commit point of {self.root} failed: {e}; the "
@@ -370,7 +387,7 @@ class MessageStore(StoreOpening, RecordReads):
                 # next open cuts its items past the commit point
                 self._flush_files(index=index_ok)
                 self._checkpoint.confirm_phy_offset = self._last_commit.offset
-                write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+                self._write_checkpoint()
                 clean = True
         finally:
             self._closed = True

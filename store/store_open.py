@@ -14,7 +14,7 @@ from store.config import StoreConfig
 from store.errors import StoreError
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
 from store.index.writer import IndexWriter, mark_index_incomplete
-from store.log.checkpoint import StoreCheckpoint, read_checkpoint, write_checkpoint
+from store.log.checkpoint import StoreCheckpoint, read_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
@@ -86,7 +86,7 @@ class StoreOpening:
         self._checkpoint = checkpoint or StoreCheckpoint()
         self._checkpoint.confirm_phy_offset = end
         self._checkpoint.master_flushed_offset = end
-        write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint)
+        self._write_checkpoint()
         abort.touch()
         fsync_dir(self.root)
         if abnormal:

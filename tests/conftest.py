@@ -55,3 +55,14 @@ def source(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def golden_dir() -> Path:
     return Path(os.environ.get("COMMITLOG_GOLDEN_DIR", ROOT.parent / "shared" / "golden"))
+
+
+@pytest.fixture(scope="session")
+def rocketmq_nameservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
+    """One RocketMQ NameServer per version (tests/rocketmq.py), started when a test first asks for
+    it: ``rocketmq_nameservers.get("4")``; the brokers of every module register with it."""
+    from tests.rocketmq import NameServers
+
+    servers = NameServers(tmp_path_factory.mktemp("rocketmq-namesrv"))
+    yield servers
+    servers.stop()

@@ -25,7 +25,10 @@ from ingest.kafka.fetch import ArrowChunk, fast_partition_records
 from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.read import chunk_to_batch
 from ingest.kafka.source import arrow_schema, kafka_schema
-from store.format.codec import CodecConfig
+from ingest.encode.restore import kafka_value
+from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from store.format import EMPTY_VALUE_BODY
+from store.format.codec import CodecConfig, decode_message
 
 # The kernel is built by ``pip install`` wherever a C compiler is; with none, there is nothing to test.
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
@@ -151,6 +154,17 @@ def test_utf8_keys_headers_and_tombstones_are_encoded_by_the_kernel() -> None:
         assert encoder.fallbacks == {} and encoder.direct_records == 5
     tombstones = [r for r in direct.column("record").to_pylist() if b"KAFKA_VALUE_NULL\x01true\x02" in r]
     assert len(tombstones) == 2
+
+
+def test_null_and_empty_values_get_the_one_byte_body_in_the_kernel_too() -> None:
+    records = [(b"a", None, []), (b"b", b"", [("TAGS", b"t")]), (b"c", b"\x00", []), (None, None, [])]
+    direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, 4)
+    assert_same(direct, general)
+    assert encoder.fallbacks == {} and encoder.direct_records == 4
+    messages = [decode_message(r) for r in direct.column("record").to_pylist()]
+    assert [m.body for m in messages] == [EMPTY_VALUE_BODY] * 4       # no record has an empty body
+    assert [kafka_value(m.body, m.properties) for m in messages] == [None, b"", b"\x00", None]
+    assert direct.column("value_kind").to_pylist() == [VALUE_NULL, VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL]
 
 
 @pytest.mark.parametrize("record, reason", [

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from store.format import EMPTY_VALUE_BODY
 from store.format.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
@@ -99,8 +100,9 @@ def _produced_records(topics: list[str]) -> list[tuple[str, int, bytes | None, b
 def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> object:
     """The store's columns as the job's mapping rules make them, computed in Spark from Spark's read
     of the topics (kafka-python source): RocketMQ fields from the Kafka record, the properties as
-    headers + KEYS or KAFKA_KEY_BASE64 + KAFKA_VALUE_NULL for a tombstone + the Kafka coordinates +
-    UNIQ_KEY, the queue offsets as each partition's order."""
+    headers + KEYS or KAFKA_KEY_BASE64 + KAFKA_VALUE_NULL for a tombstone or KAFKA_VALUE_EMPTY for a
+    0-byte value (both a one-byte body) + the Kafka coordinates + UNIQ_KEY, the queue offsets as each
+    partition's order."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -123,6 +125,7 @@ def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> ob
         .when(binary_key, F.create_map(F.lit("KAFKA_KEY_BASE64"), F.base64("key"))) \
         .otherwise(F.create_map().cast("map<string,string>"))
     tombstone = F.when(F.col("value").isNull(), F.create_map(F.lit("KAFKA_VALUE_NULL"), F.lit("true"))) \
+        .when(F.length("value") == 0, F.create_map(F.lit("KAFKA_VALUE_EMPTY"), F.lit("true"))) \
         .otherwise(F.create_map().cast("map<string,string>"))
     in_partition = Window.partitionBy("topic", "partition").orderBy("offset")
     return kafka.select(
@@ -132,7 +135,7 @@ def _expected_from_kafka(spark: object, bootstrap: str, topics: list[str]) -> ob
         F.lit("127.0.0.1:10911").alias("storeHost"), F.lit(0).alias("sysFlag"), F.lit(0).alias("flag"),
         F.lit(0).alias("reconsumeTimes"), F.when(text_key, key_text).alias("keys"),
         header_map["TAGS"].alias("tags"), F.map_concat(key_map, header_map, tombstone, coords).alias("properties"),
-        F.coalesce("value", F.lit(b"")).alias("body"), F.col("topic").alias("kafka_topic"),
+        F.when(F.length("value") > 0, F.col("value")).otherwise(F.lit(EMPTY_VALUE_BODY)).alias("body"), F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"))
 
 
@@ -176,7 +179,10 @@ def test_what_was_produced_to_kafka_reads_back_from_the_store(bootstrap_servers:
         f"{unexpected.limit(3).collect()}"
     assert got.exceptAll(want).count() == 0 and want.exceptAll(got).count() == 0     # duplicates too
     # the cases that matter are there: null and empty values, binary and absent keys, no headers
-    counts = stored.agg(F.sum((F.length("body") == 0).cast("int")), F.sum(F.col("keys").isNull().cast("int")),
+    assert stored.where(F.length("body") == 0).count() == 0      # RocketMQ has no empty body
+    counts = stored.agg(F.sum(F.col("properties")["KAFKA_VALUE_NULL"].isNotNull().cast("int")),
+                        F.sum(F.col("properties")["KAFKA_VALUE_EMPTY"].isNotNull().cast("int")),
+                        F.sum(F.col("keys").isNull().cast("int")),
                         F.sum(F.col("properties")["KAFKA_KEY_BASE64"].isNotNull().cast("int")),
                         F.sum(F.col("tags").isNull().cast("int"))).first()
     assert all(c > 100 for c in counts), counts

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.config import JobConfig
+from ingest.encode.restore import kafka_value
 from ingest.replay.export_rows import ExportFileError, read_export
 from ingest.replay.plan import ReplayError
 from ingest.replay.files import EXPORT_SCHEMA
@@ -163,7 +164,9 @@ def test_a_replay_of_bad_files_writes_every_good_row_once_and_every_bad_one_as_a
     from ingest.replay.command import ReplayOptions, replay
 
     expected = bad_export(tmp_path / "export")
-    write_jsonl(tmp_path / "export" / "orders-1.jsonl", [json.dumps(good(1, o)) for o in range(5, 9)])
+    # partition 1: a tombstone at 7 and a 0-byte value at 8, counted in the summary
+    write_jsonl(tmp_path / "export" / "orders-1.jsonl", [json.dumps(good(1, o)) for o in range(5, 7)]
+                + [json.dumps(dict(good(1, 7), value=None)), json.dumps(dict(good(1, 8), value=""))])
     cfg = JobConfig(bootstrap_servers="(unused)", subscribe="*", store=str(tmp_path / "store"),
                     segment_size=1 << 20, max_message_size=512 * 1024, master=None, flush="sync",
                     max_offsets_per_trigger=5)
@@ -176,9 +179,13 @@ def test_a_replay_of_bad_files_writes_every_good_row_once_and_every_bad_one_as_a
     text = "\n".join(first.lines())
     assert "offsets: 16 = 0 already held + 14 messages + 2 dead letters" in text
     assert "rows with no Kafka position: 5 dead letters written" in text
+    assert (first.tombstones, first.empty_values) == (1, 1)
+    assert "null and empty Kafka values: 1 tombstones, 1 empty values" in text
 
     found = store_by_coordinates(cfg.store)
     assert sorted(found) == [(TOPIC, 0, o) for o in range(10)] + [(TOPIC, 1, o) for o in range(5, 9)]
+    [(_, tomb)], [(_, empty)] = found[(TOPIC, 1, 7)], found[(TOPIC, 1, 8)]
+    assert (kafka_value(tomb.body, tomb.properties), kafka_value(empty.body, empty.properties)) == (None, b"")
     letters = read_dead_letters(cfg.store)
     path = tmp_path / "export" / "orders-0.jsonl"
     for line, words in expected.items():

@@ -26,9 +26,11 @@ def dead_rows(*offsets: int) -> pa.Table:
 
 
 def test_state_round_trips_through_commit_metadata() -> None:
-    state = SinkState().advanced(3, "q1", {"orders/0": 10, "orders/1": 5}, 120, 2, 40)
+    state = SinkState().advanced(3, "q1", {"orders/0": 10, "orders/1": 5}, 120, 2, 40, 3, 4)
     again = SinkState.from_metadata(state.to_metadata())
     assert again == state
+    assert (again.tombstones, again.empty_values) == (3, 4)
+    assert again.advanced(4, "q1", {}, 120, 0, 5, 1, 0).tombstones == 4
     assert again.starting_offsets_json() == {"orders": {"0": 10, "1": 5}}
 
 

@@ -41,3 +41,35 @@ def test_a_damaged_commit_point_is_an_error_that_says_what_to_do(tmp_path: Path)
     (tmp_path / "commitpoint.json").write_text('{"offset": ')
     with pytest.raises(CommitPointError, match="commitpoint.json.*RocketMQ store"):
         read_commit_point(tmp_path)
+
+
+def test_index_msg_timestamp_covers_every_index_item_even_before_the_commit(tmp_path: Path) -> None:
+    # A broker opening the store after a crash destroys each index file that ends past indexMsgTimestamp
+    # (IndexService.load): it must cover the items of appends the writer had not committed when killed.
+    from store import MessageStore, StoreConfig
+    from store.format import Message
+    from store.index.file import IndexFile
+    from store.index.service import IndexConfig
+
+    cfg = StoreConfig(segment_size=1 << 20, index=IndexConfig(True, 64, 50))
+    store = MessageStore.open(tmp_path, cfg)
+
+    def index_end() -> int:
+        last = sorted((tmp_path / "index").iterdir())[-1]
+        f = IndexFile(last, 64, 50, read_only=True)
+        try:
+            return f.read_header().end_timestamp
+        finally:
+            f.close()
+
+    try:
+        for batch in range(4):          # 30 keys a batch: the files roll over
+            store.append([Message("T", b"x", properties=f"UNIQ_KEY\x01U{batch}-{i}\x02KEYS\x01k{i}\x02")
+                          for i in range(15)])
+            on_disk = read_checkpoint(tmp_path / "checkpoint")
+            assert on_disk is not None and on_disk.index_msg_timestamp >= index_end() > 0
+            if batch % 2:
+                store.commit()
+    finally:
+        store.abandon()                 # as a killed writer leaves it
+    assert read_checkpoint(tmp_path / "checkpoint").index_msg_timestamp >= index_end()

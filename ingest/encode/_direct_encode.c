@@ -11,8 +11,9 @@
  * caller maps and encodes it the general way, so the rules and the error messages stay in one place
  * (the Python). Only a batch that does not parse (or a caller's buffer too small) fails the whole
  * call with a negative code. The property names written here (KEYS,
- * TAGS, DELAY, UNIQ_KEY) are store/constants.py's; tests/test_direct_encode.py compares every byte
- * with the Python path, which takes them from there.
+ * TAGS, DELAY, UNIQ_KEY, KAFKA_VALUE_NULL, KAFKA_VALUE_EMPTY) and the one-byte body of a null or
+ * empty value (EMPTY_VALUE_BODY) are store/constants.py's; tests/test_direct_encode.py compares every
+ * byte with the Python path, which takes them from there.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,6 +31,10 @@ enum {
     FB_CAPACITY = 7,       /* the output buffers are too small (a caller bug): the whole fetch */
     FB_HEADER_KEPT = 8,    /* a header name of ours or repeated: the record keeps its headers as KAFKA_HEADERS */
 };
+
+/* RocketMQ has no empty body: a null or 0-byte Kafka value is stored as this byte and a property */
+static const uint8_t EMPTY_VALUE_BODY = 0x00;
+enum { VALUE_IN_BODY = 0, VALUE_NULL = 1, VALUE_EMPTY = 2 };   /* sink/batch.py's value_kind */
 
 #define MAX_HEADERS 32     /* more headers than this in one record: handed back (repeats are checked pairwise) */
 
@@ -162,13 +167,13 @@ static int next_header(const uint8_t *in, Py_ssize_t rec_end, Py_ssize_t *pos, c
 static const char HEX[] = "0123456789ABCDEF";
 
 typedef struct {
-    Py_buffer records, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, back;
+    Py_buffer records, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, value_kinds, back;
     Py_buffer head, topic_part, coords_prefix, uniq_prefix, reserved, born_header;
 } Buffers;
 
 static void release(Buffers *b) {
     Py_buffer *all[] = {&b->records, &b->out, &b->starts, &b->queue_ids, &b->tags_codes, &b->kafka_offsets,
-                        &b->timestamps, &b->back, &b->head, &b->topic_part, &b->coords_prefix, &b->uniq_prefix,
+                        &b->timestamps, &b->value_kinds, &b->back, &b->head, &b->topic_part, &b->coords_prefix, &b->uniq_prefix,
                         &b->reserved, &b->born_header};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]->obj)
@@ -213,8 +218,10 @@ static int encode_records(Job *j) {
     const Py_ssize_t out_end = j->b.out.len;
     int64_t *starts = j->b.starts.buf, *tags_codes = j->b.tags_codes.buf, *kafka_offsets = j->b.kafka_offsets.buf;
     int64_t *timestamps = j->b.timestamps.buf, *back = j->b.back.buf;
+    int8_t *value_kinds = j->b.value_kinds.buf;
     int32_t *queue_ids = j->b.queue_ids.buf;
-    const Py_ssize_t rows_cap = j->b.starts.len / 8, back_cap = j->b.back.len / 32;
+    const Py_ssize_t rows_cap = j->b.starts.len / 8 < j->b.value_kinds.len ? j->b.starts.len / 8 : j->b.value_kinds.len;
+    const Py_ssize_t back_cap = j->b.back.len / 32;
     const Py_ssize_t head_len = j->b.head.len;
     int status = 0;
     Py_ssize_t pos = j->sec_start, o = j->out_pos;
@@ -238,9 +245,9 @@ static int encode_records(Job *j) {
         if (varint(in, rec_end, &pos, &val_len) || val_len < -1 || val_len > rec_end - pos) {
             status = FB_CORRUPT; goto done;
         }
-        const uint8_t *value = in + pos;
-        const Py_ssize_t body_len = val_len > 0 ? (Py_ssize_t)val_len : 0;
-        pos += body_len;
+        const uint8_t *value = val_len > 0 ? in + pos : &EMPTY_VALUE_BODY;
+        const Py_ssize_t body_len = val_len > 0 ? (Py_ssize_t)val_len : 1;
+        pos += val_len > 0 ? (Py_ssize_t)val_len : 0;
         if (varint(in, rec_end, &pos, &header_count) || header_count < 0) { status = FB_CORRUPT; goto done; }
         const uint8_t *name, *val;
         Py_ssize_t name_len, vlen;
@@ -313,10 +320,14 @@ static int encode_records(Job *j) {
         }
         if (pos != rec_end) { status = FB_CORRUPT; goto done; }
         if (val_len < 0) {
-            /* a tombstone: RocketMQ has no null body, so the property tells it from an empty value */
+            /* a tombstone: the one-byte body stands for null */
             NEED(22);
             memcpy(out + o, "KAFKA_VALUE_NULL\x01true\x02", 22);
             o += 22;
+        } else if (val_len == 0) {
+            NEED(23);
+            memcpy(out + o, "KAFKA_VALUE_EMPTY\x01true\x02", 23);
+            o += 23;
         }
 
         /* KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET (decimal) and UNIQ_KEY (hex) */
@@ -359,6 +370,7 @@ static int encode_records(Job *j) {
         tags_codes[row] = tags ? java_hash(tags, tags_len) : 0;
         kafka_offsets[row] = offset;
         timestamps[row] = (int64_t)((uint64_t)ts_ms * 1000u);
+        value_kinds[row] = (int8_t)(val_len > 0 ? VALUE_IN_BODY : val_len < 0 ? VALUE_NULL : VALUE_EMPTY);
         row++;
         continue;
     hand_back:
@@ -388,9 +400,10 @@ static PyObject *encode_fetch(PyObject *self, PyObject *args) {
     memset(&j, 0, sizeof j);
     Py_buffer sections;
     memset(&sections, 0, sizeof sections);
-    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*w*y*y*y*y*y*y*nnnii(nnn)", &j.b.records, &sections, &j.lo,
+    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii(nnn)", &j.b.records, &sections, &j.lo,
                           &j.hi, &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
-                          &j.b.timestamps, &j.b.back, &j.b.head, &j.b.topic_part, &j.b.coords_prefix,
+                          &j.b.timestamps, &j.b.value_kinds, &j.b.back, &j.b.head, &j.b.topic_part,
+                          &j.b.coords_prefix,
                           &j.b.uniq_prefix, &j.b.reserved, &j.b.born_header, &j.max_body, &j.max_record,
                           &j.max_props, &j.queue_id, &j.key_hash_queues, &j.pos_body_crc, &j.pos_queue_id,
                           &j.pos_born_timestamp)) {
@@ -429,7 +442,8 @@ static PyObject *encode_fetch(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"encode_fetch", encode_fetch, METH_VARARGS,
-     "encode_fetch(records, sections, lo, hi, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, back, "
+     "encode_fetch(records, sections, lo, hi, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, "
+     "value_kinds, back, "
      "head, topic_part, coords_prefix, uniq_prefix, reserved, born_header, max_body, max_record, max_props, "
      "queue_id, key_hash_queues, (pos_body_crc, pos_queue_id, pos_born_timestamp)) -> (out_len, rows, handed_back) "
      "| -reason; back holds (section, record start, record end, reason) per handed-back record"},

@@ -8,7 +8,7 @@ made of, in C (ingest/encode/_direct_encode.c, built by setup.py): it walks the 
 writes each record's head, body, topic and properties where they belong, with the body CRC.
 
 It covers the mapping's default rules for the records real streams are made of (UTF-8 keys and
-headers, tombstones) and hands back the others, row by row: a key or header that is not UTF-8 text
+headers, null and empty values) and hands back the others, row by row: a key or header that is not UTF-8 text
 or holds a property separator, a null, empty, reserved or repeated header (kept as KAFKA_HEADERS),
 the born-host or DELAY header, a record over a limit (a dead letter). Those records are decoded,
 mapped and encoded the general way, which knows every rule and every error message, and put back
@@ -31,7 +31,6 @@ import pyarrow as pa
 
 from ingest.encode.mapping import (
     PROPERTY_KAFKA_OFFSET,
-    PROPERTY_KAFKA_VALUE_NULL,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
     RESERVED_PROPERTIES,
@@ -41,7 +40,7 @@ from ingest.encode.mapping import (
 )
 from ingest.kafka.decode import BatchSection
 from ingest.kafka.fetch import ArrowChunk
-from sink.batch import ENCODED_SCHEMA
+from sink.batch import ENCODED_SCHEMA, VALUE_KIND
 from store import StoreError
 from store.format import (
     MAX_PROPERTIES_LENGTH,
@@ -50,6 +49,7 @@ from store.format import (
     POS_BORNTIMESTAMP,
     POS_QUEUEID,
     POS_SYSFLAG,
+    PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_UNIQ_KEY,
     CodecConfig,
     HostAddress,
@@ -137,7 +137,7 @@ class DirectEncoder:
         # the most a record's encoding adds to its key, value and header bytes in the fetch
         return (len(self.head) + len(self.topic_part) + 2 + len("KEYS") + 2 + len(self.coords_prefix) + 20
                 + len(f"{SEP2}{PROPERTY_UNIQ_KEY}{SEP1}") + len(self.uniq_prefix) + 16 + 1
-                + len(f"{PROPERTY_KAFKA_VALUE_NULL}{SEP1}true{SEP2}"))
+                + len(f"{PROPERTY_KAFKA_VALUE_EMPTY}{SEP1}true{SEP2}") + 1)   # the longer mark, a 1-byte body
 
     def encode(self, chunk: ArrowChunk, until_offset: int,
                general: Callable[[ArrowChunk], pa.RecordBatch]) -> pa.RecordBatch | None:
@@ -157,13 +157,14 @@ class DirectEncoder:
         starts, kafka_offsets = np.empty(rows, np.int64), np.empty(rows, np.int64)
         tags_codes, timestamps = np.empty(rows, np.int64), np.empty(rows, np.int64)
         queue_ids = np.empty(rows, np.int32)
+        value_kinds = np.empty(rows, np.int8)
         back = np.empty((rows, 4), np.int64)
         fields = np.array([(s.count, s.base_offset, s.first_timestamp, s.max_timestamp, s.log_append_time,
                             len(s.records)) for s in sections], np.int64).reshape(-1, 6)
         records = sections[0].records if len(sections) == 1 else b"".join(s.records for s in sections)
         done = _kernel.encode_fetch(
             records, fields, chunk.fetch_offset, until_offset, out, starts, queue_ids, tags_codes, kafka_offsets,
-            timestamps, back, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED,
+            timestamps, value_kinds, back, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED,
             self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id,
             self.key_hash_queues, (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
         if isinstance(done, int):
@@ -172,7 +173,7 @@ class DirectEncoder:
         pos, row, handed_back = done
         self.direct_records += row
         direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
-                             timestamps[:row])
+                             timestamps[:row], value_kinds[:row])
         if not handed_back:
             return direct
         back = back[:handed_back]
@@ -187,7 +188,7 @@ class DirectEncoder:
         self.fallbacks[reason] += records
 
     def _batch(self, data: np.ndarray, starts: np.ndarray, queue_ids: np.ndarray, tags_codes: np.ndarray,
-               kafka_offsets: np.ndarray, timestamps: np.ndarray) -> pa.RecordBatch:
+               kafka_offsets: np.ndarray, timestamps: np.ndarray, value_kinds: np.ndarray) -> pa.RecordBatch:
         n = len(starts)
         cols = {
             "record": binary_from(data, np.append(starts, data.size)),
@@ -197,6 +198,7 @@ class DirectEncoder:
             "kafka_topic": pa.repeat(pa.scalar(self.topic, pa.string()), n),
             "kafka_partition": pa.array(np.full(n, self.partition, np.int32)),
             "kafka_offset": pa.array(kafka_offsets), "raw_timestamp": pa.array(timestamps),
+            VALUE_KIND: pa.array(value_kinds),
         }
         return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type)
                                            for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)

@@ -20,8 +20,10 @@ import pyarrow.compute as pc
 
 from ingest.encode.mapping_fast import map_fast
 from ingest.kafka.decode import HEADER_TYPE
+from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import (
     DEFAULT_MAX_MESSAGE_SIZE,
+    EMPTY_VALUE_BODY,
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KAFKA_HEADERS,
@@ -29,6 +31,7 @@ from store.format import (
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
+    PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_KAFKA_VALUE_NULL,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -39,12 +42,12 @@ from store.format import (
 from store.format import tags_code as java_string_hash
 
 # Source coordinates every message carries (PROPERTY_KAFKA_*, named in store.format.constants so the
-# store's readers know them), so any reader can deduplicate and prove exactly-once; the key, the
-# tombstone mark and the headers a property would lose (KAFKA_KEY_BASE64, KAFKA_VALUE_NULL,
-# KAFKA_HEADERS), which ingest.encode.restore reads back.
+# store's readers know them), so any reader can deduplicate and prove exactly-once; the key, what a
+# one-byte EMPTY_VALUE_BODY stands for and the headers a property would lose (KAFKA_KEY_BASE64,
+# KAFKA_VALUE_NULL / KAFKA_VALUE_EMPTY, KAFKA_HEADERS), which ingest.encode.restore reads back.
 RESERVED_PROPERTIES = {PROPERTY_KAFKA_TOPIC, PROPERTY_KAFKA_PARTITION, PROPERTY_KAFKA_OFFSET,
                        PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_KAFKA_KEY_BASE64, PROPERTY_KAFKA_HEADERS,
-                       PROPERTY_KAFKA_VALUE_NULL}
+                       PROPERTY_KAFKA_VALUE_NULL, PROPERTY_KAFKA_VALUE_EMPTY}
 
 # RocketMQ's TopicValidator: what a broker accepts as a topic name.
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -66,7 +69,7 @@ MAPPED_SCHEMA = pa.schema([
     ("born_timestamp", pa.int64()), ("born_host", pa.binary()), ("store_host", pa.binary()),
     ("reconsume_times", pa.int32()), ("prepared_transaction_offset", pa.int64()),
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-    ("dead_reason", pa.string()),
+    ("value_kind", pa.int8()), ("dead_reason", pa.string()),
     ("raw_key", pa.binary()), ("raw_value", pa.binary()), ("raw_headers", HEADER_TYPE),
     ("raw_timestamp", pa.int64()),
 ])
@@ -146,6 +149,7 @@ class _Row:
     properties: str
     tags: str | None
     born_host: bytes
+    value_kind: int = VALUE_IN_BODY
     dead_reason: str | None = None
 
 
@@ -281,26 +285,37 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
         queue_id = abs(h) % cfg.queue_count  # == Java's Math.abs(h % n)
     coords = [_prop(PROPERTY_KAFKA_TOPIC, topic), _prop(PROPERTY_KAFKA_PARTITION, str(partition)),
               _prop(PROPERTY_KAFKA_OFFSET, str(offset)), _prop(PROPERTY_UNIQ_KEY, uniq_key(topic, partition, offset))]
-    tombstone = [_prop(PROPERTY_KAFKA_VALUE_NULL, "true")] if value is None and not cfg.envelope else []
-    properties = "".join(key_parts + header_parts + tombstone + coords)
+    kind, empty_mark = _empty_value(value, body, cfg.envelope)
+    properties = "".join(key_parts + header_parts + empty_mark + coords)
     size = len(properties.encode("utf-8"))
     if size > MAX_PROPERTIES_LENGTH:
         raise _Dead(f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")
     body_len = len(body or b"")
     if body_len > cfg.max_message_size:
         raise _Dead(f"body is {body_len} bytes, over the limit of {cfg.max_message_size} (maxMessageSize)")
-    return _Row(target_topic, queue_id, flag, body or b"", properties, tags, born or default_born)
+    return _Row(target_topic, queue_id, flag, body or EMPTY_VALUE_BODY, properties, tags, born or default_born, kind)
+
+
+def _empty_value(value: bytes | None, body: bytes | None, envelope: bool) -> tuple[int, list[str]]:
+    """(value_kind, the property saying what EMPTY_VALUE_BODY stands for) of a record whose body
+    would be empty: RocketMQ has no empty body (see store.format.constants)."""
+    if body:
+        return VALUE_IN_BODY, []
+    if value is None and not envelope:
+        return VALUE_NULL, [_prop(PROPERTY_KAFKA_VALUE_NULL, "true")]
+    return VALUE_EMPTY, [_prop(PROPERTY_KAFKA_VALUE_EMPTY, "true")]
 
 
 def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_id: pa.Array,
               flag: pa.Array, body: pa.Array, properties: pa.Array, tags: pa.Array, born_host: pa.Array,
-              dead_reason: pa.Array) -> pa.RecordBatch:
+              value_kind: pa.Array, dead_reason: pa.Array) -> pa.RecordBatch:
     """MAPPED_SCHEMA from the mapped columns and the columns every row shares the rule of."""
     n = batch.num_rows
     ts = batch.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())
     store_host = HostAddress.parse(cfg.store_host).to_bytes()
     zeros32 = pa.array(np.zeros(n, np.int32))
-    live = {"topic": topic, "queue_id": queue_id, "body": body, "properties": properties, "tags": tags}
+    live = {"topic": topic, "queue_id": queue_id, "body": body, "properties": properties, "tags": tags,
+            "value_kind": value_kind}
     raw = {name: MAPPED_SCHEMA.field(f"raw_{name}").type for name in ("key", "value", "headers")}
     if dead_reason.null_count == n:
         # the usual batch: no dead letter, so no column to mask (masking costs ~15 % of a mapping)
@@ -315,7 +330,7 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_
         live["properties"], live["tags"], zeros32, pc.divide(ts, 1000).fill_null(0), born_host,
         pa.repeat(pa.scalar(store_host, pa.binary()), n), zeros32, pa.array(np.zeros(n, np.int64)),
         batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
-        batch.column("offset").cast(pa.int64()), dead_reason, raw_cols["key"], raw_cols["value"],
+        batch.column("offset").cast(pa.int64()), live["value_kind"].cast(pa.int8()), dead_reason, raw_cols["key"], raw_cols["value"],
         raw_cols["headers"], ts.fill_null(0),
     ]
     return pa.RecordBatch.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
@@ -335,12 +350,13 @@ def _map_rows(batch: pa.RecordBatch, cfg: MappingConfig) -> pa.RecordBatch:
             rows.append(_map_row(keys[i], values[i], topics[i], partitions[i], offsets[i], headers[i], cfg,
                                  default_born))
         except _Dead as dead:
-            rows.append(_Row(None, 0, 0, None, "", None, default_born, str(dead)))
+            rows.append(_Row(None, 0, 0, None, "", None, default_born, VALUE_IN_BODY, str(dead)))
     return _assemble(
         batch, cfg, pa.array([r.topic for r in rows], pa.string()), pa.array([r.queue_id for r in rows], pa.int32()),
         pa.array([r.flag for r in rows], pa.int32()), pa.array([r.body for r in rows], pa.binary()),
         pa.array([r.properties for r in rows], pa.string()), pa.array([r.tags for r in rows], pa.string()),
-        pa.array([r.born_host for r in rows], pa.binary()), pa.array([r.dead_reason for r in rows], pa.string()))
+        pa.array([r.born_host for r in rows], pa.binary()), pa.array([r.value_kind for r in rows], pa.int8()),
+        pa.array([r.dead_reason for r in rows], pa.string()))
 
 
 def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vectorized: bool = True) -> pa.RecordBatch:
@@ -357,7 +373,7 @@ def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vector
     if cfg.queue_mode == "partition" and cfg.broker_groups > 1:
         cols["queue_id"] = pa.array(np.asarray(cols["queue_id"], dtype=np.int32) // cfg.broker_groups)
     fast = _assemble(batch, cfg, cols["topic"], cols["queue_id"], pa.array(np.zeros(n, np.int32)), cols["body"],
-                     cols["properties"], cols["tags"], born, cols["dead_reason"])
+                     cols["properties"], cols["tags"], born, pa.array(np.zeros(n, np.int8)), cols["dead_reason"])
     if not slow.any():
         return fast
     slow_idx, fast_idx = np.nonzero(slow)[0], np.nonzero(~slow)[0]

@@ -117,7 +117,8 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
     names = flat.field("key").cast(pa.string())
     vals = flat.field("value").cast(pa.binary())
     # what only the per-row path maps: a header whose name=value property would lose something
-    # (it then writes KAFKA_HEADERS), the born-host header, and tombstones (KAFKA_VALUE_NULL)
+    # (it then writes KAFKA_HEADERS), the born-host header, and null or empty values (a one-byte
+    # body and KAFKA_VALUE_NULL or KAFKA_VALUE_EMPTY)
     bad_elem = (rows_with_bytes(vals, lambda b: (b >= 0x80) | (b == 2))
                 | np.asarray(pc.fill_null(pc.match_substring_regex(names, "[\\x01\\x02]"), True))
                 | np.asarray(pc.fill_null(pc.equal(pc.binary_length(names), 0), True))
@@ -127,7 +128,7 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
                 | _repeated_names(parent, names))
     slow[parent[bad_elem]] = True
     if n:
-        slow |= np.asarray(pc.is_null(batch.column("value")))
+        slow |= np.asarray(pc.fill_null(pc.equal(pc.binary_length(batch.column("value")), 0), True))
     keep = ~bad_elem
     vals_text = pc.if_else(pa.array(bad_elem), pa.scalar(b"", pa.binary()), pc.fill_null(vals, b"")).cast(pa.string())
     elems = _join(names, SEP1, vals_text, SEP2).filter(pa.array(keep))

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.encode.mapping import MappingConfig, map_kafka_batch
-from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA
+from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
 from sink.spool import Spool
 from store.format import CodecConfig, encode_valid_rows
@@ -72,6 +72,7 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
         cols = {name: encoded.column(name) for name in ("record", "topic", "queue_id", "sys_flag", "tags_code",
                                                         "delay_level")}
         cols.update({name: live.column(name) for name in CARRIED_COLUMNS})
+        cols[VALUE_KIND] = live.column(VALUE_KIND)
         cols["dead_reason"] = pa.nulls(m, pa.string())
         cols.update({name: pa.nulls(m, ENCODED_SCHEMA.field(name).type) for name in RAW_SOURCES})
         parts.append(_table(cols))
@@ -83,7 +84,7 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
         cols = {"record": pa.nulls(d, pa.binary()), "topic": rows.column("topic"),
                 "queue_id": rows.column("queue_id"), "sys_flag": rows.column("sys_flag"),
                 "tags_code": pa.nulls(d, pa.int64()), "delay_level": pa.nulls(d, pa.int32()),
-                "dead_reason": reasons.take(take)}
+                VALUE_KIND: pa.nulls(d, pa.int8()), "dead_reason": reasons.take(take)}
         cols.update({name: rows.column(name) for name in CARRIED_COLUMNS})
         # the record as it came from Kafka, whichever step refused it
         cols.update({name: batch.column(src).take(take) for name, src in RAW_SOURCES.items()})

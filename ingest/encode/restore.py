@@ -3,7 +3,9 @@
 The rule (README, "Keys, tombstones and headers"), for any RocketMQ consumer:
 - key: the KEYS property (UTF-8 text), or KAFKA_KEY_BASE64 for a key that is not text or holds a
   property separator; neither for a null or empty key.
-- value: the body; a tombstone (null value) has an empty body and KAFKA_VALUE_NULL=true.
+- value: the body, but RocketMQ has no empty body: a null value (tombstone) is the one-byte body
+  EMPTY_VALUE_BODY with KAFKA_VALUE_NULL=true, a 0-byte value the same body with KAFKA_VALUE_EMPTY=true.
+  (Stores written before that rule have an empty body, with KAFKA_VALUE_NULL=true for a tombstone.)
 - headers: the KAFKA_HEADERS property when there is one (JSON [[name, base64 value or null], ...],
   every header in order); otherwise every property that is not one of the mapping's own (KEYS,
   UNIQ_KEY, KAFKA_*), in the order the properties string holds them, values UTF-8.
@@ -18,10 +20,11 @@ from collections.abc import Mapping
 from ingest.encode.mapping import (
     PROPERTY_KAFKA_HEADERS,
     PROPERTY_KAFKA_KEY_BASE64,
+    PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_KAFKA_VALUE_NULL,
     RESERVED_PROPERTIES,
 )
-from store.format import PROPERTY_KEYS
+from store.format import EMPTY_VALUE_BODY, PROPERTY_KEYS
 
 
 class RestoreError(ValueError):
@@ -37,8 +40,15 @@ def kafka_key(properties: Mapping[str, str]) -> bytes | None:
 
 
 def kafka_value(body: bytes, properties: Mapping[str, str]) -> bytes | None:
-    """The record's value: None for a tombstone."""
-    return None if properties.get(PROPERTY_KAFKA_VALUE_NULL) == "true" else bytes(body)
+    """The record's value: None for a tombstone, b"" for a 0-byte value."""
+    null = properties.get(PROPERTY_KAFKA_VALUE_NULL) == "true"
+    if not null and properties.get(PROPERTY_KAFKA_VALUE_EMPTY) != "true":
+        return bytes(body)
+    if bytes(body) not in (EMPTY_VALUE_BODY, b""):
+        name = PROPERTY_KAFKA_VALUE_NULL if null else PROPERTY_KAFKA_VALUE_EMPTY
+        raise RestoreError(f"property {name}=true, but the body is {len(body)} bytes, not the one-byte marker "
+                           f"{EMPTY_VALUE_BODY!r} the mapping writes")
+    return None if null else b""
 
 
 def kafka_headers(properties: Mapping[str, str]) -> list[tuple[str, bytes | None]]:

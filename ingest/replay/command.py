@@ -80,6 +80,8 @@ class ReplaySummary:
     plan: ReplayPlan
     records: int = 0                 # messages written by this run
     dead_letters: int = 0            # dead letters written by this run
+    tombstones: int = 0              # messages of this run whose Kafka value was null (a 1-byte body)
+    empty_values: int = 0            # ... 0 bytes (a 1-byte body too)
     batches: int = 0
     elapsed_s: float = 0.0           # the whole run, Spark start-up and planning included
     write_s: float = 0.0             # from the first batch on
@@ -104,7 +106,9 @@ class ReplaySummary:
                f"{held} already in the store (skipped)",
                f"  written: {self.records} messages, {self.dead_letters} dead letters, {self.batches} batches, "
                f"{self.write_s:.1f} s ({self.rate:,.0f} rec/s; {self.elapsed_s:.1f} s with start-up); commit-log "
-               f"offset {self.commit_offset}"]
+               f"offset {self.commit_offset}",
+               f"  null and empty Kafka values: {self.tombstones} tombstones, {self.empty_values} empty values "
+               "(each stored as a 1-byte body with KAFKA_VALUE_NULL or KAFKA_VALUE_EMPTY)"]
         if self.complete:
             # every offset of the range is accounted for
             gaps = total - held - self.records - self.dead_letters
@@ -242,6 +246,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             log.warning("%s", note)
         summary = ReplaySummary(str(cfg.store), plan, notes=notes)
         first_records, first_dead = writer.state.records, writer.state.dead_letters
+        first_null, first_empty = writer.state.tombstones, writer.state.empty_values
         if export is not None:
             from ingest.replay.unplaced import selected, write_unplaced
 
@@ -280,6 +285,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             log.warning("stopping: the last committed batch ends at %s", dict(writer.state.kafka_offsets))
         summary.batches = sink.batches
         summary.records = writer.state.records - first_records
+        summary.tombstones = writer.state.tombstones - first_null
+        summary.empty_values = writer.state.empty_values - first_empty
         summary.dead_letters = writer.state.dead_letters - first_dead - summary.unplaced
         summary.commit_offset = writer.store.committed_offset
         if summary.complete and plan_file is not None:

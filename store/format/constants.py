@@ -66,7 +66,13 @@ PROPERTY_KAFKA_KEY_BASE64 = "KAFKA_KEY_BASE64"
 # Every header of the record, in order, as JSON [[name, base64 value or null], ...]: written when the
 # headers as name=value properties would lose something (README, "Keys, tombstones and headers")
 PROPERTY_KAFKA_HEADERS = "KAFKA_HEADERS"
-PROPERTY_KAFKA_VALUE_NULL = "KAFKA_VALUE_NULL"   # "true": a tombstone (RocketMQ has no null body)
+# RocketMQ has no empty body: its producers refuse one and its decoder leaves the body null, which
+# 4.9's consumers cannot take (ProcessQueue reads body.length). A Kafka null value (tombstone) or
+# 0-byte value is stored as this one-byte body with one of the two properties below saying which
+# (README, "Keys, tombstones and headers"); the body alone means nothing.
+EMPTY_VALUE_BODY = b"\x00"
+PROPERTY_KAFKA_VALUE_NULL = "KAFKA_VALUE_NULL"     # "true": the Kafka value was null (a tombstone)
+PROPERTY_KAFKA_VALUE_EMPTY = "KAFKA_VALUE_EMPTY"   # "true": the Kafka value was 0 bytes
 
 # --- limits and defaults (FORMAT.md §9, MessageStoreConfig) --------------------------------
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024               # maxMessageSize: largest BODY

@@ -183,15 +183,18 @@ class IndexFile:
         items["phy_offset"] = phy
         items["time_diff"] = diff
         items["prev_index"] = prev
-        ends_group = np.ones(n, dtype=bool)
-        ends_group[:-1] = sorted_slots[1:] != sorted_slots[:-1]
-        self._slots[sorted_slots[ends_group]] = numbers[order][ends_group]
         if first_item == 1:
             h.begin_phy_offset, h.begin_timestamp = int(phy[0]), int(ts[0])
         h.hash_slot_count += int((current == INDEX_INVALID_INDEX).sum())
         h.index_count += n
         h.end_phy_offset, h.end_timestamp = int(phy[-1]), int(ts[-1])
+        # The header before the slots: a process killed between the two leaves slots that point at
+        # counted items only. (The other way round, a slot past the count reads as empty to a
+        # RocketMQ broker, which keeps the file after a crash: the chain's older keys would be lost.)
         self._write_header()
+        ends_group = np.ones(n, dtype=bool)
+        ends_group[:-1] = sorted_slots[1:] != sorted_slots[:-1]
+        self._slots[sorted_slots[ends_group]] = numbers[order][ends_group]
 
     def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int]) -> int:
         """Keep only the items of records below ``end_offset`` (after a crash, what the commit point

@@ -105,6 +105,11 @@ class IndexWriter:
     def index_msg_timestamp(self) -> int:
         return self.service.index_msg_timestamp
 
+    @property
+    def end_timestamp(self) -> int:
+        """The store timestamp of the last message indexed (0: none)."""
+        return self.service.files[-1].header.end_timestamp if self.service.files else 0
+
     def flush(self) -> None:
         self.service.flush()
 

@@ -16,7 +16,9 @@ _FIELDS = struct.Struct(">qqqqq")  # physic, logics, index timestamps, masterFlu
 class StoreCheckpoint:
     physic_msg_timestamp: int = 0      # store timestamp of the last flushed commit-log record
     logics_msg_timestamp: int = 0      # same for the consume queues
-    index_msg_timestamp: int = 0       # no index files here; kept for RocketMQ
+    # the index files hold every key of the messages stored up to this time (IndexService.load keeps
+    # the files that end at or before it after a crash, see store.message_store._cover_index)
+    index_msg_timestamp: int = 0
     master_flushed_offset: int = 0     # flushed commit-log offset
     confirm_phy_offset: int = 0        # committed offset (our commit point)
 
@@ -38,9 +40,10 @@ def read_checkpoint(path: Path) -> StoreCheckpoint | None:
     return StoreCheckpoint(*_FIELDS.unpack_from(data, CHECKPOINT_POS_PHYSIC_MSG_TIMESTAMP))
 
 
-def write_checkpoint(path: Path, cp: StoreCheckpoint) -> None:
-    """Write the fields in place and fsync. The fields fit in one sector, and every reader
-    tolerates an older checkpoint (it only picks where recovery starts), so no rename dance."""
+def write_checkpoint(path: Path, cp: StoreCheckpoint, sync: bool = True) -> None:
+    """Write the fields in place and fsync (unless ``sync`` is false: a killed process still leaves
+    them in the page cache). The fields fit in one sector, and every reader tolerates an older
+    checkpoint (it only picks where recovery starts), so no rename dance."""
     path = Path(path)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -49,6 +52,7 @@ def write_checkpoint(path: Path, cp: StoreCheckpoint) -> None:
         os.pwrite(fd, _FIELDS.pack(cp.physic_msg_timestamp, cp.logics_msg_timestamp,
                                    cp.index_msg_timestamp, cp.master_flushed_offset,
                                    cp.confirm_phy_offset), CHECKPOINT_POS_PHYSIC_MSG_TIMESTAMP)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)

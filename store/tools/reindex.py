@@ -53,7 +53,8 @@ def reindex(root: Path, config: IndexConfig) -> ReindexResult:
             result = index_commit_log(service, src.segments, src.committed_offset,
                                       progress=lambda off: progress.update(off - base))
             service.flush()
-        files, stamp = len(service.files), service.index_msg_timestamp
+        # every key of the commit log is in the files: a broker recovering the store keeps them all
+        files, stamp = len(service.files), service.files[-1].header.end_timestamp if service.files else 0
         service.close()
         (root / _BUILDING).mkdir(exist_ok=True)     # a store with no keys still gets an (empty) index/
         if (root / INDEX_DIR).exists():
@@ -64,7 +65,7 @@ def reindex(root: Path, config: IndexConfig) -> ReindexResult:
         write_index_settings(root, IndexSettings(config.max_hash_slot_num, config.max_index_num, True))
         cp = read_checkpoint(root / CHECKPOINT_FILE)
         if cp is not None:
-            cp.index_msg_timestamp = stamp
+            cp.index_msg_timestamp = max(cp.index_msg_timestamp, stamp)
             write_checkpoint(root / CHECKPOINT_FILE, cp)
         return ReindexResult(result, files, time.perf_counter() - t0, layout_problems(src))
     finally:

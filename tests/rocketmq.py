@@ -1,0 +1,306 @@
+"""RocketMQ itself for the tests (and the benchmarks): a NameServer and brokers started from the jars
+``make jvm`` resolves (deploy/jvm/pom.xml, sets ``rocketmq4`` and ``rocketmq5``), on loopback ports,
+each broker on a store directory of ours, plus RocketMQ's own clients (tests/jvm/RocketClients.java,
+compiled once per jar set) whose findings come back as JSON lines for the checks in Python.
+
+Started as RocketMQ's scripts start them: ``NamesrvStartup -c namesrv.conf`` and ``BrokerStartup -c
+broker.conf``; the startup classes set ``rocketmq.remoting.version`` themselves (a broker started any
+other way registers as version 0 and the NameServer serves no route to it). Everything a server writes
+besides the store (logs, the NameServer's kvConfig) goes to a home directory of its own: ``user.home``
+and ``rocketmq.home.dir`` point there.
+
+    with NameServer.start(home, "4") as ns:
+        with RocketBroker.start(store, ns, "4", segment_size=1 << 20) as broker:
+            rows = clients("4").run("pull", ns.address, "TopicA")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest.broker.process import ServerProcess
+from ingest.jvm import classpath, jar_set, java
+
+# version -> the jar set of deploy/jvm/pom.xml
+JAR_SETS = {"4": "rocketmq4", "5": "rocketmq5"}
+JVM_SOURCES = Path(__file__).resolve().parent / "jvm"
+CLIENT_MAIN = "RocketClients"
+
+# RocketMQ 4.9 reaches into java.nio to unmap its files; Java 17 allows it only when opened.
+OPENS = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+         "--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.util=ALL-UNNAMED",
+         "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED", "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED"]
+SERVER_HEAP = ["-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseG1GC"]
+
+# 4.9's startup classes configure logback from <rocketmq.home.dir>/conf (5.x logs under user.home)
+LOGBACK = """<configuration>
+  <appender name="file" class="ch.qos.logback.core.FileAppender">
+    <file>{log}</file>
+    <encoder><pattern>%d{{HH:mm:ss.SSS}} %p %c{{0}} %t - %m%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="file"/></root>
+</configuration>
+"""
+
+# A broker on a store of ours must never delete or clean it: no time-based deletion, no clean
+# forced by a full disk (the shared machines' disks are fuller than RocketMQ's 75 % default).
+KEEP_FILES = {"fileReservedTime": "876000", "diskMaxUsedSpaceRatio": "95", "cleanFileForciblyEnable": "false"}
+BROKER_PORTS = (-2, 0, 1)     # the fast (VIP) channel, the broker, HA
+
+KEEP_FILES_PROPS = ["-Drocketmq.broker.diskSpaceWarningLevelRatio=0.99",
+                    "-Drocketmq.broker.diskSpaceCleanForciblyRatio=0.99"]
+
+
+class RocketMQError(RuntimeError):
+    """A RocketMQ server or client did not do what the test needs; the message has its log's tail."""
+
+
+def free_port_block(offsets: Sequence[int] = (0,)) -> int:
+    """A loopback port p with p + each of ``offsets`` free (a broker listens on p, p - 2 and p + 1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if min(offsets) + port < 1024 or max(offsets) + port > 65535:
+            continue
+        ok = True
+        for off in offsets:
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", port + off))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return port
+    raise RocketMQError("no free block of loopback ports")
+
+
+def _start(proc: ServerProcess, what: str, timeout_s: float) -> None:
+    """Start and wait until the startup class prints "boot success" (a broker has registered with its
+    NameServer by then) in what the process logs from now on."""
+    since = proc.log_path.stat().st_size if proc.log_path.exists() else 0
+    proc.start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(proc.log_path, "rb") as f:
+            f.seek(since)
+            if b"boot success" in f.read():
+                return
+        if not proc.alive():
+            raise RocketMQError(f"{what} exited while starting; its log:\n{proc.log_tail(4000)}")
+        time.sleep(0.2)
+    proc.stop()
+    raise RocketMQError(f"{what} did not start in {timeout_s:.0f} s; its log:\n{proc.log_tail(4000)}")
+
+
+def _server_argv(version: str, home: Path, main: str, conf: Path, *extra: str) -> list[str]:
+    return [java(), *SERVER_HEAP, *OPENS, *KEEP_FILES_PROPS, f"-Duser.home={home}",
+            f"-Drocketmq.home.dir={home}", "-Drocketmq.client.logUseSlf4j=false",
+            "-cp", classpath(JAR_SETS[version]), main, "-c", str(conf), *extra]
+
+
+def _prepare_home(home: Path, log: Path) -> None:
+    (home / "conf").mkdir(parents=True, exist_ok=True)
+    for name in ("logback_namesrv.xml", "logback_broker.xml", "logback_tools.xml"):
+        (home / "conf" / name).write_text(LOGBACK.format(log=log))
+
+
+@dataclass
+class NameServer:
+    version: str
+    home: Path
+    port: int
+    process: ServerProcess
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, home: Path, version: str, timeout_s: float = 60.0) -> NameServer:
+        home = Path(home)
+        log = home / "namesrv.log"
+        _prepare_home(home, home / "namesrv-logback.log")
+        port = free_port_block()
+        conf = home / "namesrv.conf"
+        conf.write_text(f"listenPort={port}\nkvConfigPath={home / 'kvConfig.json'}\n")
+        proc = ServerProcess(_server_argv(version, home, "org.apache.rocketmq.namesrv.NamesrvStartup", conf), log)
+        _start(proc, f"the RocketMQ {version} NameServer", timeout_s)
+        return cls(version, home, port, proc)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __enter__(self) -> NameServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class NameServers:
+    """A NameServer per version, started on first use (the session's: tests/conftest.py)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self._running: dict[str, NameServer] = {}
+
+    def get(self, version: str) -> NameServer:
+        if version not in self._running:
+            self._running[version] = NameServer.start(self.home / f"rocketmq{version}", version)
+        return self._running[version]
+
+    def stop(self) -> None:
+        for server in self._running.values():
+            server.stop()
+        self._running.clear()
+
+
+def store_geometry(store: Path) -> dict[str, str]:
+    """broker.conf entries that give a broker this store's geometry (README, "A store a RocketMQ
+    broker can serve"): segment size from the files, consume-queue file size, the index's settings."""
+    conf: dict[str, str] = {}
+    segments = sorted((store / "commitlog").glob("[0-9]" * 20))
+    if segments:
+        conf["mappedFileSizeCommitLog"] = str(segments[0].stat().st_size)
+    cq_files = sorted(p for p in (store / "consumequeue").glob("*/*/*") if p.name.isdigit())
+    if cq_files:
+        conf["mappedFileSizeConsumeQueue"] = str(cq_files[0].stat().st_size)
+    settings = store / "config" / "messageIndex.json"
+    if settings.exists():
+        index = json.loads(settings.read_text())
+        conf["maxHashSlotNum"] = str(index["maxHashSlotNum"])
+        conf["maxIndexNum"] = str(index["maxIndexNum"])
+    return conf
+
+
+@dataclass
+class RocketBroker:
+    version: str
+    store: Path
+    home: Path
+    port: int
+    name: str
+    process: ServerProcess
+    conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, store: Path, nameserver: NameServer, version: str | None = None, *, name: str = "broker-a",
+              home: Path | None = None, config: Mapping[str, str] | None = None, port: int | None = None,
+              timeout_s: float = 180.0) -> RocketBroker:
+        """A master broker serving ``store`` (its geometry read from the store unless ``config``
+        gives it), registered with ``nameserver``, listening on ``port`` (and port - 2, port + 1),
+        which should be the port of the store host the messages carry (their offset msgIds name it);
+        returns once it listens."""
+        version = version or nameserver.version
+        store = Path(store)
+        store.mkdir(parents=True, exist_ok=True)
+        home = Path(home) if home else store.parent / f"{store.name}-{name}-rocketmq{version}"
+        home.mkdir(parents=True, exist_ok=True)
+        _prepare_home(home, home / "broker-logback.log")
+        port = port or free_port_block(BROKER_PORTS)
+        conf = {
+            "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
+            "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
+            "listenPort": str(port), "brokerIP1": "127.0.0.1", "namesrvAddr": nameserver.address,
+            "storePathRootDir": str(store), "storePathCommitLog": str(store / "commitlog"),
+            "autoCreateTopicEnable": "false", "autoCreateSubscriptionGroup": "true",
+            **KEEP_FILES, **store_geometry(store), **(config or {}),
+        }
+        path = home / "broker.conf"
+        path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        proc = ServerProcess(_server_argv(version, home, "org.apache.rocketmq.broker.BrokerStartup", path),
+                             home / "broker.log")
+        _start(proc, f"the RocketMQ {version} broker on {store}", timeout_s)
+        return cls(version, store, home, port, name, proc, conf)
+
+    def stop(self, grace_s: float = 60.0) -> int | None:
+        """SIGTERM: the broker's shutdown hook flushes, writes its checkpoint and removes ``abort``."""
+        return self.process.stop(grace_s)
+
+    def restart(self, timeout_s: float = 180.0) -> None:
+        """Stop (if running) and start again on the same store, home and ports."""
+        self.process.stop()
+        _start(self.process, f"the RocketMQ {self.version} broker on {self.store}", timeout_s)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def log_text(self) -> str:
+        """Everything the broker logged (its store logger included), for the checks of recovery."""
+        parts = []
+        for p in sorted(self.home.rglob("*.log")):
+            parts.append(p.read_text(errors="replace"))
+        return "\n".join(parts)
+
+    def __enter__(self) -> RocketBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Clients:
+    """RocketMQ's own clients of one version (tests/jvm/RocketClients.java), run one command at a time."""
+
+    def __init__(self, version: str, build_dir: Path) -> None:
+        self.version = version
+        self.build_dir = build_dir
+        self.home = build_dir / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+
+    def run(self, command: str, *args: str, stdin: Iterable[str] = (), timeout_s: float = 300.0) -> list[dict]:
+        """Run one command; its JSON lines on stdout, parsed. A non-zero exit raises with stderr."""
+        argv = [java(), "-Xmx512m", *OPENS, f"-Duser.home={self.home}", "-Drocketmq.client.logLevel=WARN",
+                "-Dcom.rocketmq.sendMessageWithVIPChannel=false",
+                "-cp", classpath(JAR_SETS[self.version], self.build_dir), CLIENT_MAIN, command, *args]
+        text = "".join(f"{line}\n" for line in stdin)
+        for attempt in range(3):
+            done = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=timeout_s)
+            rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode == 0:
+                return rows
+            if rows or attempt == 2:
+                break
+            # a client that failed before it got anything (its first route request timed out on a
+            # loaded machine) is tried again; one that failed half way is a failure
+            time.sleep(2)
+        raise RocketMQError(f"RocketMQ {self.version} client `{command}` failed ({done.returncode}) after "
+                            f"{len(rows)} lines:\n{done.stderr[-4000:]}")
+
+
+def clients(version: str, build_root: Path | None = None) -> Clients:
+    """RocketClients compiled against the version's jars (once per source change) under
+    tests/jvm/out/<set>/ (git-ignored)."""
+    jar_set(JAR_SETS[version])    # JvmJarsMissing with its hint first
+    root = build_root or JVM_SOURCES / "out"
+    out = root / JAR_SETS[version]
+    source = JVM_SOURCES / f"{CLIENT_MAIN}.java"
+    stamp = out / f"{CLIENT_MAIN}.class"
+    if not stamp.exists() or stamp.stat().st_mtime < source.stat().st_mtime:
+        javac = shutil.which("javac") or str(Path(java()).with_name("javac"))
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".javac-"))
+        done = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", classpath(JAR_SETS[version]), str(source)],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RocketMQError(f"javac {source} against {JAR_SETS[version]} failed:\n{done.stderr[-4000:]}")
+        for cls in tmp.glob("*.class"):
+            os.replace(cls, out / cls.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Clients(version, out)

@@ -44,9 +44,12 @@ EXPECTED = {
     "pipeline": (
         ["batch10000.commitlog.sync.msgs_per_s", "batch10000.commitlog.async.batch_p99_ms",
          "batch10000.noop.msgs_per_s", "batch10000.parquet.msgs_per_s",
-         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib", "uniform.direct_share"],
+         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib", "uniform.direct_share",
+         # Kafka's own read rate on the same topic and broker
+         "batch10000.kafka_consumer.msgs_per_s", "batch10000.librdkafka.msgs_per_s"],
         ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet",
-         "batch10000.ratio.commitlog_sync_index_on_vs_off"]),
+         "batch10000.ratio.commitlog_sync_index_on_vs_off", "batch10000.ratio.noop_vs_kafka_consumer",
+         "batch10000.ratio.commitlog_sync_vs_kafka_consumer", "batch10000.ratio.commitlog_sync_vs_librdkafka"]),
     "index_lookup": (
         ["append.index_on.msgs_per_s", "append.index_off.msgs_per_s", "warm.by_key_ms", "cold.by_uniq_key_ms",
          "warm.absent_ms", "warm.read_at_offset_ms", "cli.get_key_ms"],

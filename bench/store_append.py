@@ -145,9 +145,9 @@ def rocketmq_peer(rep: common.Report, out: Path, tag: str, tables: list, first_t
 
     first_file = out / "first.bin"
     first_file.write_bytes(records.batch_bytes(records.encode(first_table)).tobytes())
-    setup = rocketmq_store.Setup(records=data, first=first_file, work=out / "rocketmq", segment_size=segment_size,
-                                 batch=batch, runs=runs, warmup=warmup)
     n = sum(t.num_rows for t in tables)
+    setup = rocketmq_store.Setup(records=data, messages=n, first=first_file, work=out / "rocketmq",
+                                 segment_size=segment_size, batch=batch, runs=runs, warmup=warmup)
     rocketmq_store.measure(rep, setup, tag, n, total, pa.concat_tables(tables), first_table)
     first_file.unlink(missing_ok=True)
 

@@ -320,14 +320,17 @@ def drop_tree_cache(root: str | os.PathLike[str]) -> None:
                 pass
 
 
-def compile_java(source: Path, out: Path) -> Path:
-    """Compile one of our Java peers with javac into ``out`` (under bench/out, gitignored);
-    returns the class path. Raises RuntimeError naming what is missing."""
+def compile_java(source: Path, out: Path, classpath: str | None = None, extra: Sequence[Path] = ()) -> Path:
+    """Compile one of our Java peers (``source`` and the ``extra`` sources beside it) with javac into
+    ``out`` (under bench/out, gitignored), against ``classpath`` if given; returns the class path.
+    Raises RuntimeError naming what is missing."""
     javac = shutil.which("javac")
     if not javac:
         raise RuntimeError("javac not found: the JVM peer needs a JDK 17 (the same one Spark uses)")
     out.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([javac, "-d", str(out), str(source)], capture_output=True, text=True, timeout=120)
+    cp = ["-cp", classpath] if classpath else []
+    done = subprocess.run([javac, "-d", str(out), *cp, str(source), *map(str, extra)], capture_output=True,
+                          text=True, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"javac {source} failed:\n{done.stderr}")
     return out

@@ -1,4 +1,4 @@
-"""What the Kafka and Spark benchmarks (pipeline.py, replay.py) share: the embedded broker,
+"""What the Kafka and Spark benchmarks (pipeline.py, replay.py) share: the embedded brokers,
 pre-filling topics, per-batch progress from Spark's listener, and sampling the driver's memory.
 """
 
@@ -30,6 +30,19 @@ def tansu(log_dir: Path) -> Iterator[Any]:
     from ingest.broker.tansu import start_tansu
 
     b = start_tansu(log_dir=log_dir)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@contextmanager
+def embedded_broker(kind: str, log_dir: Path) -> Iterator[Any]:
+    """One of our embedded brokers (``kafka``: Apache Kafka from its jars, on disk; ``tansu``: in
+    memory), stopped afterwards."""
+    from ingest.broker import start_embedded
+
+    b = start_embedded(kind, log_dir=log_dir)
     try:
         yield b
     finally:

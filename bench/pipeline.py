@@ -1,7 +1,8 @@
 """End to end: Kafka to CommitLog through `commitlog run`, against Spark's own sinks on the
 same source and the same topic.
 
-A topic of 100-byte records (2 partitions, the embedded Tansu broker) is pre-filled, then read
+A topic of 100-byte records (2 partitions, on ``--broker``: Apache Kafka from its jars when `make jvm`
+has resolved them, else the in-memory Tansu) is pre-filled, then read
 from the start with trigger available-now, for several maxOffsetsPerTrigger values; the topic holds
 at least 10 batches of each size (``messages`` records, or 10x the batch size when that is more), so
 that the first batch of a query (planning, a fresh store's first pages) is not a third of the
@@ -15,7 +16,10 @@ figure:
   source's ceiling);
 - ``spark_kafka.commitlog.sync`` / ``spark_kafka.noop``: the same through Spark's own Kafka source
   (``--source spark-kafka``, spark-sql-kafka from `make jvm`) instead of ours, the sources compared
-  in the same run (``ratio.*_ours_vs_spark_kafka``).
+  in the same run (``ratio.*_ours_vs_spark_kafka``);
+- ceilings: Apache Kafka's own consumer (KafkaConsumer, bench/jvm/KafkaReadCeiling.java) and librdkafka
+  reading the same topic on the same broker (bench/kafka_ceilings.py), and the fraction of each that
+  every Spark path keeps.
 Each batch size is measured in rounds: every kind runs once per round, in a rotating order, so a
 change in the shared machine's speed during the script falls on every kind alike; the full mode
 first runs one unrecorded round (JIT and Python worker warm-up). Figures per run: sustained msg/s
@@ -42,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import common_stream as cs  # noqa: E402
+import kafka_ceilings  # noqa: E402
 import workloads as wl  # noqa: E402
 
 MIB = 1 << 20
@@ -288,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload-messages", type=int, default=None,
                     help="records of each workload other than uniform (default: 200,000 or 10 of the largest "
                          "batch, if more; quick 10,000)")
+    ap.add_argument("--broker", choices=("kafka", "tansu"), default=None,
+                    help="the embedded broker: kafka (Apache Kafka, the default when `make jvm` resolved its jars) "
+                         "or tansu (in memory)")
+    ap.add_argument("--no-ceilings", action="store_true", help="leave out Kafka's own consumers (the read ceilings)")
     ap.add_argument("--png", default=None, help="also plot throughput and latency against batch size here")
     ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
     args = ap.parse_args(argv)
@@ -315,10 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     other_n = args.workload_messages or (10_000 if args.quick else max(200_000, min_batches * max(other_batches)))
     sizes = {batch: max(p["messages"], min_batches * batch) for batch in p["batches"]}
     rep = common.Report("pipeline", args)
-    rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]")
+    from ingest.broker import embedded_default
+
+    broker_kind = args.broker or embedded_default()
+    rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]",
+                      broker=broker_kind)
     out = Path(args.out) / "pipeline"
     with common.work_dir(out, args.keep):
-        with cs.tansu(out / "broker") as broker:
+        with cs.embedded_broker(broker_kind, out / "broker") as broker:
             for n in ([] if args.soak_only else sorted(set(sizes.values()))):
                 secs = cs.prefill_topic(broker.bootstrap_servers, topic_for(n), p["partitions"], n)
                 rep.log(f"pre-filled {topic_for(n)} with {n:,} records in {secs:.1f} s")
@@ -371,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                         for peer in ("noop", "parquet"):
                             rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",
                                       f"{tag}.{peer}.msgs_per_s")
+                    if not args.no_ceilings:   # Kafka's own consumers on the same topic, right after
+                        kafka_ceilings.measure(rep, broker.bootstrap_servers, topic_for(sizes[batch]), sizes[batch],
+                                               tag, runs, out / "ceilings")
                 for w in ([] if args.soak_only else others):
                     run_workload(args, rep, spark, events, broker.bootstrap_servers, w, other_n, other_batches,
                                  runs, p["partitions"])

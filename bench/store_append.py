@@ -1,5 +1,5 @@
 """How fast does the store append pre-encoded records, against the memory and disk ceilings
-and against RocketMQ's way of doing it on the JVM, on the same bytes?
+and against Apache RocketMQ's own store, on the same messages?
 
 Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable flush per batch):
 - ``py_append_encoded``: MessageStore.append_encoded of pre-encoded batches (+ flush per batch in SYNC),
@@ -8,8 +8,11 @@ Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable f
   append, on the store's index thread; timed until the index holds every batch);
 - ``py_append_table``: MessageStore.append_table (encode_batch, body CRCs included, + append);
 - ``py_append_commit`` (SYNC only): append_encoded + commit per batch, what the sink does;
-- ``jvm_batch`` / ``jvm_single``: bench/jvm/AppendPeer.java, RocketMQ's putMessages / putMessage
-  paths (CRC32 of each body, patching, MappedByteBuffer puts; force() per batch in SYNC);
+- ``rocketmq4_*`` / ``rocketmq5_*``: RocketMQ's DefaultMessageStore (rocketmq-store 4.9.7 and 5.3.3)
+  putting the same messages, index off and on (``_index``), in batches (``_batch``: asyncPutMessages,
+  one MessageExtBatch per queue per batch) and one by one (``_single``), its consume queues and
+  index built by its own dispatcher before the clock stops; each store reopened and checked
+  (bench/rocketmq_store.py);
 - ceilings: ``mmap_copy`` (bulk copy of the same bytes into a pre-touched mapping, memory speed)
   and ``write_fdatasync`` (write + fdatasync per batch, disk speed).
 Segments are pre-touched before timing; the data fits one segment, rolls are bench/roll.py's.
@@ -20,7 +23,6 @@ from __future__ import annotations
 import mmap
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import records  # noqa: E402
+import rocketmq_store  # noqa: E402
 
 MIB = 1 << 20
 # (body bytes, messages, batch records); the issue's 2,000,000 x 100 B in batches of 100,000, and
@@ -134,15 +137,21 @@ def run_write_fdatasync(path: Path, chunks: list[np.ndarray]) -> float:
     return elapsed
 
 
-def run_jvm(classpath: Path, data: Path, target: Path, size: int, batch: int, runs: int, warmup: int,
-            path: str, flush: str) -> list[float]:
-    heap = f"{(3 * data.stat().st_size + 512 * MIB) // MIB}m"   # the records and a working copy, with room
-    cmd = ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseParallelGC", "-cp", str(classpath), "AppendPeer",
-           str(data), str(target), str(size), str(batch), str(runs), str(warmup), path, flush, common.TOPIC]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"AppendPeer failed ({done.returncode}): {done.stderr[-2000:]}")
-    return [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("run ")]
+# --- the peer: RocketMQ's own store (bench/rocketmq_store.py) ----------------------------------
+def rocketmq_peer(rep: common.Report, out: Path, tag: str, tables: list, first_table: object, data: Path,
+                  total: int, batch: int, segment_size: int, runs: int, warmup: int) -> None:
+    """RocketMQ's DefaultMessageStore on the same records (``data``, after the warm-up records of
+    ``first_table``): both flush modes, index off and on, in batches and one by one; its figures and
+    the ratios ours / RocketMQ's."""
+    import pyarrow as pa
+
+    first_file = out / "first.bin"
+    first_file.write_bytes(records.batch_bytes(records.encode(first_table)).tobytes())
+    n = sum(t.num_rows for t in tables)
+    setup = rocketmq_store.Setup(records=data, messages=n, first=first_file, work=out / "rocketmq",
+                                 segment_size=segment_size, batch=batch, runs=runs, warmup=warmup)
+    rocketmq_store.measure(rep, setup, tag, n, total, pa.concat_tables(tables), first_table)
+    first_file.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / "store_append"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    classpath = common.compile_java(common.BENCH_DIR / "jvm" / "AppendPeer.java", out / "jvm")
     with common.work_dir(out, args.keep):
         for body, n, batch in cases:
             tag = f"body{body}"
@@ -166,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             tables = [records.message_table(min(batch, n - s), body, common.SEED, s) for s in range(0, n, batch)]
             batches = [records.encode(t) for t in tables]
             # the warm-up batch (before timing) creates the segment and every queue's directory
-            first = records.encode(records.message_table(records.QUEUES, body, common.SEED + 1))
+            first_table = records.message_table(records.QUEUES, body, common.SEED + 1)
+            first = records.encode(first_table)
             chunks = [np.ascontiguousarray(records.batch_bytes(b)) for b in batches]
             total = sum(len(c) for c in chunks)
             rep.params[f"{tag}.bytes"] = total
@@ -191,10 +200,6 @@ def main(argv: list[str] | None = None) -> int:
                     secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode),
                                          runs, warmup=warmup)
                     figure(f"{p}.py_append_{mode}", secs)
-                for path in ("batch", "single"):
-                    secs = run_jvm(classpath, data, target, size, batch, runs, warmup, path, flush)
-                    target.unlink(missing_ok=True)
-                    figure(f"{p}.jvm_{path}", secs)
                 pretouched_file(target, size)
                 if flush == "async":
                     secs = common.repeat(lambda: run_mmap_copy(target, chunks, size), runs, warmup=warmup)
@@ -209,14 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                     rep.ratio(f"{p}.ratio.py_commit_vs_write_fdatasync", f"{p}.py_append_commit.msgs_per_s",
                               f"{p}.write_fdatasync.msgs_per_s")
                 target.unlink(missing_ok=True)
-                rep.ratio(f"{p}.ratio.py_encoded_vs_jvm_batch", f"{p}.py_append_encoded.msgs_per_s",
-                          f"{p}.jvm_batch.msgs_per_s")
                 rep.ratio(f"{p}.ratio.index_on_vs_off", f"{p}.py_append_encoded_index.msgs_per_s",
                           f"{p}.py_append_encoded.msgs_per_s")
-                rep.ratio(f"{p}.ratio.py_encoded_vs_jvm_single", f"{p}.py_append_encoded.msgs_per_s",
-                          f"{p}.jvm_single.msgs_per_s")
-                rep.ratio(f"{p}.ratio.py_table_vs_jvm_batch", f"{p}.py_append_table.msgs_per_s",
-                          f"{p}.jvm_batch.msgs_per_s")
+            if not args.quick or body == cases[0][0]:   # --quick: a store's open and close take seconds
+                rocketmq_peer(rep, out, tag, tables, first_table, data, total, batch, segment_size, runs, warmup)
             data.unlink(missing_ok=True)
             del tables, batches, chunks
     rep.finish()

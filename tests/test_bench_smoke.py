@@ -19,11 +19,17 @@ BENCH = ROOT / "bench"
 EXPECTED = {
     "store_append": (
         ["async.body100.py_append_encoded.msgs_per_s", "async.body100.mmap_copy.msgs_per_s",
-         "async.body100.jvm_batch.msgs_per_s", "async.body100.jvm_single.msgs_per_s",
          "sync.body100.py_append_encoded.msgs_per_s", "sync.body100.py_append_commit.msgs_per_s",
-         "sync.body100.write_fdatasync.msgs_per_s", "async.body16384.py_append_table.mb_per_s"],
+         "sync.body100.write_fdatasync.msgs_per_s", "async.body16384.py_append_table.mb_per_s",
+         # RocketMQ's own store, both releases, index off and on, in batches and one by one
+         "async.body100.rocketmq4_batch.msgs_per_s", "async.body100.rocketmq4_single.msgs_per_s",
+         "sync.body100.rocketmq4_batch_index.msgs_per_s", "async.body100.rocketmq5_batch.msgs_per_s",
+         "sync.body100.rocketmq5_single_index.msgs_per_s", "sync.body100.rocketmq5_batch_index.put_msgs_per_s"],
         ["async.body100.ratio.py_encoded_vs_mmap_copy", "sync.body100.ratio.py_encoded_vs_write_fdatasync",
-         "async.body100.ratio.py_encoded_vs_jvm_batch", "sync.body1024.ratio.py_table_vs_jvm_batch"]),
+         "async.body100.ratio.py_encoded_vs_rocketmq4_batch", "sync.body100.ratio.py_encoded_vs_rocketmq5_batch",
+         "async.body100.ratio.py_encoded_index_vs_rocketmq4_batch_index",
+         "sync.body100.ratio.py_encoded_index_vs_rocketmq5_batch_index", "sync.body100.ratio.py_table_vs_rocketmq4_batch",
+         "async.body100.ratio.py_encoded_vs_rocketmq5_single", "sync.body100.ratio.rocketmq4_batch_index_on_vs_off"]),
     "roll": (
         ["prealloc.roll.p99_ms", "prealloc.inside.p99_ms", "no_prealloc.roll.max_ms", "prealloc.msgs_per_s"],
         ["prealloc.ratio.roll_p99_vs_inside_p99", "no_prealloc.ratio.roll_p99_vs_inside_p99",
@@ -38,10 +44,13 @@ EXPECTED = {
     "pipeline": (
         ["batch10000.commitlog.sync.msgs_per_s", "batch10000.commitlog.async.batch_p99_ms",
          "batch10000.noop.msgs_per_s", "batch10000.parquet.msgs_per_s",
-         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib", "uniform.direct_share"],
+         "batch10000.commitlog.sync.driver_python_rss_peak_mib", "driver_python_vmhwm_mib", "uniform.direct_share",
+         # Kafka's own read rate on the same topic and broker
+         "batch10000.kafka_consumer.msgs_per_s", "batch10000.librdkafka.msgs_per_s"],
         ["batch10000.ratio.commitlog_sync_vs_noop", "batch10000.ratio.commitlog_sync_vs_parquet",
          "batch10000.ratio.commitlog_sync_index_on_vs_off", "batch10000.ratio.commitlog_sync_ours_vs_spark_kafka",
-         "batch10000.ratio.noop_ours_vs_spark_kafka"]),
+         "batch10000.ratio.noop_ours_vs_spark_kafka", "batch10000.ratio.noop_vs_kafka_consumer",
+         "batch10000.ratio.commitlog_sync_vs_kafka_consumer", "batch10000.ratio.commitlog_sync_vs_librdkafka"]),
     "index_lookup": (
         ["append.index_on.msgs_per_s", "append.index_off.msgs_per_s", "warm.by_key_ms", "cold.by_uniq_key_ms",
          "warm.absent_ms", "warm.read_at_offset_ms", "cli.get_key_ms"],

@@ -32,7 +32,7 @@ prometheus:
 	@.ci/install-prometheus.sh
 
 test: $(STAMP) jvm prometheus
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit

@@ -196,8 +196,11 @@ class MessageStore(StoreOpening, RecordReads):
             started = time.perf_counter()
             try:
                 idx.settle()
-            except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say: nothing flushed
-                raise self._dispatch_failed(e, "building the index") from e
+            except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say
+                # nothing was flushed: the store refuses writes but can still close cleanly
+                self._failure = self._failure or e
+                raise FlushError(f"building the index of {self.root} failed: {e}; what was appended since the "
+                                 f"last commit point is not committed, the store refuses writes until reopened") from e
             self._index_seconds += time.perf_counter() - started
         try:
             self._cq.flush()

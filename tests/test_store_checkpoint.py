@@ -66,6 +66,7 @@ def test_index_msg_timestamp_covers_every_index_item_even_before_the_commit(tmp_
         for batch in range(4):          # 30 keys a batch: the files roll over
             store.append([Message("T", b"x", properties=f"UNIQ_KEY\x01U{batch}-{i}\x02KEYS\x01k{i}\x02")
                           for i in range(15)])
+            store.settle_index()        # the keys go in behind the append; the checkpoint was raised first
             on_disk = read_checkpoint(tmp_path / "checkpoint")
             assert on_disk is not None and on_disk.index_msg_timestamp >= index_end() > 0
             if batch % 2:

@@ -40,6 +40,7 @@
 #define KEYS_PAIR_WORD 0x15359454Bull       /* "KEYS\1" */
 
 #define HEADER_SIZE 40
+#define HEADER_INDEX_COUNT 36 /* beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset (8 each), hashSlotCount (4), indexCount (4) */
 #define SLOT_SIZE 4
 #define ITEM_SIZE 20
 #define MOST_KEYS 16386     /* of one record: UNIQ_KEY and a KEYS token per 2 of 32,767 bytes */
@@ -402,7 +403,7 @@ done:
 
 /* --- the IndexFile ------------------------------------------------------------------------ */
 typedef struct {
-    uint8_t *slots, *items;
+    uint8_t *header, *slots, *items;
     uint32_t slot_num;
     uint64_t mod_m; /* UINT64_MAX / slot_num + 1: a % slot_num without a division (Lemire et al.) */
     int64_t index_num;
@@ -437,6 +438,11 @@ static int put_key(Index *ix, uint8_t *slot, uint32_t key_hash, int64_t phy, int
     memcpy(item + 4, &ph, 8);
     memcpy(item + 12, &t, 4);
     memcpy(item + 16, &pv, 4);
+    /* the header's indexCount counts the item before the slot points at it: a writer killed in
+     * between leaves no slot past the count (RocketMQ's broker reads such a slot as empty and
+     * loses the chain's older keys); the caller writes the rest of the header after the batch */
+    const uint32_t counted = __builtin_bswap32((uint32_t)(ix->index_count + 1));
+    memcpy(ix->header + HEADER_INDEX_COUNT, &counted, 4);
     memcpy(slot, &n, 4);
     if (ix->index_count <= 1) {
         ix->begin_phy = phy;
@@ -457,7 +463,8 @@ static int open_index(Index *ix, Py_buffer *file, long long slot_num, long long 
         PyErr_SetString(PyExc_ValueError, "the index file does not match the geometry given");
         return 0;
     }
-    ix->slots = (uint8_t *)file->buf + HEADER_SIZE;
+    ix->header = (uint8_t *)file->buf;
+    ix->slots = ix->header + HEADER_SIZE;
     ix->items = ix->slots + SLOT_SIZE * slot_num;
     ix->slot_num = (uint32_t)slot_num;
     ix->mod_m = UINT64_MAX / (uint64_t)slot_num + 1;

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -198,3 +199,21 @@ def test_a_replay_of_bad_files_writes_every_good_row_once_and_every_bad_one_as_a
     assert (again.records, again.dead_letters, again.unplaced, again.unplaced_held) == (0, 0, 0, 5)
     assert "offsets: 16 = 16 already held + 0 messages + 0 dead letters" in "\n".join(again.lines())
     assert len(read_dead_letters(cfg.store)) == len(letters)
+
+
+@pytest.mark.unit
+def test_the_first_row_of_each_position_is_kept_in_file_order_whatever_order_the_groups_come_in() -> None:
+    from ingest.replay.export_rows import first_of_each_position
+
+    # many chunks and positions: pyarrow's group_by may hand its groups back in any order
+    n, chunks = 50_000, 8
+    parts = []
+    for c in range(chunks):
+        offsets = np.random.default_rng(c).permutation(n)
+        parts.append(pa.table({"topic": [TOPIC] * n, "partition": pa.array(offsets % 3, pa.int32()),
+                               "offset": pa.array(offsets, pa.int64()),
+                               "value": pa.array([b"%d" % c] * n)}))
+    kept, repeated = first_of_each_position(pa.concat_tables(parts))
+    assert repeated == n * (chunks - 1)
+    assert kept.column("value").to_pylist() == [b"0"] * n                # each position's first row
+    assert kept.column("offset").to_pylist() == parts[0].column("offset").to_pylist()   # in file order

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -135,7 +136,8 @@ def first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
     first = indexed.group_by(["topic", "partition", "offset"]).aggregate([("i", "min")]).column("i_min")
     if len(first) == table.num_rows:
         return table, 0
-    return table.take(pc.sort_indices(first)), table.num_rows - len(first)
+    # the groups come in whatever order group_by's threads finish: the rows kept, in file order
+    return table.take(np.sort(first.to_numpy())), table.num_rows - len(first)
 
 
 # ---------------------------------------------------------------------------------------- jsonl

@@ -41,7 +41,7 @@ demo: $(STAMP) jvm
 	$(PY) -m ingest.demo
 
 bench-quick: $(STAMP) jvm
-	for b in store_append roll recovery verify pipeline replay replay_files codecs index_lookup readback cluster; do $(PY) bench/$$b.py --quick || exit 1; done
+	for b in store_append roll recovery verify pipeline replay replay_files codecs index_lookup readback cluster brokers spool costs; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint

@@ -105,7 +105,7 @@ class TimedEncoder:
             return self.inner.from_records(records, rng)
 
 
-def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, spool_dir: Path) -> tuple[dict[str, float], list]:
+def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any) -> tuple[dict[str, float], list]:
     """The read tasks' phases over the whole topic; returns (CPU seconds by phase, spool rows in order)."""
     from ingest.config import JobConfig
     from ingest.encode.message_source import EncodedBatches
@@ -127,17 +127,17 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, spool_dir: P
         with phases.timing("task"):
             for batch in read_range(KafkaOffsetRange(topic, p, 0, per), params, maker, True, 60_000):
                 with phases.timing("hand_over"):
-                    rows.append(spool.write(batch, str(spool_dir)))
+                    rows.append(spool.write(batch, target))
     secs = dict(phases.secs)
     secs["fetch"] = secs.pop("task")
     return secs, rows
 
 
-def driver(rows: list, root: Path, flush: str, batch: int) -> dict[str, float]:
+def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> dict[str, float]:
     """The writer's phases over the spooled batches, cut into micro-batches of about ``batch`` records."""
     import pyarrow as pa
 
-    from sink import CommitLogWriter, spool
+    from sink import CommitLogWriter
     from sink.batch import prepare
     from sink.packed import PACKED_SCHEMA
     from store import StoreConfig
@@ -160,8 +160,11 @@ def driver(rows: list, root: Path, flush: str, batch: int) -> dict[str, float]:
         before = thread_cpu()
         for i, group in enumerate(groups, 1):
             with phases.timing("collect"):
-                table = prepare(spool.resolve(pa.Table.from_batches(group, PACKED_SCHEMA)),
-                                writer.state.kafka_offsets)
+                table = spooled.resolve(pa.Table.from_batches(group, PACKED_SCHEMA))
+            with phases.timing("check"):     # the spool files' HMACs and records (sink.spool.Spool.check)
+                table = spooled.check(table)
+            with phases.timing("collect"):
+                table = prepare(table, writer.state.kafka_offsets)
             with phases.timing("write_batch"):
                 writer.write_batch(i, "costs", table)
         writer.store.settle_index()
@@ -178,7 +181,9 @@ def driver(rows: list, root: Path, flush: str, batch: int) -> dict[str, float]:
 def _records_in(row: Any) -> int:
     import pyarrow as pa
 
-    path = row.column(1)[0].as_py()
+    from sink.packed import SPOOL
+
+    path = row.column(SPOOL)[0].as_py()
     with pa.memory_map(path, "r") as f:
         return pa.ipc.open_stream(f).read_all().num_rows
 
@@ -187,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.parser(__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="uniform,mixed", help="comma-separated: uniform, mixed")
     args = ap.parse_args(argv)
+    from sink.spool import Spool
+
     p = QUICK if args.quick else FULL
     rep = common.Report("costs", args)
     rep.params = dict(p, runs=1, clock="thread CPU time")
@@ -200,10 +207,13 @@ def main(argv: list[str] | None = None) -> int:
             per_m = 1e6 / n
             for flush in ("async", "sync"):
                 spool_dir = out / f"spool-{name}-{flush}"
-                spool_dir.mkdir()
-                tasks, rows = read_tasks(broker.bootstrap_servers, topic, p["partitions"], n, spool_dir)
-                with common.scratch(args, f"costs/store-{name}-{flush}") as root:
-                    writer = driver(rows, root, flush, p["batch"])
+                spooled = Spool.given(str(spool_dir), f"costs-{name}-{flush}")
+                try:
+                    tasks, rows = read_tasks(broker.bootstrap_servers, topic, p["partitions"], n, spooled.target)
+                    with common.scratch(args, f"costs/store-{name}-{flush}") as root:
+                        writer = driver(rows, root, flush, p["batch"], spooled)
+                finally:
+                    spooled.close()
                 shutil.rmtree(spool_dir, ignore_errors=True)
                 tag = f"{name}.{flush}"
                 for phase, secs in sorted(tasks.items()):
@@ -212,13 +222,16 @@ def main(argv: list[str] | None = None) -> int:
                     rep.add(f"{tag}.driver.{phase}.cpu_s_per_m", [secs * per_m], "s")
                 task_total = sum(tasks.values()) * per_m
                 driver_total = sum(writer.values()) * per_m
-                busiest = max(writer["append"] + writer["collect"] + writer["flush"] + writer["commit"]
+                busiest = max(writer["append"] + writer["collect"] + writer["check"] + writer["flush"] + writer["commit"]
                               + writer["write_batch_other"], writer["index"], writer["copy_helper"]) * per_m
                 rep.add(f"{tag}.read_task.total.cpu_s_per_m", [task_total], "s")
                 rep.add(f"{tag}.driver.total.cpu_s_per_m", [driver_total], "s")
                 rep.add(f"{tag}.store_saturates_msgs_per_s", [1e6 / driver_total], "msg/s")
                 rep.add(f"{tag}.store_ceiling_msgs_per_s", [1e6 / busiest], "msg/s")
                 rep.add(f"{tag}.executor_cores_per_driver_core", [task_total / driver_total], "cores")
+                # one driver core's whole load against its busiest thread alone: how far threads help
+                rep.ratio(f"{tag}.ratio.saturates_vs_ceiling", f"{tag}.store_saturates_msgs_per_s",
+                          f"{tag}.store_ceiling_msgs_per_s")
     rep.finish()
     return 0
 

@@ -71,6 +71,10 @@ EXPECTED = {
          "body100.spark.parquet.msg_per_s"],
         ["body1024.ratio.arrow_vs_verify_scan", "body1024.ratio.arrow_crc_vs_unchecked",
          "body100.ratio.spark_crc_vs_unchecked", "body100.ratio.spark_commitlog_vs_parquet"]),
+    "costs": (
+        ["uniform.sync.read_task.decode+encode.cpu_s_per_m", "uniform.sync.driver.index.cpu_s_per_m",
+         "uniform.sync.store_saturates_msgs_per_s", "mixed.async.executor_cores_per_driver_core"],
+        ["uniform.sync.ratio.saturates_vs_ceiling"]),
     "brokers": (
         ["tansu.start_s", "kafka.start_s", "kafka.restart_s"],
         ["ratio.kafka_vs_tansu_start"]),

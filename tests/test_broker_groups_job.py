@@ -2,7 +2,8 @@
 one of them killed with SIGKILL mid-stream and started again, while a producer keeps writing. At the
 end the two stores together hold every record exactly once, each partition in its group's store as
 queue p div 2, and each store's topics.json gives its own queue count; ``replay`` splits the same way.
-(Serving both stores with two RocketMQ brokers under one NameServer is the RocketMQ launcher's test.)"""
+Then RocketMQ's own brokers, broker-a and broker-b under one NameServer, each on one group's store,
+serve the whole topic to one RocketMQ consumer."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from ingest.config import JobConfig
 from ingest.replay.command import ReplayOptions, replay
 from store.topics import known_queue_counts
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
+from tests.rocketmq import RocketBroker, clients
 from tests.test_job_crash import Producer, wait_for_line
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
@@ -99,7 +102,8 @@ def caught_up(store: Path, sent: list[Sent], group: int) -> bool:
 
 
 @pytest.mark.timeout(1500)
-def test_two_groups_hold_the_topic_exactly_once_through_a_sigkill(bootstrap_servers: str, tmp_path: Path) -> None:
+def test_two_groups_hold_the_topic_exactly_once_through_a_sigkill(bootstrap_servers: str, tmp_path: Path,
+                                                                 rocketmq_nameservers: object) -> None:
     topic = unique_topic("groups")
     create_topics(bootstrap_servers, [topic], partitions=PARTITIONS)
     producer = SpreadProducer(bootstrap_servers, topic)
@@ -150,6 +154,19 @@ def test_two_groups_hold_the_topic_exactly_once_through_a_sigkill(bootstrap_serv
         meta = json.loads((stores[g] / "commitpoint.json").read_text())["metadata"]["sink"]
         assert meta["brokerGroup"] == f"{g}/{GROUPS}"
     assert_groups_hold_everything_once(stores, producer.sent)
+
+    # RocketMQ's brokers on the two stores, one NameServer: one consumer gets the whole topic, once
+    ns = rocketmq_nameservers.get("4")  # type: ignore[attr-defined]
+    with RocketBroker.start(stores[0], ns, "4", name="broker-a"), \
+            RocketBroker.start(stores[1], ns, "4", name="broker-b"):
+        rows = clients("4").run("pull", ns.address, "groups-pull", topic)
+    ends = [r for r in rows if "status" in r]
+    assert len(ends) == PARTITIONS, ends                       # 4 queues on each broker
+    assert all(r["status"] == "NO_NEW_MSG" and r["next"] == r["max"] for r in ends), ends
+    got = Counter((r["properties"]["KAFKA_TOPIC"], int(r["properties"]["KAFKA_PARTITION"]),
+                   int(r["properties"]["KAFKA_OFFSET"])) for r in rows if "via" in r)
+    assert set(got.values()) == {1}, [k for k, n in got.items() if n > 1][:5]
+    assert set(got) == {(s.topic, s.partition, s.offset) for s in producer.sent}
 
     # a store goes on only as the group that wrote it: one line, exit 2, before Spark starts
     wrong_cmd = group_command(bootstrap_servers, topic, tmp_path, 0)

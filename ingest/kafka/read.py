@@ -64,8 +64,11 @@ class KafkaColumns:
 
 
 def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: BatchMaker,
-               fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``rng`` as ``make`` makes them (KafkaColumns: the source's columns)."""
+               fail_on_data_loss: bool, poll_timeout_ms: int, wait_for_broker_ms: int = 60_000
+               ) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` as ``make`` makes them (KafkaColumns: the source's columns).
+    A broker that cannot be reached when the task starts (restarting, say) is waited for up to
+    ``wait_for_broker_ms`` (kafka.default.api.timeout.ms) before the task fails."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError, OffsetOutOfRangeError
 
@@ -76,11 +79,17 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
         params.setdefault(key, value)
     params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                   allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
-    try:
-        consumer = KafkaConsumer(**params)
-    except KafkaError as exc:
-        raise KafkaSourceError(f"task for {rng.topic}-{rng.partition}: cannot connect to "
-                               f"{params.get('bootstrap_servers')}: {exc}") from exc
+    deadline = time.monotonic() + wait_for_broker_ms / 1000
+    while True:
+        try:
+            consumer = KafkaConsumer(**params)
+            break
+        except KafkaError as exc:
+            if not unreachable(exc) or time.monotonic() >= deadline:
+                raise KafkaSourceError(f"task for {rng.topic}-{rng.partition}: cannot connect to "
+                                       f"{params.get('bootstrap_servers')} (waited {wait_for_broker_ms} ms, "
+                                       f"kafka.default.api.timeout.ms): {exc}") from exc
+            time.sleep(1.0)
     part = TopicPartition(rng.topic, rng.partition)
     try:
         budget = kafka_fetch.FetchBudget(rng.until_offset, int(params["max_partition_fetch_bytes"]))
@@ -121,6 +130,21 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
                     "(kafkaConsumer.pollTimeoutMs); is the broker reachable and the partition led?")
     finally:
         consumer.close(autocommit=False)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """A Kafka error that says no broker answered (connection refused or lost, timed out), as
+    opposed to one a broker answered with."""
+    from kafka.errors import (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError,
+                              RequestTimedOutError)
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError,
+                             RequestTimedOutError, ConnectionError)):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, fail: bool) -> int:

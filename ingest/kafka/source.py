@@ -51,7 +51,7 @@ from ingest.kafka.options import (
     OffsetSpec,
     parse_options,
 )
-from ingest.kafka.read import BatchMaker, KafkaColumns, read_range
+from ingest.kafka.read import BatchMaker, KafkaColumns, read_range, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class _RangeReading:
             # PySpark hands a batch read that planned no range one InputPartition(None): nothing to read
             return iter(())
         return read_range(partition, self.options.client_params, self.batch_maker(),
-                          self.options.fail_on_data_loss, self.options.poll_timeout_ms)
+                          self.options.fail_on_data_loss, self.options.poll_timeout_ms, self.options.api_timeout_ms)
 
     def batch_maker(self) -> BatchMaker:
         """What the task makes of the records: the source's columns."""
@@ -247,7 +247,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             except (KafkaError, KafkaSourceError) as exc:
                 r.close()
                 now = time.monotonic()
-                if _unreachable(exc):
+                if unreachable(exc):
                     if unreachable_since is None:
                         unreachable_since = now
                         log.warning("Kafka at %s cannot be reached (%s): waiting up to %d s for it",
@@ -322,20 +322,6 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """A Kafka error that says no broker answered (connection refused or lost, timed out), as
-    opposed to one a broker answered with."""
-    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
-
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError,
-                             ConnectionError)):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 def _lost(message: str, fail: bool) -> None:

@@ -135,13 +135,12 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
 def unreachable(exc: BaseException) -> bool:
     """A Kafka error that says no broker answered (connection refused or lost, timed out), as
     opposed to one a broker answered with."""
-    from kafka.errors import (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError,
-                              RequestTimedOutError)
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError,
-                             RequestTimedOutError, ConnectionError)):
+        if isinstance(seen, (KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError,
+                             ConnectionError)):
             return True
         seen = seen.__cause__
     return False

@@ -35,6 +35,9 @@ READ_TUNING: dict[str, Any] = {
     "fetch_max_bytes": 64 * 1024 * 1024,
     "fetch_max_wait_ms": 100,
     "receive_buffer_bytes": 4 * 1024 * 1024,
+    # Java's reconnect.backoff.max.ms: a broker back from a restart is tried again within a second
+    # (kafka-python's 30 s would keep a waiting task idle long after it is up)
+    "reconnect_backoff_max_ms": 1000,
 }
 
 SHORT_LOG_GRACE_S = 3.0  # a high watermark below the plan for this long is not a leader-change blip
@@ -82,7 +85,9 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
     deadline = time.monotonic() + wait_for_broker_ms / 1000
     while True:
         try:
-            consumer = KafkaConsumer(**params)
+            # each attempt bootstraps for what is left of the wait (kafka-python's own default is 30 s)
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            consumer = KafkaConsumer(**{"bootstrap_timeout_ms": max(1000, min(left_ms, 30_000)), **params})
             break
         except KafkaError as exc:
             if not unreachable(exc) or time.monotonic() >= deadline:

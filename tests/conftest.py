@@ -66,3 +66,15 @@ def rocketmq_nameservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator["
     servers = NameServers(tmp_path_factory.mktemp("rocketmq-namesrv"))
     yield servers
     servers.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs two xdist workers (--dist loadgroup): a test that uses a module-scoped
+    fixture (a broker of its own, a store written once for the module) stays on one worker with the
+    rest of its module, so that fixture runs once; every other test goes where a worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -38,7 +38,7 @@ MIB = 1 << 20
 # (body bytes, messages, batch records); the 2,000,000 x 100 B in batches of 100,000, and
 # the big bodies at a similar byte volume (2,000,000 x 16 KiB would be 32 GiB).
 FULL_CASES = [(100, 2_000_000, 100_000), (1024, 500_000, 50_000), (16384, 30_000, 3_000)]
-QUICK_CASES = [(100, 200_000, 100_000), (1024, 20_000, 10_000), (16384, 2_000, 1_000)]
+QUICK_CASES = [(100, 50_000, 25_000), (1024, 20_000, 10_000), (16384, 2_000, 1_000)]
 FULL_SEGMENT = 1024 * MIB
 QUICK_SEGMENT = 64 * MIB
 

@@ -222,6 +222,9 @@ public final class RocketStorePeer {
             c.setStorePathCommitLog(new File(dir, "commitlog").getPath());
             c.setMappedFileSizeCommitLog(segment);
             c.setFlushDiskType(flush.equals("sync") ? FlushDiskType.SYNC_FLUSH : FlushDiskType.ASYNC_FLUSH);
+            // a put waits for its flush as long as ours does: the 5 s default answers FLUSH_DISK_TIMEOUT
+            // (the message stored, the wait given up) on a busy disk, which is not a refusal to measure
+            c.setSyncFlushTimeout(120_000);
             c.setMessageIndexEnable(index);
             c.setWarmMapedFileEnable(true);
             c.setMaxMessageSize(maxMessageSize);

@@ -37,8 +37,9 @@ from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.log.dispatch import DispatchService
 from store.reader import RecordReads
 from store.store_open import StoreOpening, now_ms
+from store.store_state import StoreState
 from store.topics import TopicsPublisher
-from store.usage import OpenReport, StoreUsage, measure, open_report
+from store.usage import OpenReport
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class AppendResult:
     store_timestamp: int            # STORETIMESTAMP written into every record of the batch
 
 
-class MessageStore(StoreOpening, RecordReads):
+class MessageStore(StoreOpening, StoreState, RecordReads):
     """One writer per store (lock file). Use :meth:`open`; thread-safe for appends/commits."""
 
     def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
@@ -286,69 +287,6 @@ class MessageStore(StoreOpening, RecordReads):
                                  f"the store refuses writes until reopened") from e
             self._last_commit = cp
             return cp
-
-    # --- state ---------------------------------------------------------------------------------
-    def _read_limit(self) -> int:
-        return self._log.max_offset
-
-    @property
-    def last_commit(self) -> CommitPoint:
-        return self._last_commit
-
-    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
-        with self._put_lock:
-            return dict(self._log.queue_offsets)
-
-    @property
-    def max_offset(self) -> int:
-        return self._log.max_offset
-
-    @property
-    def flushed_offset(self) -> int:
-        return self._log.flushed_offset
-
-    @property
-    def committed_offset(self) -> int:
-        return self._last_commit.offset
-
-    @property
-    def read_only(self) -> bool:
-        return self._failure is not None or self._flusher.failed
-
-    @property
-    def can_close_cleanly(self) -> bool:
-        """No flush has failed: what was committed is durable, and what an append left after the
-        commit point is cut by the next open's normal recovery."""
-        return self._flush_failure is None and not self._flusher.failed
-
-    @property
-    def commit_log(self) -> CommitLog:
-        """The commit log (RocketMQ's getCommitLog()): its segment queue and its record writer."""
-        return self._log
-
-    @property
-    def index_seconds(self) -> float:
-        """Time the writer spent on index/ since the open: handing batches to the index thread, waiting
-        for it before a commit point, and flushing the index (part of append and flush)."""
-        return self._index_seconds
-
-    @property
-    def open_report(self) -> OpenReport:
-        """What recovery found when this writer opened the store."""
-        return self._open_report
-
-    def usage(self) -> StoreUsage:
-        """Size and position now, for monitoring; safe to call from another thread (store.usage)."""
-        if self._closed:
-            raise StoreError(f"store {self.root} is closed")
-        cp = self._last_commit
-        return measure(self.root, cp.offset, self.min_offset, cp.timestamp, len(self._segments.snapshot()),
-                       self._index.service if self._index is not None else None)
-
-    @property
-    def flush_count(self) -> int:
-        """msync rounds the flush service has run (group commit shares one among waiting commits)."""
-        return self._flusher.flush_count
 
     # --- closing -------------------------------------------------------------------------------
     def abandon(self) -> None:

@@ -25,7 +25,7 @@ ALLOWED = {
     "store.tools": {"store"},
     "store": {"store.format", "store.queue", "store.log", "store.index", "store.errors", "store.config",
               "store.retention", "store.message_store", "store.reader", "store.reader_arrow", "store.topics",
-              "store.usage", "store.space", "store.store_open", "store!"},
+              "store.usage", "store.space", "store.store_open", "store.store_state", "store!"},
     "sink": {"sink", "store!"},
     "ingest.kafka": {"ingest.kafka"},
     "ingest": {"ingest", "sink", "store!", "store.format", "store.tools!"},

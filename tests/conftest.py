@@ -68,6 +68,7 @@ def rocketmq_nameservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator["
     servers.stop()
 
 
+@pytest.hookimpl(tryfirst=True)     # before xdist reads the groups from the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs two xdist workers (--dist loadgroup): a test that uses a module-scoped
     fixture (a broker of its own, a store written once for the module) stays on one worker with the

@@ -67,15 +67,3 @@ def rocketmq_nameservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator["
     yield servers
     servers.stop()
 
-
-@pytest.hookimpl(tryfirst=True)     # before xdist reads the groups from the marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make test` runs two xdist workers (--dist loadgroup): a test that uses a module-scoped
-    fixture (a broker of its own, a store written once for the module) stays on one worker with the
-    rest of its module, so that fixture runs once; every other test goes where a worker is free."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        if any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -22,7 +22,8 @@ import yaml
 
 from ingest.cli import build_parser
 
-pytestmark = pytest.mark.integration
+# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_deploy")]
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

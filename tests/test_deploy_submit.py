@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from spark_cluster import SparkCluster, daemon_env, standalone_cluster
 
-pytestmark = pytest.mark.integration
+# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_deploy_submit")]
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "deploy" / "spark-submit.sh"

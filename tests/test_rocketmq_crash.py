@@ -33,7 +33,8 @@ from store.log.checkpoint import read_checkpoint
 from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
 from tests.rocketmq import RocketBroker, clients
 
-pytestmark = [pytest.mark.crash, pytest.mark.integration]
+# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
+pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.xdist_group("test_rocketmq_crash")]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["4", "5"]

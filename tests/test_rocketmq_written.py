@@ -24,7 +24,8 @@ import pytest
 from store.topics import merge_topics
 from tests.rocketmq import RocketBroker, clients
 
-pytestmark = pytest.mark.integration
+# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_rocketmq_written")]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["4", "5"]

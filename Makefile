@@ -32,7 +32,7 @@ prometheus:
 	@.ci/install-prometheus.sh
 
 test: $(STAMP) jvm prometheus
-	$(PY) -m pytest -q --durations=30 -n 2 --dist loadgroup
+	$(PY) -m pytest -q --durations=30 -n 2 --dist loadfile
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit

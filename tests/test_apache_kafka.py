@@ -30,8 +30,7 @@ from tests.test_job_crash import Producer, crash_and_check
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_apache_kafka")]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,7 @@ import yaml
 
 from ingest.cli import build_parser
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_deploy")]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 from spark_cluster import SparkCluster, daemon_env, standalone_cluster
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_deploy_submit")]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "deploy" / "spark-submit.sh"

@@ -21,8 +21,7 @@ from tests.kafka_helpers import create_topics, store_by_coordinates, unique_topi
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_librdkafka")]
+pytestmark = pytest.mark.integration
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PARTITIONS = 2

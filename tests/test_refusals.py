@@ -18,8 +18,7 @@ from store.log.lock import StoreLock
 from tests.kafka_helpers import create_topics, unique_topic
 from tests.small_fs import small_filesystem
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_refusals")]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,7 @@ from store.format import EMPTY_VALUE_BODY
 from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
 from tests.rocketmq import BROKER_PORTS, Clients, RocketBroker, clients, free_port_block
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_rocketmq_broker")]
+pytestmark = pytest.mark.integration
 
 VERSIONS = ["4", "5"]
 RECORDS = 2400

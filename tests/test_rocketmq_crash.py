@@ -33,8 +33,7 @@ from store.log.checkpoint import read_checkpoint
 from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
 from tests.rocketmq import RocketBroker, clients
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.xdist_group("test_rocketmq_crash")]
+pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["4", "5"]

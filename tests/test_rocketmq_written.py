@@ -24,8 +24,7 @@ import pytest
 from store.topics import merge_topics
 from tests.rocketmq import RocketBroker, clients
 
-# its tests share a module fixture (a broker or store of their own): one xdist worker runs them all
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_rocketmq_written")]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["4", "5"]

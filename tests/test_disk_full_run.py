@@ -43,8 +43,11 @@ def test_run_on_a_disk_that_fills_up_says_so_in_one_line_and_the_next_run_resume
         first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
         out = first.stdout + first.stderr
         assert first.returncode == 2, f"exit {first.returncode}\n{out[-5000:]}"
-        errors = [ln for ln in out.splitlines() if "error" in ln.lower() or "No space left" in ln]
-        assert len(errors) == 1 and errors[0].startswith("commitlog run: error: "), out[-5000:]
+        said = [ln for ln in out.splitlines() if "error" in ln.lower() or "No space left" in ln]
+        # the job's one line to the user, and the sink's one log record of the batch it did not commit
+        errors = [ln for ln in said if ln.startswith("commitlog run: error: ")]
+        logged = [ln for ln in said if " ERROR commitlog.batch: batch " in ln and "not committed" in ln]
+        assert len(errors) == 1 and len(logged) == 1 and len(said) == 2, out[-5000:]
         assert "No space left on device" in errors[0] and "cannot reserve" in errors[0], errors
         assert "Traceback" not in out and "\tat " not in out and "Exception" not in out, out[-5000:]
         assert "closed cleanly" in out and not (store / "abort").exists(), out[-3000:]

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from ingest.encode.mapping import uniq_key
 from store.index.file import IndexFile
 from store.log.checkpoint import read_checkpoint
 from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
-from tests.rocketmq import RocketBroker, clients
+from tests.rocketmq import NameServers, RocketBroker, clients
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
@@ -41,6 +42,16 @@ CRASHES = ["after-append:4", "after-commit:4"]
 RECORDS, PER_BATCH = 3000, 400
 SEGMENT = 256 * 1024
 HASH_SLOTS, INDEX_ITEMS = 1000, 2500          # small files: the crash finds several, the last one part full
+
+
+@pytest.fixture(scope="module")
+def rocketmq_nameservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NameServers]:
+    """A NameServer of this module's own (in place of the session's): its brokers are opened on
+    crashed stores, and other modules' brokers of the same name, gone by now, must not be in its
+    routes."""
+    servers = NameServers(tmp_path_factory.mktemp("rocketmq-namesrv-crash"))
+    yield servers
+    servers.stop()
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,9 @@ def test_the_pieces_of_a_file_hold_each_of_its_lines_once_numbered_as_in_the_fil
     first = 1
     for a, b in zip(edges, edges[1:] or [len(data)]):
         with open(path, "rb") as f:
-            from ingest.replay.export_rows import _lines
+            from ingest.replay.jsonl_lines import piece_lines
 
-            got = list(_lines(f, a, b))
+            got = list(piece_lines(f, a, b))
         numbered += [(first + i, line) for i, line in enumerate(got)]
         first += len(got)
     with open(path, "rb") as f:

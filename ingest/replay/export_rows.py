@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.encode.prepare import PROBLEM
+from ingest.replay.jsonl_lines import ExportFileError, check_not_parquet, piece_lines
 from ingest.replay.plan import FILE_FORMATS, ReplayError
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -46,10 +47,6 @@ ROWS_SCHEMA = pa.schema([
 ])
 REQUIRED = ("key", "value", "topic", "partition", "offset", "timestamp")
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
-
-
-class ExportFileError(ReplayError):
-    """A file of ``--from-files`` that cannot be read at all; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,6 @@ class _Bad(Exception):
     """Internal: this row's reason (the caller adds where it is)."""
 
 
-PARQUET_MAGIC = b"PAR1"       # a Parquet file's first (and last) four bytes
 
 
 def export_files(directory: str | os.PathLike[str], fmt: str) -> list[Path]:
@@ -153,7 +149,7 @@ def _read_jsonl(path: Path, start: int = 0, stop: int | None = None, first_line:
     try:
         with open(path, "rb") as f:
             check_not_parquet(f, path)
-            for line in _lines(f, start, stop):
+            for line in piece_lines(f, start, stop):
                 number += 1
                 if not line.strip():
                     continue
@@ -188,30 +184,6 @@ def _read_jsonl(path: Path, start: int = 0, stop: int | None = None, first_line:
     except OSError as exc:
         raise ExportFileError(f"--from-files: cannot read {path}: {exc.strerror or exc}") from None
     return pa.Table.from_pylist(rows, schema=ROWS_SCHEMA), unplaced, number - first_line + 1
-
-
-def check_not_parquet(f: Any, path: Path) -> None:
-    """Refuse a Parquet file given as JSON lines (its bytes would all be dead letters); leaves ``f``
-    at its start."""
-    f.seek(0)
-    if f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
-        raise ExportFileError(f"--from-files: {path} is a Parquet file (it starts with "
-                              f"{PARQUET_MAGIC.decode()}), not JSON lines: give --format parquet")
-    f.seek(0)
-
-
-def _lines(f: Any, start: int, stop: int | None) -> Iterator[bytes]:
-    """The lines whose first byte is in [start, stop) of the open file ``f``."""
-    if start > 0:
-        f.seek(start - 1)
-        f.readline()            # the rest of the line that byte start - 1 is in: an earlier piece's
-    pos = f.tell()
-    while stop is None or pos < stop:
-        line = f.readline()
-        if not line:
-            return
-        pos += len(line)
-        yield line
 
 
 def _short(exc: Exception) -> str:

@@ -28,13 +28,13 @@ from ingest.replay.export_rows import (
     ExportFileError,
     Unplaced,
     _read_jsonl,
-    check_not_parquet,
     export_files,
     first_of_each_position,
     parquet_file,
     read_row_group,
 )
 from ingest.replay.fast_rows import jsonl_rows
+from ingest.replay.jsonl_lines import check_not_parquet, seek_piece_start
 from ingest.replay.plan import TopicPartitionKey
 
 PIECE_BYTES = 32 << 20      # a jsonl piece: a task's worth (Spark's default is 128 MiB for many cores)
@@ -145,13 +145,10 @@ def read_piece(piece: FilePiece) -> tuple[pa.Table, list[Unplaced], int]:
 
 
 def _piece_data(path: Path, start: int, stop: int) -> bytes:
-    """The bytes of the lines that begin in [start, stop) (ingest.replay.export_rows._lines)."""
+    """The bytes of the lines that begin in [start, stop), in one read (piece_lines' rule)."""
     try:
         with open(path, "rb") as f:
-            if start > 0:
-                f.seek(start - 1)
-                f.readline()
-            at = f.tell()
+            at = seek_piece_start(f, start)
             data = f.read(stop - at) if stop > at else b""
             if data and not data.endswith(b"\n"):
                 data += f.readline()

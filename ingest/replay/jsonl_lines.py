@@ -1,0 +1,46 @@
+"""Where the lines of a piece of a JSON-lines file lie (a piece is a byte range, as Spark splits a
+text file: a line belongs to the piece its first byte is in), and the refusal of a Parquet file
+given as JSON lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ingest.replay.plan import ReplayError
+
+PARQUET_MAGIC = b"PAR1"       # a Parquet file's first (and last) four bytes
+
+
+class ExportFileError(ReplayError):
+    """A file of ``--from-files`` that cannot be read at all; the message names it."""
+
+
+def check_not_parquet(f: Any, path: Path) -> None:
+    """Refuse a Parquet file given as JSON lines (its bytes would all be dead letters); leaves ``f``
+    at its start."""
+    f.seek(0)
+    if f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+        raise ExportFileError(f"--from-files: {path} is a Parquet file (it starts with "
+                              f"{PARQUET_MAGIC.decode()}), not JSON lines: give --format parquet")
+    f.seek(0)
+
+
+def seek_piece_start(f: Any, start: int) -> int:
+    """Move ``f`` to the first line whose first byte is at or after ``start``; returns where that is."""
+    if start > 0:
+        f.seek(start - 1)
+        f.readline()            # the rest of the line that byte start - 1 is in: an earlier piece's
+    return f.tell()
+
+
+def piece_lines(f: Any, start: int, stop: int | None) -> Iterator[bytes]:
+    """The lines whose first byte is in [start, stop) of the open file ``f``."""
+    pos = seek_piece_start(f, start)
+    while stop is None or pos < stop:
+        line = f.readline()
+        if not line:
+            return
+        pos += len(line)
+        yield line

@@ -19,7 +19,8 @@ from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinat
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-KILLS = 20
+# Every crash point of the protocol once (every other run), and as many SIGKILLs at random moments.
+KILLS = 2 * 5
 # A steady ~120 records/s: always new data for the next batch (a crash point waits for one), and a
 # backlog the final run catches up with even on a loaded machine.
 PRODUCE_BATCH, PRODUCE_PAUSE_S = 60, 0.5

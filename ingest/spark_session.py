@@ -29,8 +29,10 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
     }
     conf.update(extra_conf or {})
     if master:
-        # under spark-submit the submitter's --jars stand (deploy/spark-submit.sh passes the same)
+        # under spark-submit the submitter's --jars and JVM options stand (deploy/spark-submit.sh
+        # passes the same jars)
         conf.update(connector_jars(conf.get("spark.jars", "")))
+        conf.update(archive_options(conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
     # SparkContext puts in a SIGINT handler of its own (cancel every job, raise KeyboardInterrupt:
@@ -56,6 +58,17 @@ def connector_jars(jars: str) -> dict[str, str]:
         return {}
     listed = [j for j in jars.split(",") if j]
     return {"spark.jars": ",".join(listed + [str(j) for j in jar_set("spark-kafka") if str(j) not in listed])}
+
+
+def archive_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """The driver JVM maps the class archive ``make jvm`` made (ingest.spark_archive), unless the
+    caller set the driver's JVM options itself."""
+    from ingest.spark_archive import driver_java_options
+
+    if "spark.driver.extraJavaOptions" in conf:
+        return {}
+    options = driver_java_options()
+    return {"spark.driver.extraJavaOptions": options} if options else {}
 
 
 def _start_jvm_in_its_own_session(master: str, app_name: str, conf: Mapping[str, str]) -> None:

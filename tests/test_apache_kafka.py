@@ -1,17 +1,16 @@
 """Against Apache Kafka itself (KRaft, one node, from the jars `make jvm` resolves): what Tansu cannot
 show. Aborted transactions and the last stable offset, a compacted topic's holes, offsets deleted by
-retention while the job is stopped, partitions and topics that appear while it runs, the broker
-restarted under it, and the job killed under live production.
+retention while the job is stopped, partitions and topics that appear while it runs. (The broker
+restarted under the job and the job killed under live production: tests/test_apache_kafka_lifecycle.py.)
 
-The module starts an Apache Kafka of its own (the session's broker may be another one): it is
-restarted by one test and configured here and there by others."""
+The module starts an Apache Kafka of its own (the session's broker may be another one): topics here
+are configured for compaction and retention."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,14 +18,23 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+from kafka.admin import NewPartitions
 
-from ingest.broker import Broker, start_kafka
+from ingest.broker import Broker
 from ingest.config import JobConfig
 from ingest.job import run_stream
+from tests.apache_kafka_helpers import (
+    alter_topic,
+    job_command,
+    job_config,
+    module_kafka,
+    new_topic,
+    readable,
+    stored,
+    wait_until,
+)
 from tests.kafka_helpers import Sent, produce, store_by_coordinates, unique_topic
 from tests.test_job import assert_exactly_once, assert_queues_contiguous_in_partition_order
-from tests.test_job_crash import Producer, crash_and_check
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
@@ -35,80 +43,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    broker = start_kafka(data_dir=tmp_path_factory.mktemp("apache-kafka"))
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-def new_topic(bootstrap: str, prefix: str, partitions: int, **config: str) -> str:
-    topic = unique_topic(prefix)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
-                                      topic_configs={k.replace("_", "."): v for k, v in config.items()})])
-    finally:
-        admin.close()
-    return topic
-
-
-def alter_topic(bootstrap: str, topic: str, **config: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
-                                            configs={k.replace("_", "."): v for k, v in config.items()})])
-    finally:
-        admin.close()
-
-
-def readable(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> set[tuple[str, int, int]]:
-    """The (topic, partition, offset) of every record a plain consumer reads from the start to the end."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning()
-    ends = consumer.end_offsets(tps)
-    out: set[tuple[str, int, int]] = set()
-    deadline = time.monotonic() + 60
-    while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-        for tp, records in consumer.poll(timeout_ms=500).items():
-            out.update((topic, tp.partition, r.offset) for r in records if r.offset < ends[tp])
-    consumer.close()
-    return out
-
-
-def job_config(bootstrap: str, topics: list[str] | None, tmp: Path, **overrides: object) -> JobConfig:
-    cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=",".join(topics) if topics else None,
-                    store=str(tmp / "store"), checkpoint=str(tmp / "checkpoint"), segment_size=1 << 20,
-                    consume_queue_units=1000, max_offsets_per_trigger=2000, master=None, flush="sync",
-                    trigger="300ms")
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    cfg.validate()
-    return cfg
-
-
-def job_command(bootstrap: str, tmp: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", bootstrap,
-            "--store", str(tmp / "store"), "--checkpoint", str(tmp / "checkpoint"), "--segment-size", "1m",
-            "--consume-queue-units", "1000", "--master", "local[1]", "--shuffle-partitions", "1",
-            "--flush", "sync", *args]
-
-
-def stored(store: Path) -> set[tuple[str, int, int]]:
-    if not (store / "checkpoint").exists():
-        return set()
-    return set(store_by_coordinates(str(store)))
-
-
-def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval_s)
-    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    yield from module_kafka(tmp_path_factory)
 
 
 class TransactionalProducer:
@@ -368,41 +303,3 @@ def test_a_subscribe_pattern_picks_up_a_topic_created_later(kafka: Broker, spark
     finally:
         job.finish()
     assert_exactly_once(str(tmp_path / "store"), first + later)
-
-
-def test_the_job_waits_for_a_restarted_broker_and_resumes_exactly_once(kafka: Broker, tmp_path: Path) -> None:
-    bootstrap = kafka.bootstrap_servers
-    topic = new_topic(bootstrap, "restart", 4)
-    producer = Producer(bootstrap, topic, outages=True)
-    producer.start()
-    log = tmp_path / "run.log"
-    with open(log, "wb") as out:
-        job = subprocess.Popen(job_command(bootstrap, tmp_path, "--subscribe", topic, "--trigger", "300ms"),
-                               stdout=out, stderr=out, start_new_session=True)
-    try:
-        wait_until(lambda: len(stored(tmp_path / "store")) > 200, 900, "batches to flow")
-        kafka.restart()
-        before = len(producer.sent)
-        wait_until(lambda: len(producer.sent) > before + 300, 120, "the producer to go on after the restart")
-        producer.stop_event.set()
-        producer.join(timeout=120)
-        assert producer.error is None, producer.error
-        # what Kafka holds (a batch sent again after the restart may be there twice, as two records)
-        expected = readable(bootstrap, topic, 4)
-        wait_until(lambda: stored(tmp_path / "store") >= expected, 240, "every record after the restart")
-        assert job.poll() is None, f"the job exited: {log.read_text()[-3000:]}"
-    finally:
-        producer.stop_event.set()
-        job.send_signal(signal.SIGTERM)
-        code = job.wait(timeout=120)
-    text = log.read_text()
-    assert code == 0, text[-3000:]
-    assert "Traceback" not in text and "Exception" not in text, text[-3000:]
-    found = store_by_coordinates(str(tmp_path / "store"))
-    assert set(found) == expected and all(len(v) == 1 for v in found.values())
-
-
-@pytest.mark.crash
-@pytest.mark.timeout(1200)
-def test_sigkill_under_live_production_three_times_loses_and_duplicates_nothing(kafka: Broker, tmp_path: Path) -> None:
-    crash_and_check(kafka.bootstrap_servers, tmp_path, kills=3, source="kafka-python")

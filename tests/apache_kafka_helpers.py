@@ -1,0 +1,97 @@
+"""Apache Kafka itself for the tests that need what Tansu cannot show (tests/test_apache_kafka.py,
+tests/test_apache_kafka_lifecycle.py): a module's own broker, topics with configs, what a plain
+consumer reads, the job's command line, what the store holds."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+from ingest.broker import Broker, start_kafka
+from ingest.config import JobConfig
+from tests.kafka_helpers import store_by_coordinates, unique_topic
+
+
+def module_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A module's own Apache Kafka (the session's broker may be another one); wrap it in a
+    module-scoped fixture."""
+    broker = start_kafka(data_dir=tmp_path_factory.mktemp("apache-kafka"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+def new_topic(bootstrap: str, prefix: str, partitions: int, **config: str) -> str:
+    topic = unique_topic(prefix)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                      topic_configs={k.replace("_", "."): v for k, v in config.items()})])
+    finally:
+        admin.close()
+    return topic
+
+
+def alter_topic(bootstrap: str, topic: str, **config: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={k.replace("_", "."): v for k, v in config.items()})])
+    finally:
+        admin.close()
+
+
+def readable(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> set[tuple[str, int, int]]:
+    """The (topic, partition, offset) of every record a plain consumer reads from the start to the end."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    ends = consumer.end_offsets(tps)
+    out: set[tuple[str, int, int]] = set()
+    deadline = time.monotonic() + 60
+    while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=500).items():
+            out.update((topic, tp.partition, r.offset) for r in records if r.offset < ends[tp])
+    consumer.close()
+    return out
+
+
+def job_config(bootstrap: str, topics: list[str] | None, tmp: Path, **overrides: object) -> JobConfig:
+    cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=",".join(topics) if topics else None,
+                    store=str(tmp / "store"), checkpoint=str(tmp / "checkpoint"), segment_size=1 << 20,
+                    consume_queue_units=1000, max_offsets_per_trigger=2000, master=None, flush="sync",
+                    trigger="300ms")
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    cfg.validate()
+    return cfg
+
+
+def job_command(bootstrap: str, tmp: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", bootstrap,
+            "--store", str(tmp / "store"), "--checkpoint", str(tmp / "checkpoint"), "--segment-size", "1m",
+            "--consume-queue-units", "1000", "--master", "local[1]", "--shuffle-partitions", "1",
+            "--flush", "sync", *args]
+
+
+def stored(store: Path) -> set[tuple[str, int, int]]:
+    if not (store / "checkpoint").exists():
+        return set()
+    return set(store_by_coordinates(str(store)))
+
+
+def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval_s)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+

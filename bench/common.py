@@ -100,6 +100,8 @@ class Report:
     params: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     load_at_start: list[float] = field(default_factory=lambda: [round(x, 2) for x in os.getloadavg()])
+    # the code measured is the code at the start: a long run may end after later commits
+    revision: str = field(default_factory=lambda: git_revision())
 
     def add(self, name: str, values: Sequence[float] | float, unit: str) -> Stat:
         vals = [float(v) for v in (values if isinstance(values, Sequence) else [values])]
@@ -132,7 +134,7 @@ class Report:
             "date": _dt.datetime.fromtimestamp(self.started, _dt.timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.time() - self.started, 1),
             "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name] + sys.argv),
-            "git": git_revision(),
+            "git": self.revision,
             "machine": machine(self.args.out),
             # Other people's jobs share these 2 cores: a load above 2 means the figures are low.
             "loadavg_start": self.load_at_start,

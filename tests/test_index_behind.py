@@ -70,6 +70,35 @@ def test_keys_appended_after_the_commit_point_are_gone_after_a_crash(tmp_path: P
         assert s2.messages_by_key("T", "k29") and not s2.messages_by_key("T", "k30")
 
 
+def test_keys_of_a_batch_cut_short_by_a_crash_are_gone_though_the_header_does_not_show_them(
+        tmp_path: Path) -> None:
+    # The index pass counts each item in the header as it puts it and writes the header's other
+    # fields (endPhyOffset, endTimestamp) once the batch is in: a kill in between leaves counted
+    # items past the commit point that the header's end does not show.
+    root = tmp_path / "s"
+    config = StoreConfig(segment_size=SEG)
+    s = MessageStore.open(root, config)
+    s.append_encoded(batch(0, 30))
+    point = s.commit()
+    path = next((root / "index").iterdir())
+    before = path.read_bytes()[:36]
+    s.append_encoded(batch(30, 30))
+    s.settle_index()
+    with open(path, "r+b") as f:          # the batch's items counted, the rest of the header not yet written
+        f.write(before)
+    s.abandon()
+    with MessageStore.open(root, config) as s2:
+        assert s2.messages_by_key("T", "k29") and not s2.messages_by_key("T", "k30")
+        f = IndexService(root / "index", config.index, read_only=True)
+        try:
+            (only,) = f.files
+            header, phy = only.read_header(), only.items()["phy_offset"].copy()
+            assert len(phy) == 30 * 3 and (phy < point.offset).all()
+            assert header.end_phy_offset == int(phy.max())
+        finally:
+            f.close()
+
+
 def test_a_failure_behind_the_append_makes_the_store_refuse_writes_until_reopened(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "s"

@@ -52,6 +52,7 @@ from ingest.kafka.options import (
     parse_options,
 )
 from ingest.kafka.read import BatchMaker, KafkaColumns, read_range, unreachable
+from ingest.stream_runner import leave_if_spark_hung_up
 
 log = logging.getLogger(__name__)
 
@@ -322,6 +323,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        leave_if_spark_hung_up()
 
 
 def _lost(message: str, fail: bool) -> None:

@@ -58,6 +58,7 @@ from pyspark.sql.types import (
 )
 
 from ingest.readback import SHORT_NAME
+from ingest.stream_runner import leave_if_spark_hung_up
 from store import CorruptRecordError, StoreError, StoreReader
 from store.format.record_batch import DEFAULT_BATCH_SIZE, READBACK_SCHEMA, RecordFilter
 
@@ -229,6 +230,9 @@ class CommitLogStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the store keeps no reader state."""
+
+    def stop(self) -> None:
+        leave_if_spark_hung_up()
 
 
 def _push(p: _Pushed, f: Filter) -> bool:

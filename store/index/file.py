@@ -196,6 +196,14 @@ class IndexFile:
         ends_group[:-1] = sorted_slots[1:] != sorted_slots[:-1]
         self._slots[sorted_slots[ends_group]] = numbers[order][ends_group]
 
+    @property
+    def last_phy_offset(self) -> int:
+        """The offset of the last item the header counts (-1: none). After a crash it can be past
+        the header's endPhyOffset: a batch's items are counted as they are put, the header's other
+        fields written once the batch is in."""
+        n = self.header.index_count
+        return int(self._items["phy_offset"][n - 1]) if n > 1 else -1
+
     def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int]) -> int:
         """Keep only the items of records below ``end_offset`` (after a crash, what the commit point
         does not cover goes); ``timestamp_of`` gives a kept record's store timestamp for the header.
@@ -203,10 +211,13 @@ class IndexFile:
         n = self.header.index_count
         phy = self._items["phy_offset"][1:n].astype(np.int64)
         keep = int(np.searchsorted(phy, end_offset, side="left"))
-        if keep == n - 1:
+        if keep == n - 1 and (not keep or self.header.end_phy_offset == int(phy[-1])):
             return keep
         self.header.index_count = keep + 1
         if keep:
+            if self.header.begin_timestamp == 0:        # a file begun by the batch the crash cut short
+                self.header.begin_phy_offset = int(phy[0])
+                self.header.begin_timestamp = timestamp_of(int(phy[0]))
             self.header.end_phy_offset = int(phy[keep - 1])
             self.header.end_timestamp = timestamp_of(int(phy[keep - 1]))
         self.repair()

@@ -1,5 +1,5 @@
 """A class-data-sharing archive for the driver JVM: the classes a local Spark driver loads at start,
-parsed and verified once (``make jvm``) and mapped by every later start, as the JDK's own archive
+parsed and verified once (``make spark-archive``) and mapped by every later start, as the JDK's own archive
 does for its core classes. A job's start then spends less CPU loading Spark's classes, which is most
 of what a fresh driver does before its first batch.
 
@@ -8,43 +8,40 @@ both; a JVM that still finds it does not fit maps nothing and starts as it would
 log lines are switched off: a job's output is ours). Under spark-submit (``master=None``) the
 submitter's JVM options stand and no archive is used.
 
-    python -m ingest.spark_archive          # make it (make jvm does)
+    python -m ingest.spark_archive          # make it (make spark-archive does)
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from ingest.jvm import lib_dir
+from ingest.jvm import JvmJarsMissing, java, lib_dir
 
 ARCHIVE_DIR = "spark-cds"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def _java() -> str | None:
-    """The java PySpark's launcher runs: $JAVA_HOME's, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home, "bin", "java").resolve())
-    found = shutil.which("java")
-    return str(Path(found).resolve()) if found else None
+    """The java PySpark's launcher runs (ingest.jvm.java: $JAVA_HOME's, else the one on PATH)."""
+    try:
+        return str(Path(java()).resolve())
+    except JvmJarsMissing:
+        return None
 
 
 def archive_path() -> Path | None:
     """Where the archive for this java and this pyspark lies (whether or not it exists); None
     without a java."""
-    java = _java()
-    if java is None:
+    runtime = _java()
+    if runtime is None:
         return None
     import pyspark
 
-    tag = hashlib.sha256(f"{java}\0{pyspark.__version__}\0{Path(pyspark.__file__).parent}".encode()).hexdigest()[:16]
+    tag = hashlib.sha256(f"{runtime}\0{pyspark.__version__}\0{Path(pyspark.__file__).parent}".encode()).hexdigest()[:16]
     return lib_dir() / ARCHIVE_DIR / f"driver-{pyspark.__version__}-{tag}.jsa"
 
 

@@ -61,7 +61,7 @@ def connector_jars(jars: str) -> dict[str, str]:
 
 
 def archive_options(conf: Mapping[str, str]) -> dict[str, str]:
-    """The driver JVM maps the class archive ``make jvm`` made (ingest.spark_archive), unless the
+    """The driver JVM maps the class archive ``make spark-archive`` made (ingest.spark_archive), unless the
     caller set the driver's JVM options itself."""
     from ingest.spark_archive import driver_java_options
 

@@ -74,8 +74,6 @@ class _Bad(Exception):
     """Internal: this row's reason (the caller adds where it is)."""
 
 
-
-
 def export_files(directory: str | os.PathLike[str], fmt: str) -> list[Path]:
     """The data files of an export, as Spark lists them (hidden and ``_`` files, e.g. _SUCCESS and
     .crc, left out)."""

@@ -197,12 +197,12 @@ class IndexFile:
         self._slots[sorted_slots[ends_group]] = numbers[order][ends_group]
 
     @property
-    def last_phy_offset(self) -> int:
-        """The offset of the last item the header counts (-1: none). After a crash it can be past
-        the header's endPhyOffset: a batch's items are counted as they are put, the header's other
-        fields written once the batch is in."""
+    def covered_end(self) -> int:
+        """The offset of the last item the header counts, or the header's endPhyOffset in a file with
+        none. After a crash it can be past the header's endPhyOffset: a batch's items are counted as
+        they are put, the header's other fields written once the batch is in."""
         n = self.header.index_count
-        return int(self._items["phy_offset"][n - 1]) if n > 1 else -1
+        return int(self._items["phy_offset"][n - 1]) if n > 1 else self.header.end_phy_offset
 
     def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int]) -> int:
         """Keep only the items of records below ``end_offset`` (after a crash, what the commit point

@@ -163,8 +163,7 @@ class IndexService:
         point does not cover. What it covers is durable: the index is flushed before every commit.
         A file ends at its last counted item: a writer killed inside a batch has counted items the
         header's endPhyOffset does not show yet."""
-        while self.files and max(self.files[-1].header.end_phy_offset,
-                                 self.files[-1].last_phy_offset) >= committed_end:
+        while self.files and self.files[-1].covered_end >= committed_end:
             last = self.files[-1]
             if last.header.index_count > 1 and last.truncate_before(committed_end, timestamp_of):
                 log.info("index file %s: items past the commit point (%d) dropped", last.path.name, committed_end)

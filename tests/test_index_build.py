@@ -118,6 +118,14 @@ def test_many_records_cross_the_chunks_of_the_c_pass():
     assert len(keys) > (1 << 15)
 
 
+def test_records_with_thousands_of_keys_grow_the_c_pass_outputs():
+    """Far more keys than two a record: the outputs, sized for two, grow as the keys come."""
+    msgs = [Message("T", b"", properties=f"UNIQ_KEY\x01U{i}\x02KEYS\x01" + " ".join(f"k{j}" for j in range(4_000)))
+            for i in range(8)]
+    keys = both_ways(msgs)
+    assert len(keys) == 8 * 4_001
+
+
 _text = st.lists(st.sampled_from(list("ab \x01\x02Ué#") + ["KEYS", "UNIQ_KEY", "KEYS\x01", "UNIQ_KEY\x01",
                                                             "\U0001F600", "\u6771", "abcdefghij"]),
                  max_size=8).map("".join)

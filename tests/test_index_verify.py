@@ -125,6 +125,46 @@ def test_a_key_no_item_holds_is_reported_at_its_message(tmp_path: Path) -> None:
     assert "commitlog reindex" in missing[0]["detail"]
 
 
+def item_at(index_file: Path, i: int) -> tuple[int, int]:
+    """(keyHash, phyOffset) of item ``i`` (0-based) of a small-index file."""
+    data = index_file.read_bytes()[HEADER + SLOT_TABLE + 20 * i:][:12]
+    return int.from_bytes(data[:4], "big"), int.from_bytes(data[4:12], "big")
+
+
+def test_an_item_with_another_hash_is_reported_and_its_key_as_missing(tmp_path: Path) -> None:
+    """One item's keyHash changed in place: the item no longer matches a key of its message, and
+    that message's key is held by no item: both are named at the message."""
+    small_index_store(tmp_path / "s")
+    index_file = next((tmp_path / "s" / "index").iterdir())
+    key_hash, phy = item_at(index_file, 30)
+    data = bytearray(index_file.read_bytes())
+    at = HEADER + SLOT_TABLE + 20 * 30
+    data[at:at + 4] = ((key_hash + 1) % (1 << 31)).to_bytes(4, "big")
+    index_file.write_bytes(bytes(data))
+    rc, report = verify(tmp_path / "s")
+    found = {(p["kind"], p["offset"]) for p in report["problems"]}
+    assert rc == 1 and {("indexKey", phy), ("indexKeyMissing", phy)} <= found, report["problems"]
+
+
+def test_items_out_of_order_still_match_their_messages_keys(tmp_path: Path) -> None:
+    """Two items of different messages swapped: the files' order and chains are damaged, but every
+    item still points at a message with its key and every key still has its item."""
+    small_index_store(tmp_path / "s")
+    index_file = next((tmp_path / "s" / "index").iterdir())
+    i = next(i for i in range(40, 77) if item_at(index_file, i)[1] != item_at(index_file, i + 1)[1])
+    data = bytearray(index_file.read_bytes())
+    a = HEADER + SLOT_TABLE + 20 * i
+    data[a:a + 40] = data[a + 20:a + 40] + data[a:a + 20]
+    index_file.write_bytes(bytes(data))
+    rc, report = verify(tmp_path / "s")
+    assert rc == 1 and report["index_items_checked"] == 78, report["problems"]
+    assert not kinds(report) & {"indexKey", "indexKeyMissing", "indexTime"}, report["problems"]
+    # the one indexItem problem is the order (an item below the one before it), not a lost record
+    assert [p["detail"] for p in report["problems"] if p["kind"] == "indexItem"] == \
+        [f"{index_file.name}: item {i + 1}: phyOffset {item_at(index_file, i + 1)[1]} is below item {i}'s "
+         f"{item_at(index_file, i)[1]}"], report["problems"]
+
+
 def test_an_index_said_to_be_on_but_missing_is_reported(tmp_path: Path) -> None:
     offsets = small_index_store(tmp_path / "s")
     shutil.rmtree(tmp_path / "s" / "index")

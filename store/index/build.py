@@ -35,7 +35,6 @@ except ImportError:  # built without a C compiler: the numpy passes
     _index_build = None
 
 RECORD_LEFT = 2             # IndexFile.put_records: the C pass left a record to decoded_keys
-CHUNK_KEYS = 1 << 15        # keys found per C call: its outputs stay in the CPU cache
 _BODY_LENGTH_POS = POS_BORNHOST + 8 + 8 + 8 + 4 + 8   # after BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUME, PREPARED
 _MOST_KEYS = 16386          # keys of one record at most: UNIQ_KEY and a token per 2 of 32,767 bytes
 
@@ -77,16 +76,23 @@ def record_keys(arr: np.ndarray, starts: np.ndarray, base: int = 0, *, use_c: bo
 
 def _c_keys(arr: np.ndarray, starts: np.ndarray, base: int) -> RecordKeys:
     assert _index_build is not None
-    parts: list[tuple[np.ndarray, ...]] = []
-    first, n = 0, len(starts)
-    cap = max(_MOST_KEYS, min(CHUNK_KEYS, 2 * n + 2))
+    first, n, done = 0, len(starts), 0
+    out = _key_arrays(2 * n + _MOST_KEYS)       # two keys a record is the usual; grown if not
     while first < n:
-        out = (np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64), np.empty(cap, np.int64))
-        count, first = _index_build.find_keys(arr, starts, first, base, *out)
-        parts.append(tuple(o[:count] for o in out))
-    keys = RecordKeys(*(np.concatenate(col) if len(parts) > 1 else col[0] for col in zip(*parts)))
+        if len(out[1]) - done < _MOST_KEYS:
+            grown = _key_arrays(2 * len(out[1]))
+            for old, new in zip(out, grown):
+                new[:done] = old[:done]
+            out = grown
+        count, first = _index_build.find_keys(arr, starts, first, base, *(o[done:] for o in out))
+        done += count
+    keys = RecordKeys(*(o[:done] for o in out))
     left = np.flatnonzero(keys.key_hash < 0)
     return _with_decoded(arr, starts, keys, left) if len(left) else keys
+
+
+def _key_arrays(cap: int) -> tuple[np.ndarray, ...]:
+    return np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int64), np.empty(cap, np.int64)
 
 
 def _with_decoded(arr: np.ndarray, starts: np.ndarray, keys: RecordKeys, left: np.ndarray) -> RecordKeys:

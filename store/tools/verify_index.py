@@ -4,8 +4,8 @@ against the committed message record it points at (one of its keys has the item'
 timeDiff is that record's store time), and, when config/messageIndex.json says the index covers
 the store, every key of every committed message against the items (RocketMQ's own index, with no
 such file, may lag behind its commit log, so it is not held to it). A store whose messageIndex.json
-says the index is on but has no index/ is missing it. Found per segment with the append's key
-finder, not record by record."""
+says the index is on but has no index/ is missing it. Keys found per segment with the append's C
+key finder, not record by record."""
 
 from __future__ import annotations
 
@@ -14,16 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.errors import IndexFileError
-from store.format.constants import (
-    BORNHOST_V6_FLAG,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    MIN_RECORD_LENGTH,
-    POS_STORETIMESTAMP_V4,
-)
-from store.format.fields import RecordFields, be_ints, record_fields
+from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
+from store.format.fields import be_ints
 from store.format.walk import walk
-from store.index.batch_keys import BatchKeys, batch_keys
+from store.index.build import record_keys
 from store.index.check import order_faults, settled, structure_faults, time_diffs
 from store.index.lookup import open_index
 from store.index.service import IndexService
@@ -32,7 +26,7 @@ from store.log.source import SegmentFile, Source, mapped
 from store.tools.queues import Problem
 
 MAX_REPORTED = 20          # bad items reported one by one per kind; the rest are counted
-_PAIR = 1 << 32            # (record, key hash) pairs as one int64: record * _PAIR + hash
+_PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PAIR + hash
 
 
 @dataclass
@@ -124,30 +118,71 @@ def _file_items(service: IndexService, low: int, limit: int, out: _Problems) -> 
 def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, items: _Items, in_seg: np.ndarray,
                    covers_all: bool, out: _Problems) -> np.ndarray:
     """The items pointing into ``seg`` against the records there; with ``covers_all``, every key of
-    the records in [0, end) against the items: the offsets of the keys no item holds."""
+    the records in [0, end) against the items: the offsets of the keys no item holds. Each record's
+    keys are found once, by the append's C key finder (store.index.build), with its STORETIMESTAMP."""
     base = seg.base_offset
     phy, key_hash = items.phy[in_seg], items.key_hash[in_seg]
-    starts, owner = np.unique(phy - base, return_inverse=True)
-    ok = _record_starts(arr, starts, base)
+    starts, owner = _distinct(phy - base)
+    walked = _walked_messages(arr, mv, end) if covers_all and end > 0 else np.zeros(0, np.int64)
+    on_walk = np.ones(len(starts), dtype=bool) if np.array_equal(starts, walked) else _lookup(starts, walked)[0]
+    ok = on_walk.copy()
+    ok[~on_walk] = _record_starts(arr, starts[~on_walk], base)    # past a break the walk stopped at
     for r in np.flatnonzero(~ok).tolist():
         out.add("indexItem", int(starts[r] + base), "an index item points here, but no message record starts here")
-    good = starts[ok]
-    fields = record_fields(arr, good, be_ints(arr, good, 4))
-    keys = batch_keys(arr, fields)
-    row_of = np.full(len(starts), -1, dtype=np.int64)
-    row_of[ok] = np.arange(len(good))
-    # an item is right when its record has a key with its hash: compare (record, hash) pairs, by
-    # sorting and searching (numpy's hashing unique/isin cost several times more on millions)
-    rows = row_of[owner]
-    found = _among(rows * _PAIR + (key_hash & 0xFFFFFFFF),
-                   np.sort(keys.record.astype(np.int64) * _PAIR + (keys.key_hash.astype(np.int64) & 0xFFFFFFFF)))
-    for i in np.flatnonzero((rows >= 0) & ~found).tolist():
+    off_walk = starts[ok & ~on_walk]
+    records = np.concatenate([walked, off_walk]) if len(off_walk) else walked if covers_all else starts[ok]
+    keys = record_keys(arr, records, base)
+    # (offset, hash) pairs, the keys' and the items': both come nearly in order (records in offset
+    # order, items in append order), which the stable sort (a merge sort) runs through quickly
+    key_pairs = _pairs(keys.phy_offset, keys.key_hash)
+    order = np.argsort(key_pairs, kind="stable")
+    key_pairs = key_pairs[order]
+    key_ts = keys.store_timestamp[order]
+    item_pairs = _pairs(phy, key_hash)
+    item_order = np.argsort(item_pairs, kind="stable")
+    items_sorted = item_pairs[item_order]
+    if np.array_equal(items_sorted, key_pairs):    # a whole, healthy index: one item per key
+        found = np.ones(len(item_pairs), dtype=bool)
+        at = np.empty(len(item_pairs), dtype=np.int64)
+        at[item_order] = np.arange(len(item_pairs))
+    else:
+        found, at = _lookup(item_pairs, key_pairs)
+    pointed = ok[owner]
+    for i in np.flatnonzero(pointed & ~found).tolist():
         out.add("indexKey", int(phy[i]), f"an index item with keyHash {int(key_hash[i])} points at this message, "
                                          f"but none of its keys hashes to it")
-    _check_times(arr, fields, rows, items, in_seg, out)
+    _check_times(key_ts[at[found]], found, items, in_seg, out)
     if not covers_all or end <= 0:
         return np.zeros(0, np.int64)
-    return _unindexed_keys(arr, mv, base, end, good, fields, keys, phy, key_hash)
+    if found.all() and len(item_pairs) == len(key_pairs):
+        return np.zeros(0, np.int64)
+    held, _ = _lookup(key_pairs, items_sorted)
+    return np.sort(key_pairs[~held] // _PAIR)
+
+
+def _pairs(phy: np.ndarray, key_hash: np.ndarray) -> np.ndarray:
+    """(offset, key hash) as one int64 each, ordered by offset, then by the hash's 32 bits."""
+    out = np.left_shift(np.asarray(phy, dtype=np.int64), 32)
+    out |= np.asarray(key_hash).astype(np.uint32)
+    return out
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True), without its sort when ``values`` ascend already
+    (a healthy index's items do, file after file)."""
+    if not len(values) or not bool((values[1:] >= values[:-1]).all()):
+        return np.unique(values, return_inverse=True)
+    new = np.empty(len(values), dtype=bool)
+    new[0] = True
+    np.not_equal(values[1:], values[:-1], out=new[1:])
+    return values[new], np.cumsum(new) - 1
+
+
+def _walked_messages(arr: np.ndarray, mv: memoryview, end: int) -> np.ndarray:
+    """The message records of [0, end) of the segment, walked along TOTALSIZE from its start."""
+    walked, _, _ = walk(arr, mv, 0, end, end)
+    magic = be_ints(arr, walked + 4, 4) & 0xFFFFFFFF
+    return walked[(magic == MESSAGE_MAGIC_CODE) | (magic == MESSAGE_MAGIC_CODE_V2)]
 
 
 def _record_starts(arr: np.ndarray, starts: np.ndarray, base: int) -> np.ndarray:
@@ -161,52 +196,27 @@ def _record_starts(arr: np.ndarray, starts: np.ndarray, base: int) -> np.ndarray
     return ok & (be_ints(arr, at + 28, 8) == starts + base)
 
 
-def _store_timestamps(arr: np.ndarray, fields: RecordFields) -> np.ndarray:
-    born6 = (fields.sys_flag & BORNHOST_V6_FLAG) != 0
-    return be_ints(arr, fields.starts + POS_STORETIMESTAMP_V4 + born6 * 12, 8)
+def _check_times(store_ts: np.ndarray, found: np.ndarray, items: _Items, in_seg: np.ndarray, out: _Problems) -> None:
+    """Each item's timeDiff is its record's store time (``store_ts``, one per ``found`` item) less
+    its file's begin timestamp (the first item of a file is measured from the file before, which
+    retention may have deleted: not checked)."""
+    which = in_seg[found]
+    check = ~items.first[which]
+    which, store_ts = which[check], store_ts[check]
+    want = time_diffs(store_ts, items.begin[which])
+    bad = np.flatnonzero(want != items.time_diff[which])
+    for i in bad.tolist():
+        out.add("indexTime", int(items.phy[which[i]]), f"an index item of this message has timeDiff "
+                                                       f"{int(items.time_diff[which[i]])}, but the message was stored "
+                                                       f"{int(want[i])} s after its file's begin timestamp")
 
 
-def _check_times(arr: np.ndarray, fields: RecordFields, rows: np.ndarray, items: _Items, in_seg: np.ndarray,
-                 out: _Problems) -> None:
-    """Each item's timeDiff is its record's store time less its file's begin timestamp (the first
-    item of a file is measured from the file before, which retention may have deleted: not checked)."""
-    check = (rows >= 0) & ~items.first[in_seg]
-    if not check.any():
-        return
-    ts = _store_timestamps(arr, fields)[rows[check]]
-    want = time_diffs(ts, items.begin[in_seg][check])
-    got = items.time_diff[in_seg][check]
-    phy = items.phy[in_seg][check]
-    for i in np.flatnonzero(want != got).tolist():
-        out.add("indexTime", int(phy[i]), f"an index item of this message has timeDiff {int(got[i])}, but the "
-                                          f"message was stored {int(want[i])} s after its file's begin timestamp")
-
-
-def _unindexed_keys(arr: np.ndarray, mv: memoryview, base: int, end: int, pointed: np.ndarray,
-                    pointed_fields: RecordFields, pointed_keys: BatchKeys, phy: np.ndarray,
-                    key_hash: np.ndarray) -> np.ndarray:
-    """The offsets of the keys of message records in [0, end) of the segment that no item holds:
-    of the records the items point at (their keys are known) and of the others (walked to here)."""
-    walked, _, _ = walk(arr, mv, 0, end, end)
-    magic = be_ints(arr, walked + 4, 4) & 0xFFFFFFFF
-    walked = walked[np.isin(magic, [MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2])]
-    others = walked[~_among(walked, pointed)]             # np.unique made ``pointed`` sorted
-    other_fields = record_fields(arr, others, be_ints(arr, others, 4))
-    other_keys = batch_keys(arr, other_fields)
-    have = np.sort(phy * _PAIR + (key_hash & 0xFFFFFFFF))
-    lost = []
-    for fields, keys in ((pointed_fields, pointed_keys), (other_fields, other_keys)):
-        at = fields.starts[keys.record] + base
-        pairs = at * _PAIR + (keys.key_hash.astype(np.int64) & 0xFFFFFFFF)
-        lost.append(at[~_among(pairs, have)])
-    return np.sort(np.concatenate(lost))
-
-
-def _among(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """Which ``values`` are in ``pool`` (sorted)."""
+def _lookup(values: np.ndarray, pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which ``values`` are in ``pool`` (sorted), and where."""
     if not len(pool):
-        return np.zeros(len(values), dtype=bool)
-    return pool[np.minimum(np.searchsorted(pool, values), len(pool) - 1)] == values
+        return np.zeros(len(values), dtype=bool), np.zeros(len(values), dtype=np.int64)
+    at = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
+    return pool[at] == values, at
 
 
 class _Problems:

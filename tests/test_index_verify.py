@@ -17,6 +17,8 @@ from store import MessageStore, StoreConfig
 from store.format.codec import Message
 from store.index.service import IndexConfig
 from store.index.settings import IndexSettings, write_index_settings
+from store.log.source import open_source
+from store.tools.verify import verify_source
 from tests.test_commands import run
 from tests.test_index_commands import write_store
 
@@ -163,6 +165,29 @@ def test_items_out_of_order_still_match_their_messages_keys(tmp_path: Path) -> N
     assert [p["detail"] for p in report["problems"] if p["kind"] == "indexItem"] == \
         [f"{index_file.name}: item {i + 1}: phyOffset {item_at(index_file, i + 1)[1]} is below item {i}'s "
          f"{item_at(index_file, i)[1]}"], report["problems"]
+
+
+@pytest.mark.parametrize("damage", ["none", "totalSize"])
+def test_the_index_checked_beside_the_pieces_gives_the_serial_verdict(tmp_path: Path, damage: str) -> None:
+    """With worker processes the index is checked on a thread beside them, up to the commit point;
+    when the pieces find the data ending before it (a record's TOTALSIZE broken), it is checked
+    again up to their end: the items past it are past the valid data, as one process says."""
+    offsets = small_index_store(tmp_path / "s")
+    if damage == "totalSize":
+        segment = tmp_path / "s" / "commitlog" / "0".zfill(20)
+        data = bytearray(segment.read_bytes())
+        data[offsets[12]:offsets[12] + 4] = (5).to_bytes(4, "big")
+        segment.write_bytes(bytes(data))
+    serial = verify_source(open_source(tmp_path / "s"), jobs=1)
+    beside = verify_source(open_source(tmp_path / "s"), jobs=2)
+    assert [(p.offset, p.kind, p.detail) for p in beside.problems] == \
+        [(p.offset, p.kind, p.detail) for p in serial.problems]
+    assert beside.index_items_checked == serial.index_items_checked
+    if damage == "none":
+        assert serial.ok and serial.index_items_checked == 78
+    else:
+        assert serial.data_end == offsets[12] and serial.index_items_checked < 78
+        assert "indexPastCommit" in {p.kind for p in serial.problems}, serial.problems
 
 
 def test_an_index_said_to_be_on_but_missing_is_reported(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
@@ -120,19 +120,51 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     with Progress(src.total_bytes, "verify", enabled=progress) as bar, \
             _pool(jobs) as pool:
         results = pool.map(check_piece, work) if pool is not None else map(check_piece, work)
-        joined = join_pieces(tasks, pieces, results)
-        spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
+        # the workers are forked by now: a thread of this process may start
+        with _IndexAside(src, beside=pool is not None) as aside:
+            joined = join_pieces(tasks, pieces, results)
+            spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
+            index, report.index_items_checked = aside.result(data_end)
     report.data_end = data_end
     report.queues = len(spans)
     problems.extend(dangling_units(src, units, spans, data_end))
     if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
         problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
-    index, report.index_items_checked = index_problems(src, data_end)
     problems.extend(index)
     problems.sort(key=lambda p: (p.offset, p.kind))
     report.problems = problems
     report.elapsed_s = time.perf_counter() - t0
     return report
+
+
+class _IndexAside:
+    """index_problems on a thread of the main process while the pieces run in theirs (``beside``:
+    the main process only waits for them), with the commit point as the end of the valid data.
+    Should the pieces find the data ending before it, the check runs again with their end. Not
+    beside worker processes, or with no commit point, it runs once the pieces are done."""
+
+    def __init__(self, src: Source, beside: bool) -> None:
+        self._src = src
+        self._assumed = src.committed_offset
+        self._thread: ThreadPoolExecutor | None = None
+        self._early: Future[tuple[list[Problem], int]] | None = None
+        if beside and self._assumed is not None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="verify-index")
+            self._early = self._thread.submit(index_problems, src, self._assumed)
+
+    def __enter__(self) -> _IndexAside:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+
+    def result(self, data_end: int) -> tuple[list[Problem], int]:
+        if self._early is not None and self._assumed is not None and data_end >= self._assumed:
+            return self._early.result()
+        if self._early is not None:
+            self._early.exception()        # done with before the check runs again
+        return index_problems(self._src, data_end)
 
 
 @contextmanager

@@ -150,6 +150,12 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
 WORKLOAD_KINDS = ("commitlog.sync", "commitlog.sync_nospool", "noop")
 
 
+def ratio_if_measured(rep: common.Report, name: str, numerator: str, denominator: str) -> None:
+    """rep.ratio, unless a kind of it was left out (--kinds)."""
+    if numerator in rep.figures and denominator in rep.figures:
+        rep.ratio(name, numerator, denominator)
+
+
 def run_workload(args: Any, rep: common.Report, spark: Any, events: list, bootstrap: str, workload: str, n: int,
                  batches: list[int], runs: int, partitions: int) -> None:
     """SYNC commitlog and the noop sink on one workload's topic, in rotating rounds per batch size,
@@ -260,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the embedded broker: kafka (Apache Kafka, the default when `make jvm` resolved its jars) "
                          "or tansu (in memory)")
     ap.add_argument("--no-ceilings", action="store_true", help="leave out Kafka's own consumers (the read ceilings)")
+    ap.add_argument("--kinds", default=None,
+                    help=f"the uniform topic's runs, comma separated (default: all of {', '.join(KINDS)}); "
+                         f"ratios between kinds left out are not taken")
     ap.add_argument("--png", default=None, help="also plot throughput and latency against batch size here")
     ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
     args = ap.parse_args(argv)
@@ -273,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches:
         p["batches"] = [int(x) for x in args.batches.split(",")]
     min_batches = 1 if args.quick else MIN_BATCHES   # --quick only proves the script runs
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip()) if args.kinds else KINDS
+    if set(kinds) - set(KINDS):
+        ap.error(f"--kinds: {', '.join(sorted(set(kinds) - set(KINDS)))} unknown; use {', '.join(KINDS)}")
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in names if w not in wl.WORKLOADS]
     if unknown:
@@ -313,40 +325,38 @@ def main(argv: list[str] | None = None) -> int:
                 if batches and not args.quick:
                     # one unrecorded round first: the JVM's JIT and the Python workers warm up on it,
                     # not on whichever kind happens to be measured first
-                    for what in KINDS:
+                    for what in kinds:
                         measure(args, spark, events, broker.bootstrap_servers, "warm-up", what, batches[0],
                                 sizes[batches[0]])
                 for batch in batches:
                     tag = f"batch{batch}"
-                    res = {what: {k: [] for k in [*FIGURES, "batches"]} for what in KINDS}
+                    res = {what: {k: [] for k in [*FIGURES, "batches"]} for what in kinds}
                     for r in range(runs):
                         # the kinds take turns within each round, in a rotating order, so a drift in
                         # the shared machine's speed falls on all of them alike
-                        for what in KINDS[r % len(KINDS):] + KINDS[:r % len(KINDS)]:
+                        for what in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                             run = measure(args, spark, events, broker.bootstrap_servers, tag, what, batch,
                                           sizes[batch])
                             for k, v in run.items():
                                 res[what][k].append(v)
-                    for what in KINDS:
+                    for what in kinds:
                         name = f"{tag}.{what}"
                         for figure, unit in FIGURES.items():
                             rep.add(f"{name}.{figure}", res[what][figure], unit)
                         rep.params[f"{name}.batches"] = res[what]["batches"]
-                    rep.ratio(f"{tag}.ratio.commitlog_sync_index_on_vs_off", f"{tag}.commitlog.sync.msgs_per_s",
-                              f"{tag}.commitlog.sync_noindex.msgs_per_s")
-                    rep.ratio(f"{tag}.ratio.commitlog_sync_nospool_vs_noop", f"{tag}.commitlog.sync_nospool.msgs_per_s",
-                              f"{tag}.noop.msgs_per_s")
-                    # ours against Spark's own Kafka source: `run`'s default source is the faster one
-                    rep.ratio(f"{tag}.ratio.commitlog_sync_ours_vs_spark_kafka", f"{tag}.commitlog.sync.msgs_per_s",
-                              f"{tag}.spark_kafka.commitlog.sync.msgs_per_s")
-                    rep.ratio(f"{tag}.ratio.noop_ours_vs_spark_kafka", f"{tag}.noop.msgs_per_s",
-                              f"{tag}.spark_kafka.noop.msgs_per_s")
-                    rep.ratio(f"{tag}.ratio.spark_kafka_commitlog_sync_vs_noop",
-                              f"{tag}.spark_kafka.commitlog.sync.msgs_per_s", f"{tag}.spark_kafka.noop.msgs_per_s")
+                    for name, num, den in (
+                            ("commitlog_sync_index_on_vs_off", "commitlog.sync", "commitlog.sync_noindex"),
+                            ("commitlog_sync_nospool_vs_noop", "commitlog.sync_nospool", "noop"),
+                            # ours against Spark's own Kafka source: `run`'s default source is the faster one
+                            ("commitlog_sync_ours_vs_spark_kafka", "commitlog.sync", "spark_kafka.commitlog.sync"),
+                            ("noop_ours_vs_spark_kafka", "noop", "spark_kafka.noop"),
+                            ("spark_kafka_commitlog_sync_vs_noop", "spark_kafka.commitlog.sync", "spark_kafka.noop")):
+                        ratio_if_measured(rep, f"{tag}.ratio.{name}", f"{tag}.{num}.msgs_per_s",
+                                          f"{tag}.{den}.msgs_per_s")
                     for flush in ("sync", "async"):
                         for peer in ("noop", "parquet"):
-                            rep.ratio(f"{tag}.ratio.commitlog_{flush}_vs_{peer}", f"{tag}.commitlog.{flush}.msgs_per_s",
-                                      f"{tag}.{peer}.msgs_per_s")
+                            ratio_if_measured(rep, f"{tag}.ratio.commitlog_{flush}_vs_{peer}",
+                                              f"{tag}.commitlog.{flush}.msgs_per_s", f"{tag}.{peer}.msgs_per_s")
                     if not args.no_ceilings:   # Kafka's own consumers on the same topic, right after
                         kafka_ceilings.measure(rep, broker.bootstrap_servers, topic_for(sizes[batch]), sizes[batch],
                                                tag, runs, out / "ceilings")

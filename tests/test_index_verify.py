@@ -148,6 +148,23 @@ def test_an_item_with_another_hash_is_reported_and_its_key_as_missing(tmp_path: 
     assert rc == 1 and {("indexKey", phy), ("indexKeyMissing", phy)} <= found, report["problems"]
 
 
+def test_a_key_whose_item_took_another_keys_hash_is_missing(tmp_path: Path) -> None:
+    """Two items of one message with the same (offset, hash): every item still matches a key of its
+    message and there are as many items as keys, but the key whose item was overwritten has none."""
+    small_index_store(tmp_path / "s")
+    index_file = next((tmp_path / "s" / "index").iterdir())
+    i = next(i for i in range(1, 77) if item_at(index_file, i)[1] == item_at(index_file, i + 1)[1]
+             and item_at(index_file, i)[0] != item_at(index_file, i + 1)[0])
+    other_hash, phy = item_at(index_file, i + 1)
+    data = bytearray(index_file.read_bytes())
+    at = HEADER + SLOT_TABLE + 20 * i
+    data[at:at + 4] = other_hash.to_bytes(4, "big")
+    index_file.write_bytes(bytes(data))
+    rc, report = verify(tmp_path / "s")
+    assert rc == 1 and ("indexKeyMissing", phy) in {(p["kind"], p["offset"]) for p in report["problems"]}, \
+        report["problems"]
+
+
 def test_items_out_of_order_still_match_their_messages_keys(tmp_path: Path) -> None:
     """Two items of different messages swapped: the files' order and chains are damaged, but every
     item still points at a message with its key and every key still has its item."""

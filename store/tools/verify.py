@@ -160,9 +160,10 @@ class _IndexAside:
             self._thread.shutdown(wait=True)
 
     def result(self, data_end: int) -> tuple[list[Problem], int]:
-        if self._early is not None and self._assumed is not None and data_end >= self._assumed:
-            return self._early.result()
         if self._early is not None:
+            assert self._assumed is not None
+            if data_end >= self._assumed:
+                return self._early.result()
             self._early.exception()        # done with before the check runs again
         return index_problems(self._src, data_end)
 

@@ -129,8 +129,8 @@ def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, 
     ok[~on_walk] = _record_starts(arr, starts[~on_walk], base)    # past a break the walk stopped at
     for r in np.flatnonzero(~ok).tolist():
         out.add("indexItem", int(starts[r] + base), "an index item points here, but no message record starts here")
-    off_walk = starts[ok & ~on_walk]
-    records = np.concatenate([walked, off_walk]) if len(off_walk) else walked if covers_all else starts[ok]
+    off_walk = starts[ok & ~on_walk]        # without covers_all nothing is walked: every record pointed at
+    records = np.concatenate([walked, off_walk]) if len(off_walk) else walked
     keys = record_keys(arr, records, base)
     # (offset, hash) pairs, the keys' and the items': both come nearly in order (records in offset
     # order, items in append order), which the stable sort (a merge sort) runs through quickly
@@ -141,7 +141,8 @@ def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, 
     item_pairs = _pairs(phy, key_hash)
     item_order = np.argsort(item_pairs, kind="stable")
     items_sorted = item_pairs[item_order]
-    if np.array_equal(items_sorted, key_pairs):    # a whole, healthy index: one item per key
+    whole = np.array_equal(items_sorted, key_pairs)    # a healthy index: one item per key, nothing else
+    if whole:
         found = np.ones(len(item_pairs), dtype=bool)
         at = np.empty(len(item_pairs), dtype=np.int64)
         at[item_order] = np.arange(len(item_pairs))
@@ -152,9 +153,7 @@ def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, 
         out.add("indexKey", int(phy[i]), f"an index item with keyHash {int(key_hash[i])} points at this message, "
                                          f"but none of its keys hashes to it")
     _check_times(key_ts[at[found]], found, items, in_seg, out)
-    if not covers_all or end <= 0:
-        return np.zeros(0, np.int64)
-    if found.all() and len(item_pairs) == len(key_pairs):
+    if not covers_all or end <= 0 or whole:
         return np.zeros(0, np.int64)
     held, _ = _lookup(key_pairs, items_sorted)
     return np.sort(key_pairs[~held] // _PAIR)

@@ -5,7 +5,8 @@ An export of 100-byte records over 2 partitions (8 files each, in the form `expo
 jsonl with base64 bodies, and parquet) is written first. Then, per format:
 - ``replay``: ingest.replay.command.replay with ``from_files`` (what `commitlog replay --from-files DIR
   --format F --no-verify` runs), Spark local[2], SYNC, the executors reading the files in pieces
-  (ingest.replay.file_pieces): the scan, then each batch; msg/s = records / wall time of the call
+  (ingest.replay.file_pieces): the scan, then each batch, encoded by the tasks that read it
+  (ingest.replay.file_batches); msg/s = records / wall time of the call
   (JVM start excluded, the session built once before timing; the first run, the JVM's warm-up, is
   not counted);
 - ``spark_count``: ``spark.read.json(DIR).count()`` / ``spark.read.parquet(DIR).count()`` on the same
@@ -89,16 +90,24 @@ def run_spark(spark: Any, export: Path, fmt: str, expected: int, read_values: bo
 
 
 def task_closure_bytes(spark: Any, export: Path, fmt: str) -> int:
-    """The pickled mapInArrow function of a batch over the whole export (the largest a task carries)."""
+    """The pickled mapInArrow function of a batch over the whole export (the largest a task carries),
+    the pieces encoded where they are read or the general way, whichever is larger."""
     from functools import partial
 
     from pyspark import cloudpickle
 
+    from ingest.config import JobConfig
+    from ingest.job import codec_config, mapping_config
+    from ingest.replay.file_batches import encode_pieces
     from ingest.replay.file_pieces import _read_pieces, plan_pieces, scan_export
 
     scan = scan_export(spark, plan_pieces(export, fmt))
     everything = list(range(len(scan.pieces)))
-    return len(cloudpickle.dumps(partial(_read_pieces, pieces=scan.pieces, order=everything, ranges=None)))
+    cfg = JobConfig(bootstrap_servers="(unused)", subscribe="*", store=str(export))
+    fused = partial(encode_pieces, groups=[scan.pieces], ranges=None, mapping=mapping_config(cfg),
+                    codec=codec_config(cfg), spool=None)
+    general = partial(_read_pieces, pieces=scan.pieces, order=everything, ranges=None)
+    return max(len(cloudpickle.dumps(fused)), len(cloudpickle.dumps(general)))
 
 
 def main(argv: list[str] | None = None) -> int:

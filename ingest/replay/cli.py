@@ -107,8 +107,7 @@ def replay_command(args: argparse.Namespace) -> int:
     try:
         opts = options_from_args(args)
         cfg = job_config_from_args(args, opts)
-        if not opts.from_files:
-            check_spool_setting(cfg)
+        check_spool_setting(cfg)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
     except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError, BrokerGroupError,

@@ -222,7 +222,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     try:
         spark = spark or spark_session(cfg)
         if pieces is not None:
-            from ingest.replay.file_pieces import batch_rows, scan_export
+            from ingest.replay.file_batches import file_batch
+            from ingest.replay.file_pieces import scan_export
             from ingest.replay.files import resolve_file_plan
 
             # the executors scan the files before anything is written: a piece that cannot be read stops here
@@ -234,13 +235,15 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
                 plan = group_plan(resolve_file_plan(export, opts.begin, opts.finish, opts.topics, opts.topic_pattern),
                                   cfg.group)
             notes: list[str] = []
-            load = partial(batch_rows, spark, export)
         else:
             plan, notes, plan_file = _kafka_plan(cfg, opts)
         writer = open_writer(cfg, metrics)
+        spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
         if export is None:
-            spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
             load = kafka_batch_loader(cfg, spark, spool)
+        else:
+            load = partial(file_batch, spark, export, mapping=mapping_config(cfg), codec=codec_config(cfg),
+                           spool=None if spool is None else spool.target)
         notes += apply_store_offsets(plan, writer.state.kafka_offsets)
         for note in notes:
             log.warning("%s", note)

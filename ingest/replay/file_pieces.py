@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -33,8 +34,8 @@ from ingest.replay.export_rows import (
     parquet_file,
     read_row_group,
 )
-from ingest.replay.fast_rows import jsonl_rows
-from ingest.replay.jsonl_lines import check_not_parquet, seek_piece_start
+from ingest.replay.fast_rows import jsonl_positions, jsonl_rows
+from ingest.replay.jsonl_lines import check_not_parquet, line_marks, seek_piece_start
 from ingest.replay.plan import TopicPartitionKey
 
 PIECE_BYTES = 32 << 20      # a jsonl piece: a task's worth (Spark's default is 128 MiB for many cores)
@@ -71,6 +72,7 @@ class PieceScan:
     unplaced_lines: list[int] = field(default_factory=list)     # jsonl: each one's line in the piece
     repeated: int = 0
     error: str | None = None
+    marks: list[tuple[int, int, int]] = field(default_factory=list)    # jsonl_lines.line_marks
 
 
 @dataclass
@@ -135,36 +137,57 @@ def read_piece(piece: FilePiece) -> tuple[pa.Table, list[Unplaced], int]:
     column by column (ingest.replay.fast_rows), any other line by line."""
     path = Path(piece.path)
     if piece.fmt == "jsonl":
-        data = _piece_data(path, piece.start, piece.stop)
+        _, data = _piece_data(path, piece.start, piece.stop)
         rows = jsonl_rows(data)
         if rows is not None:
-            return rows, [], data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+            return rows, [], _lines(data)
         return _read_jsonl(path, piece.start, piece.stop, piece.first_line)
     table, unplaced = read_row_group(parquet_file(path), path, piece.start)
     return table, unplaced, 0
 
 
-def _piece_data(path: Path, start: int, stop: int) -> bytes:
-    """The bytes of the lines that begin in [start, stop), in one read (piece_lines' rule)."""
+def _piece_data(path: Path, start: int, stop: int) -> tuple[int, bytes]:
+    """(where they start, the bytes) of the lines that begin in [start, stop), in one read (piece_lines' rule)."""
     try:
         with open(path, "rb") as f:
             at = seek_piece_start(f, start)
             data = f.read(stop - at) if stop > at else b""
             if data and not data.endswith(b"\n"):
                 data += f.readline()
-            return data
+            return at, data
     except OSError as exc:
         raise ExportFileError(f"--from-files: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _scan_rows(piece: FilePiece) -> tuple[pa.Table, list[Unplaced], int, list[tuple[int, int, int]]]:
+    """read_piece for the scan, and the piece's line marks (jsonl_lines.line_marks): of a clean jsonl
+    piece only the positions are read (the rest is read by the batches)."""
+    if piece.fmt == "jsonl":
+        at, data = _piece_data(Path(piece.path), piece.start, piece.stop)
+        rows = jsonl_positions(data)
+        if rows is not None:
+            marks = line_marks(data, at, np.asarray(rows.column("offset"))) if one_partition(rows) else []
+            return rows, [], _lines(data), marks
+    return (*read_piece(replace(piece, first_line=1)), [])
+
+
+def one_partition(table: pa.Table) -> bool:
+    """Whether every row of ``table`` is of one (topic, partition)."""
+    return table.num_rows > 0 and all(pc.count_distinct(table.column(c)).as_py() == 1 for c in ("topic", "partition"))
+
+
+def _lines(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def scan_piece(piece: FilePiece, from_ms: int | None, to_ms: int | None) -> PieceScan:
     """The scan of one piece, in its task (see the module docstring)."""
     try:
-        table, unplaced, lines = read_piece(replace(piece, first_line=1))
+        table, unplaced, lines, marks = _scan_rows(piece)
     except ExportFileError as exc:
         return PieceScan(error=str(exc))
     table, repeated = first_of_each_position(table)
-    out = PieceScan(lines, unplaced=unplaced, repeated=repeated)
+    out = PieceScan(lines, unplaced=unplaced, repeated=repeated, marks=marks)
     if piece.fmt == "jsonl":
         out.unplaced_lines = [int(u.reason[len(piece.path) + len(" line "):].split(":", 1)[0]) for u in unplaced]
     if table.num_rows:
@@ -184,18 +207,40 @@ def scan_piece(piece: FilePiece, from_ms: int | None, to_ms: int | None) -> Piec
     return out
 
 
+def _scan_pieces(pieces: Sequence[FilePiece], from_ms: int | None, to_ms: int | None) -> list[PieceScan]:
+    return [scan_piece(p, from_ms, to_ms) for p in pieces]
+
+
 # ------------------------------------------------------------------------------ in Spark
+
+def task_groups(weights: Sequence[float], tasks: int) -> list[list[int]]:
+    """The indexes of ``weights`` cut into at most ``tasks`` runs of about equal weight, in order. A
+    Python task costs Spark tens of milliseconds of its own: a run of pieces per core, not a task each."""
+    n = len(weights)
+    if n < 2 or tasks < 2:
+        return [list(range(n))] if n else []
+    cum = np.cumsum(np.asarray(weights, dtype=np.float64) + 1e-9)      # a piece of weight 0 still counts
+    shares = cum[-1] * np.arange(1, min(tasks, n)) / min(tasks, n)
+    cuts = np.unique(np.clip(np.searchsorted(cum, shares, side="left") + 1, 1, n - 1))
+    return [g.tolist() for g in np.split(np.arange(n), cuts)]
+
+
+def piece_weight(piece: FilePiece) -> float:
+    """How much reading ``piece`` takes, about: its bytes (jsonl), one for a row group."""
+    return float(piece.stop - piece.start) if piece.fmt == "jsonl" else 1.0
+
 
 def scan_export(spark: Any, pieces: Sequence[FilePiece], from_ms: int | None = None, to_ms: int | None = None
                 ) -> ExportScan:
-    """Every piece scanned by a task of its own; raises ExportFileError (before anything is written)
+    """Every piece scanned, a run of pieces per core; raises ExportFileError (before anything is written)
     for a piece that cannot be read at all."""
     from functools import partial
 
     if not pieces:
         return ExportScan([], [], 0, [], 0, set())
-    rdd = spark.sparkContext.parallelize(list(pieces), len(pieces))
-    scans: list[PieceScan] = rdd.map(partial(scan_piece, from_ms=from_ms, to_ms=to_ms)).collect()
+    groups = task_groups([piece_weight(p) for p in pieces], spark.sparkContext.defaultParallelism)
+    rdd = spark.sparkContext.parallelize([[pieces[i] for i in g] for g in groups], len(groups))
+    scans: list[PieceScan] = rdd.flatMap(partial(_scan_pieces, from_ms=from_ms, to_ms=to_ms)).collect()
     for sc in scans:
         if sc.error is not None:
             raise ExportFileError(sc.error)
@@ -287,12 +332,12 @@ def _read_pieces(batches: Iterator[pa.RecordBatch], pieces: Sequence[FilePiece],
             table = table.append_column(PIECE_COLUMN, pa.array([order[i]] * n, pa.int64())).append_column(
                 ROW_COLUMN, pa.array(range(n), pa.int64()))
             if ranges is not None:
-                table = table.filter(_in_ranges(table, ranges))
+                table = table.filter(in_ranges(table, ranges))
             for batch in table.to_batches(max_chunksize=50_000):
                 yield _as_source_columns(batch)
 
 
-def _in_ranges(table: pa.Table, ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> pa.ChunkedArray:
+def in_ranges(table: pa.Table, ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> pa.ChunkedArray:
     keep = None
     for (t, p), (a, b) in ranges.items():
         cond = pc.and_(pc.and_(pc.equal(table.column("topic"), t), pc.equal(table.column("partition"), p)),

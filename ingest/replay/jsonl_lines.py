@@ -1,6 +1,6 @@
 """Where the lines of a piece of a JSON-lines file lie (a piece is a byte range, as Spark splits a
-text file: a line belongs to the piece its first byte is in), and the refusal of a Parquet file
-given as JSON lines."""
+text file: a line belongs to the piece its first byte is in), where a batch may start reading one,
+and the refusal of a Parquet file given as JSON lines."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ingest.replay.plan import ReplayError
 
 PARQUET_MAGIC = b"PAR1"       # a Parquet file's first (and last) four bytes
+MARK_ROWS = 8192              # lines between two places a batch may start reading a piece
 
 
 class ExportFileError(ReplayError):
@@ -44,3 +47,16 @@ def piece_lines(f: Any, start: int, stop: int | None) -> Iterator[bytes]:
             return
         pos += len(line)
         yield line
+
+
+def line_marks(data: bytes, at: int, offsets: np.ndarray, every: int = MARK_ROWS) -> list[tuple[int, int, int]]:
+    """Where a batch may start or stop reading a piece of one partition: every ``every``-th line of
+    ``data`` (the piece's lines, read from byte ``at``) as (its Kafka offset, its first byte in the
+    file, its line in the piece from 0). Only when each line is a row (``offsets``, one per line)
+    and the offsets rise strictly, so that the lines of an offset range lie between two marks; else []."""
+    starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n")) + 1
+    lines = len(starts) + (1 if data and not data.endswith(b"\n") else 0)
+    if lines != len(offsets) or len(offsets) < 2 * every or not bool(np.all(offsets[1:] > offsets[:-1])):
+        return []
+    rows = np.arange(every, len(offsets), every)
+    return [(int(offsets[r]), at + int(starts[r - 1]), int(r)) for r in rows]

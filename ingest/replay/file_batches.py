@@ -1,0 +1,143 @@
+"""A batch of ``replay --from-files`` read, mapped, encoded and packed by the tasks that read its pieces.
+
+The general way (ingest.replay.file_pieces.batch_rows) hands Spark the pieces' rows as Kafka columns;
+ingest.encode.prepare then sorts them into source order (a shuffle) and encodes them in a second
+pass of Python workers, every row converted into the JVM's rows and back on the way. When the
+export's pieces can be put in source order as wholes (each piece's rows of the batch lie between
+the previous piece's and the next one's in (topic, partition, offset) order, which holds for an
+export written as Spark or ``export_records`` write one, a file per partition or a range of one),
+nothing needs the shuffle: each task reads a piece, sorts its own rows into source order, maps,
+encodes and packs them as the job's own Kafka source does (the spool included), and the tasks'
+order is the batch's. Otherwise the batch takes the general way; both give the same records in the
+same order (tests/test_replay_file_batches.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.prepare import map_and_encode_batches
+from ingest.replay.file_pieces import (
+    ExportScan,
+    FilePiece,
+    PieceScan,
+    batch_rows,
+    in_ranges,
+    one_partition,
+    read_piece,
+    task_groups,
+)
+from ingest.replay.plan import TopicPartitionKey
+from sink.packed import pack_batches, packed_spark_schema
+from sink.spool import SpoolTarget, spool_batches
+from store.format import CodecConfig
+
+Ranges = Mapping[TopicPartitionKey, tuple[int, int]]
+ENCODE_ROWS = 100_000       # rows mapped and encoded at a time (a jsonl piece of 100-byte values is ~110,000)
+_POSITION = ["topic", "partition", "offset"]
+
+
+def file_batch(spark: Any, scan: ExportScan, ranges: Ranges | None, mapping: MappingConfig, codec: CodecConfig,
+               spool: SpoolTarget | None = None) -> Any:
+    """The batch of ``ranges`` (every row when None) as a DataFrame ingest.encode.prepare.collect_packed
+    takes: packed and in source order from the reading tasks when its pieces allow (module docstring),
+    else the pieces' Kafka columns."""
+    which = list(range(len(scan.pieces))) if ranges is None else scan.pieces_for(ranges)
+    order = piece_order(scan, which, ranges)
+    if order is None:
+        return batch_rows(spark, scan, ranges)
+    if not order:
+        return spark.createDataFrame([], packed_spark_schema())
+    groups = task_groups([_rows_in(scan.scans[i], ranges) for i in order], spark.sparkContext.defaultParallelism)
+    task = partial(encode_pieces, groups=[[narrowed(scan, order[k], ranges) for k in g] for g in groups],
+                   ranges=dict(ranges) if ranges else None, mapping=mapping, codec=codec, spool=spool)
+    return spark.range(len(groups), numPartitions=len(groups)).mapInArrow(task, packed_spark_schema())
+
+
+def narrowed(scan: ExportScan, i: int, ranges: Ranges | None) -> FilePiece:
+    """Piece ``i``, or only the lines of it that hold its partition's range, between two of its marks."""
+    piece, marks = scan.pieces[i], scan.scans[i].marks
+    if not marks or ranges is None:
+        return piece
+    (tp,) = scan.scans[i].parts
+    if tp not in ranges:
+        return piece
+    a, b = ranges[tp]
+    start = max((m for m in marks if m[0] <= a), default=None)      # the last mark at or before the range
+    stop = min((m for m in marks if m[0] >= b), default=None)       # the first mark at or after its end
+    return replace(piece, start=piece.start if start is None else start[1],
+                   stop=piece.stop if stop is None else stop[1],
+                   first_line=piece.first_line + (0 if start is None else start[2]))
+
+
+def _rows_in(scan: PieceScan, ranges: Ranges | None) -> float:
+    """About how many of the piece's rows ``ranges`` take (the span of each partition's offsets in it)."""
+    rows = 0
+    for tp, st in scan.parts.items():
+        a, b = (st.first, st.last + 1) if ranges is None else ranges.get(tp, (0, 0))
+        rows += max(0, min(st.last + 1, b) - max(st.first, a))
+    return float(rows)
+
+
+def piece_order(scan: ExportScan, which: Sequence[int], ranges: Ranges | None) -> list[int] | None:
+    """``which`` pieces ordered so that each one's rows of ``ranges`` come after the previous one's in
+    (topic, partition, offset) order, or None when their spans interleave (a piece holding two
+    partitions another piece holds too, or one position in two pieces)."""
+    spans = []
+    for i in which:
+        ends = []
+        for (topic, partition), st in scan.scans[i].parts.items():
+            lo, hi = st.first, st.last
+            if ranges is not None:
+                if (topic, partition) not in ranges:
+                    continue
+                a, b = ranges[(topic, partition)]
+                lo, hi = max(lo, a), min(hi, b - 1)
+                if lo > hi:
+                    continue
+            ends += [(topic, partition, lo), (topic, partition, hi)]
+        if ends:
+            spans.append((min(ends), max(ends), i))
+    spans.sort()
+    if any(nxt[0] <= prev[1] for prev, nxt in zip(spans, spans[1:])):
+        return None
+    return [i for _, _, i in spans]
+
+
+def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[FilePiece]], ranges: Ranges | None,
+                  mapping: MappingConfig, codec: CodecConfig, spool: SpoolTarget | None) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over the group numbers of ``spark.range``: each piece of the group, in order, its rows
+    of ``ranges`` in source order, mapped, encoded and packed (or spooled)."""
+    for batch in ids:
+        for i in batch.column(0).to_pylist():
+            for piece in groups[i]:
+                table, _, _ = read_piece(piece)
+                rows = source_order(table if ranges is None else table.filter(in_ranges(table, ranges)))
+                encoded = map_and_encode_batches(iter(rows.to_batches(max_chunksize=ENCODE_ROWS)), mapping, codec)
+                yield from (pack_batches(encoded) if spool is None else spool_batches(encoded, spool))
+
+
+def source_order(table: pa.Table) -> pa.Table:
+    """``table``'s rows in (topic, partition, offset) order, the first in file order of each position kept."""
+    if table.num_rows < 2:
+        return table
+    offsets = np.asarray(table.column("offset"), dtype=np.int64)
+    if one_partition(table) and bool(np.all(offsets[1:] > offsets[:-1])):
+        return table
+    table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in _POSITION]))   # stable
+    keys = table.select(_POSITION)
+    same = np.ones(table.num_rows, dtype=bool)
+    for c in _POSITION:
+        col = keys.column(c).combine_chunks()
+        same[1:] &= np.asarray(pc.equal(col[1:], col[:-1]), dtype=bool)
+    same[0] = False
+    return table if not same.any() else table.filter(pa.array(~same))
+

@@ -157,3 +157,36 @@ def test_base64_values_decoded_at_once_are_what_line_by_line_decoding_gives_or_a
     assert got == want or got is None
     if want is not None and all(v is None or base64.b64encode(w).decode() == v for v, w in zip(values, want)):
         assert got == want          # canonical base64, as an export writes it, is always taken
+
+
+@pytest.mark.unit
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), _field, _field, _stamp, st.integers(0, 2)), min_size=1, max_size=12),
+       st.sampled_from([None, 1_700_000_000_000, 1_800_000_000_000]))
+def test_the_scan_of_a_piece_finds_what_reading_it_line_by_line_finds(tmp_path_factory, rows, from_ms) -> None:
+    """The scan reads only positions (and timestamps when a bound needs them) where it can: the same
+    partitions' spans, unplaced rows and lines as the line-by-line reading of the piece."""
+    from ingest.replay.export_rows import first_of_each_position
+    from ingest.replay.file_pieces import scan_piece
+
+    lines = []
+    for n, (clean, key, partition, stamp, headers) in enumerate(rows):
+        row = good(n % 2, n)
+        if not clean:
+            row.update(key=key, partition=partition, timestamp=stamp)
+        lines.append(json.dumps(row))
+    path = tmp_path_factory.mktemp("scan") / "orders.jsonl"
+    write_jsonl(path, lines)
+    scan = scan_piece(FilePiece(str(path), "jsonl", 0, path.stat().st_size), from_ms, None)
+    table, unplaced, count = _read_jsonl(path)
+    table, _ = first_of_each_position(table)
+    spans: dict = {}
+    for r in table.to_pylist():
+        first, last, at = spans.get((r["topic"], r["partition"]), (None, None, None))
+        ms = None if r["timestamp"] is None else int(r["timestamp"].timestamp() * 1000)
+        hit = r["offset"] if from_ms is not None and ms is not None and ms >= from_ms else None
+        spans[(r["topic"], r["partition"])] = (min(x for x in (first, r["offset"]) if x is not None),
+                                               max(x for x in (last, r["offset"]) if x is not None),
+                                               min((x for x in (at, hit) if x is not None), default=None))
+    assert {tp: (s.first, s.last, s.from_ts) for tp, s in scan.parts.items()} == spans
+    assert [u.reason for u in scan.unplaced] == [u.reason for u in unplaced] and scan.lines == count

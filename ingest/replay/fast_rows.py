@@ -44,10 +44,15 @@ def jsonl_rows(data: bytes) -> pa.Table | None:
         return None
 
 
-def jsonl_positions(data: bytes) -> pa.Table | None:
-    """Only the position columns of jsonl_rows(data) (topic, partition, offset, timestamp): what the
-    scan needs, the other fields parsed but not built, or None when a row of it is not clean."""
+def jsonl_positions(data: bytes, timestamps: bool = True) -> pa.Table | None:
+    """Only the position columns of jsonl_rows(data) (topic, partition, offset, and the timestamp unless
+    ``timestamps`` is false): what the scan needs, the other fields parsed but not built, or None when
+    a row of it is not clean."""
     try:
+        if not timestamps:
+            raw = _read(data, pa.schema([f for f in POSITION_SCHEMA if f.name != "timestamp"]))
+            _check_positions(raw)
+            return raw.set_column(1, "partition", raw.column("partition").cast(pa.int32()))
         raw = _read(data, POSITION_SCHEMA)
         return pa.table({"topic": raw.column("topic"), "partition": raw.column("partition").cast(pa.int32()),
                          "offset": raw.column("offset"), "timestamp": _clean_positions(raw)})
@@ -61,14 +66,19 @@ def _read(data: bytes, schema: pa.Schema) -> pa.Table:
                         parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
 
 
-def _clean_positions(raw: pa.Table) -> pa.ChunkedArray:
-    """The timestamps (microseconds, UTC) when every row's position and timestamp are clean."""
-    n = raw.num_rows
+def _check_positions(raw: pa.Table) -> None:
+    """Raises _NotClean unless every row's topic, partition and offset are usable."""
     topic, partition, offset = (raw.column(c) for c in ("topic", "partition", "offset"))
-    if topic.null_count or partition.null_count or offset.null_count or n and (
+    if topic.null_count or partition.null_count or offset.null_count or raw.num_rows and (
             pc.min(pc.utf8_length(topic)).as_py() == 0 or pc.min(partition).as_py() < 0
             or pc.max(partition).as_py() > INT32_MAX or pc.min(offset).as_py() < 0):
         raise _NotClean
+
+
+def _clean_positions(raw: pa.Table) -> pa.ChunkedArray:
+    """The timestamps (microseconds, UTC) when every row's position and timestamp are clean."""
+    n = raw.num_rows
+    _check_positions(raw)
     ts = raw.column("timestamp")
     if ts.null_count or (n and not pc.all(pc.match_substring_regex(ts, _ISO)).as_py()):
         raise _NotClean

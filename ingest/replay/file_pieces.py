@@ -159,15 +159,16 @@ def _piece_data(path: Path, start: int, stop: int) -> tuple[int, bytes]:
         raise ExportFileError(f"--from-files: cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _scan_rows(piece: FilePiece) -> tuple[pa.Table, list[Unplaced], int, list[tuple[int, int, int]]]:
+def _scan_rows(piece: FilePiece, timestamps: bool) -> tuple[pa.Table, list[Unplaced], int, list[tuple[int, int, int]]]:
     """read_piece for the scan, and the piece's line marks (jsonl_lines.line_marks): of a clean jsonl
-    piece only the positions are read (the rest is read by the batches)."""
+    piece only the positions are read (and the timestamps if ``timestamps``; the rest is read by the
+    batches)."""
     if piece.fmt == "jsonl":
         at, data = _piece_data(Path(piece.path), piece.start, piece.stop)
-        rows = jsonl_positions(data)
+        rows = jsonl_positions(data, timestamps)
         if rows is not None:
-            marks = line_marks(data, at, np.asarray(rows.column("offset"))) if one_partition(rows) else []
-            return rows, [], _lines(data), marks
+            lines, marks = line_marks(data, at, np.asarray(rows.column("offset")) if one_partition(rows) else None)
+            return rows, [], lines, marks
     return (*read_piece(replace(piece, first_line=1)), [])
 
 
@@ -183,7 +184,7 @@ def _lines(data: bytes) -> int:
 def scan_piece(piece: FilePiece, from_ms: int | None, to_ms: int | None) -> PieceScan:
     """The scan of one piece, in its task (see the module docstring)."""
     try:
-        table, unplaced, lines, marks = _scan_rows(piece)
+        table, unplaced, lines, marks = _scan_rows(piece, timestamps=from_ms is not None or to_ms is not None)
     except ExportFileError as exc:
         return PieceScan(error=str(exc))
     table, repeated = first_of_each_position(table)
@@ -191,12 +192,12 @@ def scan_piece(piece: FilePiece, from_ms: int | None, to_ms: int | None) -> Piec
     if piece.fmt == "jsonl":
         out.unplaced_lines = [int(u.reason[len(piece.path) + len(" line "):].split(":", 1)[0]) for u in unplaced]
     if table.num_rows:
-        ts = pc.cast(table.column("timestamp"), pa.int64())     # microseconds
         cols = {"topic": table.column("topic"), "partition": table.column("partition"),
                 "offset": table.column("offset")}
         aggs = [("offset", "min"), ("offset", "max")]
         for name, ms in (("from_offset", from_ms), ("to_offset", to_ms)):
             if ms is not None:
+                ts = pc.cast(table.column("timestamp"), pa.int64())     # microseconds
                 cols[name] = pc.if_else(pc.greater_equal(ts, ms * 1000), table.column("offset"),
                                         pa.scalar(None, pa.int64()))
                 aggs.append((name, "min"))

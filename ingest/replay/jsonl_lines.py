@@ -49,14 +49,17 @@ def piece_lines(f: Any, start: int, stop: int | None) -> Iterator[bytes]:
         yield line
 
 
-def line_marks(data: bytes, at: int, offsets: np.ndarray, every: int = MARK_ROWS) -> list[tuple[int, int, int]]:
-    """Where a batch may start or stop reading a piece of one partition: every ``every``-th line of
-    ``data`` (the piece's lines, read from byte ``at``) as (its Kafka offset, its first byte in the
-    file, its line in the piece from 0). Only when each line is a row (``offsets``, one per line)
-    and the offsets rise strictly, so that the lines of an offset range lie between two marks; else []."""
+def line_marks(data: bytes, at: int, offsets: np.ndarray | None, every: int = MARK_ROWS
+               ) -> tuple[int, list[tuple[int, int, int]]]:
+    """How many lines ``data`` (a piece's lines, read from byte ``at``) holds, and where a batch may
+    start or stop reading it: every ``every``-th line as (its Kafka offset, its first byte in the file,
+    its line in the piece from 0). Marks only when each line is a row of one partition (``offsets``,
+    one per line; None: not one partition) and the offsets rise strictly, so that the lines of an
+    offset range lie between two marks."""
     starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n")) + 1
     lines = len(starts) + (1 if data and not data.endswith(b"\n") else 0)
-    if lines != len(offsets) or len(offsets) < 2 * every or not bool(np.all(offsets[1:] > offsets[:-1])):
-        return []
+    if offsets is None or lines != len(offsets) or len(offsets) < 2 * every \
+            or not bool(np.all(offsets[1:] > offsets[:-1])):
+        return lines, []
     rows = np.arange(every, len(offsets), every)
-    return [(int(offsets[r]), at + int(starts[r - 1]), int(r)) for r in rows]
+    return lines, [(int(offsets[r]), at + int(starts[r - 1]), int(r)) for r in rows]

@@ -104,7 +104,7 @@ def task_closure_bytes(spark: Any, export: Path, fmt: str) -> int:
     scan = scan_export(spark, plan_pieces(export, fmt))
     everything = list(range(len(scan.pieces)))
     cfg = JobConfig(bootstrap_servers="(unused)", subscribe="*", store=str(export))
-    fused = partial(encode_pieces, groups=[scan.pieces], ranges=None, mapping=mapping_config(cfg),
+    fused = partial(encode_pieces, groups=[[(p, None) for p in scan.pieces]], mapping=mapping_config(cfg),
                     codec=codec_config(cfg), spool=None)
     general = partial(_read_pieces, pieces=scan.pieces, order=everything, ranges=None)
     return max(len(cloudpickle.dumps(fused)), len(cloudpickle.dumps(general)))

@@ -57,8 +57,9 @@ def file_batch(spark: Any, scan: ExportScan, ranges: Ranges | None, mapping: Map
     if not order:
         return spark.createDataFrame([], packed_spark_schema())
     groups = task_groups([_rows_in(scan.scans[i], ranges) for i in order], spark.sparkContext.defaultParallelism)
-    task = partial(encode_pieces, groups=[[narrowed(scan, order[k], ranges) for k in g] for g in groups],
-                   ranges=dict(ranges) if ranges else None, mapping=mapping, codec=codec, spool=spool)
+    task = partial(encode_pieces, groups=[[(narrowed(scan, order[k], ranges), _kept(scan.scans[order[k]], ranges))
+                                           for k in g] for g in groups],
+                   mapping=mapping, codec=codec, spool=spool)
     return spark.range(len(groups), numPartitions=len(groups)).mapInArrow(task, packed_spark_schema())
 
 
@@ -76,6 +77,14 @@ def narrowed(scan: ExportScan, i: int, ranges: Ranges | None) -> FilePiece:
     return replace(piece, start=piece.start if start is None else start[1],
                    stop=piece.stop if stop is None else stop[1],
                    first_line=piece.first_line + (0 if start is None else start[2]))
+
+
+def _kept(scan: PieceScan, ranges: Ranges | None) -> dict[TopicPartitionKey, tuple[int, int]] | None:
+    """The ranges a piece's rows are filtered by: only its own partitions', none when all of them are in."""
+    if ranges is None or all(tp in ranges and ranges[tp][0] <= st.first and st.last < ranges[tp][1]
+                             for tp, st in scan.parts.items()):
+        return None
+    return {tp: ranges[tp] for tp in scan.parts if tp in ranges}
 
 
 def _rows_in(scan: PieceScan, ranges: Ranges | None) -> float:
@@ -112,13 +121,13 @@ def piece_order(scan: ExportScan, which: Sequence[int], ranges: Ranges | None) -
     return [i for _, _, i in spans]
 
 
-def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[FilePiece]], ranges: Ranges | None,
+def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[tuple[FilePiece, Ranges | None]]],
                   mapping: MappingConfig, codec: CodecConfig, spool: SpoolTarget | None) -> Iterator[pa.RecordBatch]:
     """mapInArrow over the group numbers of ``spark.range``: each piece of the group, in order, its rows
-    of ``ranges`` in source order, mapped, encoded and packed (or spooled)."""
+    of its ranges (all of them when None) in source order, mapped, encoded and packed (or spooled)."""
     for batch in ids:
         for i in batch.column(0).to_pylist():
-            for piece in groups[i]:
+            for piece, ranges in groups[i]:
                 table, _, _ = read_piece(piece)
                 rows = source_order(table if ranges is None else table.filter(in_ranges(table, ranges)))
                 encoded = map_and_encode_batches(iter(rows.to_batches(max_chunksize=ENCODE_ROWS)), mapping, codec)

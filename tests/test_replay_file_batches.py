@@ -47,15 +47,15 @@ def _live_and_dead(collected: pa.Table) -> tuple[list, list]:
 def test_a_piece_of_one_partition_is_marked_every_so_many_lines_at_the_first_byte_of_each() -> None:
     lines = [_row(0, 10 + 2 * o).encode() + b"\n" for o in range(50)]
     data = b"".join(lines)
-    lines_, marks = line_marks(data, 1000, np.arange(10, 110, 2), every=8)
-    assert lines_ == 50 and [m[2] for m in marks] == [8, 16, 24, 32, 40, 48]
+    count, marks = line_marks(data, 1000, np.arange(10, 110, 2), every=8)
+    assert count == 50 and [m[2] for m in marks] == [8, 16, 24, 32, 40, 48]
     for offset, byte, line in marks:
         assert offset == 10 + 2 * line and data[byte - 1000:].startswith(lines[line])
-    assert line_marks(data, 0, np.arange(49), every=8) == (50, [])                                 # rows != lines
-    assert line_marks(data, 0, np.array([*range(10, 59), 40]), every=8) == (50, [])                # falls back
-    assert line_marks(data, 0, np.arange(50), every=32) == (50, [])                                # too few
-    assert line_marks(data, 0, None, every=8) == (50, [])                                          # partitions
-    assert line_marks(data[:-1], 0, None) == (50, [])          # a last line without its newline counts                                     # too few
+    assert line_marks(data, 0, np.arange(49), every=8) == (50, [])                     # rows != lines
+    assert line_marks(data, 0, np.array([*range(10, 59), 40]), every=8) == (50, [])    # an offset falls back
+    assert line_marks(data, 0, np.arange(50), every=32) == (50, [])                    # too few lines
+    assert line_marks(data, 0, None, every=8) == (50, [])                              # more than one partition
+    assert line_marks(data[:-1], 0, None) == (50, [])                                  # a last line without "\n"
 
 
 @pytest.mark.unit

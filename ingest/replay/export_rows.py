@@ -123,7 +123,7 @@ def read_export(directory: str | os.PathLike[str], fmt: str) -> ExportRows:
 
 def first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
     """The first row of each (topic, partition, offset), and how many later ones were dropped."""
-    if table.num_rows == 0 or _rising_in_one_partition(table):
+    if table.num_rows == 0 or rising_in_one_partition(table):
         return table, 0
     indexed = table.select(["topic", "partition", "offset"]).append_column(
         "i", pa.array(range(table.num_rows), pa.int64()))
@@ -134,11 +134,16 @@ def first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
     return table.take(np.sort(first.to_numpy())), table.num_rows - len(first)
 
 
-def _rising_in_one_partition(table: pa.Table) -> bool:
-    """No position twice, seen cheaply: one partition whose offsets rise (an export's usual piece)."""
+def one_partition(table: pa.Table) -> bool:
+    """Whether every row of ``table`` is of one (topic, partition)."""
+    return table.num_rows > 0 and all(pc.count_distinct(table.column(c)).as_py() == 1 for c in ("topic", "partition"))
+
+
+def rising_in_one_partition(table: pa.Table) -> bool:
+    """Rows in source order with no position twice, seen cheaply: one partition whose offsets rise
+    (an export's usual piece)."""
     offsets = np.asarray(table.column("offset"), dtype=np.int64)
-    return bool(np.all(offsets[1:] > offsets[:-1])) and all(
-        pc.count_distinct(table.column(c)).as_py() == 1 for c in ("topic", "partition"))
+    return bool(np.all(offsets[1:] > offsets[:-1])) and one_partition(table)
 
 
 # ---------------------------------------------------------------------------------------- jsonl

@@ -25,13 +25,13 @@ import pyarrow.compute as pc
 
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import map_and_encode_batches
+from ingest.replay.export_rows import rising_in_one_partition
 from ingest.replay.file_pieces import (
     ExportScan,
     FilePiece,
     PieceScan,
     batch_rows,
     in_ranges,
-    one_partition,
     read_piece,
     task_groups,
 )
@@ -136,10 +136,7 @@ def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[tuple
 
 def source_order(table: pa.Table) -> pa.Table:
     """``table``'s rows in (topic, partition, offset) order, the first in file order of each position kept."""
-    if table.num_rows < 2:
-        return table
-    offsets = np.asarray(table.column("offset"), dtype=np.int64)
-    if one_partition(table) and bool(np.all(offsets[1:] > offsets[:-1])):
+    if table.num_rows < 2 or rising_in_one_partition(table):
         return table
     table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in _POSITION]))   # stable
     keys = table.select(_POSITION)

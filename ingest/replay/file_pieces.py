@@ -31,11 +31,12 @@ from ingest.replay.export_rows import (
     _read_jsonl,
     export_files,
     first_of_each_position,
+    one_partition,
     parquet_file,
     read_row_group,
 )
 from ingest.replay.fast_rows import jsonl_positions, jsonl_rows
-from ingest.replay.jsonl_lines import check_not_parquet, line_marks, seek_piece_start
+from ingest.replay.jsonl_lines import check_not_parquet, line_count, line_marks, seek_piece_start
 from ingest.replay.plan import TopicPartitionKey
 
 PIECE_BYTES = 32 << 20      # a jsonl piece: a task's worth (Spark's default is 128 MiB for many cores)
@@ -140,7 +141,7 @@ def read_piece(piece: FilePiece) -> tuple[pa.Table, list[Unplaced], int]:
         _, data = _piece_data(path, piece.start, piece.stop)
         rows = jsonl_rows(data)
         if rows is not None:
-            return rows, [], _lines(data)
+            return rows, [], line_count(data)
         return _read_jsonl(path, piece.start, piece.stop, piece.first_line)
     table, unplaced = read_row_group(parquet_file(path), path, piece.start)
     return table, unplaced, 0
@@ -159,7 +160,8 @@ def _piece_data(path: Path, start: int, stop: int) -> tuple[int, bytes]:
         raise ExportFileError(f"--from-files: cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _scan_rows(piece: FilePiece, timestamps: bool) -> tuple[pa.Table, list[Unplaced], int, list[tuple[int, int, int]]]:
+def _scan_rows(piece: FilePiece, timestamps: bool
+               ) -> tuple[pa.Table, list[Unplaced], int, list[tuple[int, int, int]]]:
     """read_piece for the scan, and the piece's line marks (jsonl_lines.line_marks): of a clean jsonl
     piece only the positions are read (and the timestamps if ``timestamps``; the rest is read by the
     batches)."""
@@ -170,15 +172,6 @@ def _scan_rows(piece: FilePiece, timestamps: bool) -> tuple[pa.Table, list[Unpla
             lines, marks = line_marks(data, at, np.asarray(rows.column("offset")) if one_partition(rows) else None)
             return rows, [], lines, marks
     return (*read_piece(replace(piece, first_line=1)), [])
-
-
-def one_partition(table: pa.Table) -> bool:
-    """Whether every row of ``table`` is of one (topic, partition)."""
-    return table.num_rows > 0 and all(pc.count_distinct(table.column(c)).as_py() == 1 for c in ("topic", "partition"))
-
-
-def _lines(data: bytes) -> int:
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def scan_piece(piece: FilePiece, from_ms: int | None, to_ms: int | None) -> PieceScan:

@@ -49,6 +49,11 @@ def piece_lines(f: Any, start: int, stop: int | None) -> Iterator[bytes]:
         yield line
 
 
+def line_count(data: bytes, newlines: int | None = None) -> int:
+    """How many lines ``data`` holds: its newlines (counted unless given), and a last line without one."""
+    return (data.count(b"\n") if newlines is None else newlines) + (1 if data and not data.endswith(b"\n") else 0)
+
+
 def line_marks(data: bytes, at: int, offsets: np.ndarray | None, every: int = MARK_ROWS
                ) -> tuple[int, list[tuple[int, int, int]]]:
     """How many lines ``data`` (a piece's lines, read from byte ``at``) holds, and where a batch may
@@ -57,7 +62,7 @@ def line_marks(data: bytes, at: int, offsets: np.ndarray | None, every: int = MA
     one per line; None: not one partition) and the offsets rise strictly, so that the lines of an
     offset range lie between two marks."""
     starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n")) + 1
-    lines = len(starts) + (1 if data and not data.endswith(b"\n") else 0)
+    lines = line_count(data, len(starts))
     if offsets is None or lines != len(offsets) or len(offsets) < 2 * every \
             or not bool(np.all(offsets[1:] > offsets[:-1])):
         return lines, []

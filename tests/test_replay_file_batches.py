@@ -17,7 +17,14 @@ from ingest.config import JobConfig
 from ingest.encode.prepare import collect_packed
 from ingest.job import codec_config, mapping_config
 from ingest.replay.file_batches import file_batch, narrowed, piece_order, source_order
-from ingest.replay.file_pieces import batch_rows, plan_pieces, read_piece, scan_export, task_groups
+from ingest.replay.file_pieces import (
+    PIECES_PER_TASK,
+    batch_rows,
+    plan_pieces,
+    read_piece,
+    scan_export,
+    task_groups,
+)
 from ingest.replay.jsonl_lines import MARK_ROWS, line_marks
 from sink.batch import prepare
 from sink.spool import Spool
@@ -83,6 +90,9 @@ def test_pieces_are_cut_into_runs_of_about_equal_weight_one_per_core_in_order() 
         assert 1 <= len(groups) <= tasks and all(groups)
     assert task_groups([1.0] * 16, 2) == [list(range(8)), list(range(8, 16))]
     assert task_groups([], 2) == []
+    many = task_groups([1.0] * 100, 2)          # a large export still spreads: runs of at most about 8
+    assert len(many) % 2 == 0 and max(map(len, many)) <= PIECES_PER_TASK
+    assert [i for g in many for i in g] == list(range(100))
 
 
 @pytest.mark.integration

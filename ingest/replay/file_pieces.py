@@ -40,6 +40,7 @@ from ingest.replay.jsonl_lines import check_not_parquet, line_count, line_marks,
 from ingest.replay.plan import TopicPartitionKey
 
 PIECE_BYTES = 32 << 20      # a jsonl piece: a task's worth (Spark's default is 128 MiB for many cores)
+PIECES_PER_TASK = 8         # about the most pieces a task reads in a row (task_groups)
 PIECE_COLUMN, ROW_COLUMN = "_piece", "_row"
 
 
@@ -207,10 +208,14 @@ def _scan_pieces(pieces: Sequence[FilePiece], from_ms: int | None, to_ms: int | 
 
 # ------------------------------------------------------------------------------ in Spark
 
-def task_groups(weights: Sequence[float], tasks: int) -> list[list[int]]:
-    """The indexes of ``weights`` cut into at most ``tasks`` runs of about equal weight, in order. A
-    Python task costs Spark tens of milliseconds of its own: a run of pieces per core, not a task each."""
+def task_groups(weights: Sequence[float], cores: int) -> list[list[int]]:
+    """The indexes of ``weights`` cut into runs of about equal weight, in order: a run per core (a
+    Python task costs Spark tens of milliseconds of its own, so not a task a piece), more of them
+    when there are many pieces (at most about PIECES_PER_TASK a run: a large export still spreads
+    over a cluster, and a retried task does little again)."""
     n = len(weights)
+    cores = max(1, cores)
+    tasks = cores * -(-n // (PIECES_PER_TASK * cores))      # a multiple of the cores
     if n < 2 or tasks < 2:
         return [list(range(n))] if n else []
     cum = np.cumsum(np.asarray(weights, dtype=np.float64) + 1e-9)      # a piece of weight 0 still counts

@@ -21,7 +21,8 @@
 #   SPARK_HOME                 Spark to submit with (default: the pyspark package of $PYTHON)
 #   COMMITLOG_EXECUTOR_PYTHON  python on the executors (spark.pyspark.python); it needs the
 #                              project's dependencies (pyspark, numpy, pyarrow, pandas,
-#                              kafka-python, crc32c) but NOT the project: that is shipped.
+#                              kafka-python, crc32c; pybase64 for replay --from-files at full
+#                              speed) but NOT the project: that is shipped.
 #   COMMITLOG_DRIVER_PYTHON    python of the driver in client mode (default: $PYTHON)
 #   COMMITLOG_BUILD_DIR        where the zip and the archive are built (default: <repo>/build/deploy)
 #   COMMITLOG_SHIP             archive (default: the code and the kernels, built here for $PYTHON, so

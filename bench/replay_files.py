@@ -111,9 +111,15 @@ def task_closure_bytes(spark: Any, export: Path, fmt: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ap = common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--files-per-partition", type=int, default=None,
+                    help="files each partition's records are cut into (default 8; 1 writes one parquet row "
+                         "group per partition, larger than a batch)")
+    args = ap.parse_args(argv)
     runs = common.runs_of(args, quick_default=1)
-    p = QUICK if args.quick else FULL
+    p = dict(QUICK if args.quick else FULL)
+    if args.files_per_partition:
+        p["files_per_partition"] = args.files_per_partition
     n = p["messages"]
     rep = common.Report("replay_files", args)
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, master="local[2]", flush="sync")

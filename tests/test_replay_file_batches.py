@@ -16,7 +16,8 @@ import pytest
 from ingest.config import JobConfig
 from ingest.encode.prepare import collect_packed
 from ingest.job import codec_config, mapping_config
-from ingest.replay.file_batches import file_batch, narrowed, piece_order, source_order
+from ingest.replay.file_batches import file_batch, narrowed, piece_order
+from ingest.replay.positions import source_order
 from ingest.replay.file_pieces import (
     PIECES_PER_TASK,
     batch_rows,

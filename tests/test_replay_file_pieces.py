@@ -175,7 +175,7 @@ def test_base64_values_decoded_at_once_are_what_line_by_line_decoding_gives_or_a
 def test_the_scan_of_a_piece_finds_what_reading_it_line_by_line_finds(tmp_path_factory, rows, from_ms) -> None:
     """The scan reads only positions (and timestamps when a bound needs them) where it can: the same
     partitions' spans, unplaced rows and lines as the line-by-line reading of the piece."""
-    from ingest.replay.export_rows import first_of_each_position
+    from ingest.replay.positions import first_of_each_position
     from ingest.replay.file_pieces import scan_piece
 
     lines = []

@@ -203,7 +203,7 @@ def test_a_replay_of_bad_files_writes_every_good_row_once_and_every_bad_one_as_a
 
 @pytest.mark.unit
 def test_the_first_row_of_each_position_is_kept_in_file_order_whatever_order_the_groups_come_in() -> None:
-    from ingest.replay.export_rows import first_of_each_position
+    from ingest.replay.positions import first_of_each_position
 
     # many chunks and positions: pyarrow's group_by may hand its groups back in any order
     n, chunks = 50_000, 8

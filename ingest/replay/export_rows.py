@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,6 +37,7 @@ import pyarrow.parquet as pq
 from ingest.encode.prepare import PROBLEM
 from ingest.replay.jsonl_lines import ExportFileError, check_not_parquet, piece_lines
 from ingest.replay.plan import FILE_FORMATS, ReplayError
+from ingest.replay.positions import first_of_each_position
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ROWS_SCHEMA = pa.schema([
@@ -119,31 +119,6 @@ def read_export(directory: str | os.PathLike[str], fmt: str) -> ExportRows:
     table = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
     table, repeated = first_of_each_position(table)
     return ExportRows(table, unplaced, repeated, len(files))
-
-
-def first_of_each_position(table: pa.Table) -> tuple[pa.Table, int]:
-    """The first row of each (topic, partition, offset), and how many later ones were dropped."""
-    if table.num_rows == 0 or rising_in_one_partition(table):
-        return table, 0
-    indexed = table.select(["topic", "partition", "offset"]).append_column(
-        "i", pa.array(range(table.num_rows), pa.int64()))
-    first = indexed.group_by(["topic", "partition", "offset"]).aggregate([("i", "min")]).column("i_min")
-    if len(first) == table.num_rows:
-        return table, 0
-    # the groups come in whatever order group_by's threads finish: the rows kept, in file order
-    return table.take(np.sort(first.to_numpy())), table.num_rows - len(first)
-
-
-def one_partition(table: pa.Table) -> bool:
-    """Whether every row of ``table`` is of one (topic, partition)."""
-    return table.num_rows > 0 and all(pc.count_distinct(table.column(c)).as_py() == 1 for c in ("topic", "partition"))
-
-
-def rising_in_one_partition(table: pa.Table) -> bool:
-    """Rows in source order with no position twice, seen cheaply: one partition whose offsets rise
-    (an export's usual piece)."""
-    offsets = np.asarray(table.column("offset"), dtype=np.int64)
-    return bool(np.all(offsets[1:] > offsets[:-1])) and one_partition(table)
 
 
 # ---------------------------------------------------------------------------------------- jsonl

@@ -58,13 +58,14 @@ def jsonl_positions(data: bytes, timestamps: bool = True) -> pa.Table | None:
     ``timestamps`` is false): what the scan needs, the other fields parsed but not built, or None when
     a row of it is not clean."""
     try:
-        if not timestamps:
-            raw = _read(data, pa.schema([f for f in POSITION_SCHEMA if f.name != "timestamp"]))
+        raw = _read(data, POSITION_SCHEMA if timestamps else pa.schema(list(POSITION_SCHEMA)[:3]))
+        cols = {"topic": raw.column("topic"), "partition": raw.column("partition").cast(pa.int32()),
+                "offset": raw.column("offset")}
+        if timestamps:
+            cols["timestamp"] = _clean_positions(raw)
+        else:
             _check_positions(raw)
-            return raw.set_column(1, "partition", raw.column("partition").cast(pa.int32()))
-        raw = _read(data, POSITION_SCHEMA)
-        return pa.table({"topic": raw.column("topic"), "partition": raw.column("partition").cast(pa.int32()),
-                         "offset": raw.column("offset"), "timestamp": _clean_positions(raw)})
+        return pa.table(cols)
     except (pa.ArrowException, _NotClean):
         return None
 

@@ -19,13 +19,10 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import map_and_encode_batches
-from ingest.replay.export_rows import rising_in_one_partition
 from ingest.replay.file_pieces import (
     ExportScan,
     FilePiece,
@@ -36,13 +33,13 @@ from ingest.replay.file_pieces import (
     task_groups,
 )
 from ingest.replay.plan import TopicPartitionKey
+from ingest.replay.positions import source_order
 from sink.packed import pack_batches, packed_spark_schema
 from sink.spool import SpoolTarget, spool_batches
 from store.format import CodecConfig
 
 Ranges = Mapping[TopicPartitionKey, tuple[int, int]]
 ENCODE_ROWS = 100_000       # rows mapped and encoded at a time (a jsonl piece of 100-byte values is ~110,000)
-_POSITION = ["topic", "partition", "offset"]
 
 
 def file_batch(spark: Any, scan: ExportScan, ranges: Ranges | None, mapping: MappingConfig, codec: CodecConfig,
@@ -81,7 +78,7 @@ def narrowed(scan: ExportScan, i: int, ranges: Ranges | None) -> FilePiece:
 
 def _kept(scan: PieceScan, ranges: Ranges | None) -> dict[TopicPartitionKey, tuple[int, int]] | None:
     """The ranges a piece's rows are filtered by: only its own partitions', none when all of them are in."""
-    if ranges is None or all(tp in ranges and ranges[tp][0] <= st.first and st.last < ranges[tp][1]
+    if ranges is None or all(st.within(ranges.get(tp, (0, 0))) == (st.first, st.last)
                              for tp, st in scan.parts.items()):
         return None
     return {tp: ranges[tp] for tp in scan.parts if tp in ranges}
@@ -89,11 +86,8 @@ def _kept(scan: PieceScan, ranges: Ranges | None) -> dict[TopicPartitionKey, tup
 
 def _rows_in(scan: PieceScan, ranges: Ranges | None) -> float:
     """About how many of the piece's rows ``ranges`` take (the span of each partition's offsets in it)."""
-    rows = 0
-    for tp, st in scan.parts.items():
-        a, b = (st.first, st.last + 1) if ranges is None else ranges.get(tp, (0, 0))
-        rows += max(0, min(st.last + 1, b) - max(st.first, a))
-    return float(rows)
+    spans = [st.within(None if ranges is None else ranges.get(tp, (0, 0))) for tp, st in scan.parts.items()]
+    return float(sum(hi - lo + 1 for lo, hi in filter(None, spans)))
 
 
 def piece_order(scan: ExportScan, which: Sequence[int], ranges: Ranges | None) -> list[int] | None:
@@ -104,15 +98,9 @@ def piece_order(scan: ExportScan, which: Sequence[int], ranges: Ranges | None) -
     for i in which:
         ends = []
         for (topic, partition), st in scan.scans[i].parts.items():
-            lo, hi = st.first, st.last
-            if ranges is not None:
-                if (topic, partition) not in ranges:
-                    continue
-                a, b = ranges[(topic, partition)]
-                lo, hi = max(lo, a), min(hi, b - 1)
-                if lo > hi:
-                    continue
-            ends += [(topic, partition, lo), (topic, partition, hi)]
+            span = st.within(None if ranges is None else ranges.get((topic, partition), (0, 0)))
+            if span is not None:
+                ends += [(topic, partition, span[0]), (topic, partition, span[1])]
         if ends:
             spans.append((min(ends), max(ends), i))
     spans.sort()
@@ -132,18 +120,3 @@ def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[tuple
                 rows = source_order(table if ranges is None else table.filter(in_ranges(table, ranges)))
                 encoded = map_and_encode_batches(iter(rows.to_batches(max_chunksize=ENCODE_ROWS)), mapping, codec)
                 yield from (pack_batches(encoded) if spool is None else spool_batches(encoded, spool))
-
-
-def source_order(table: pa.Table) -> pa.Table:
-    """``table``'s rows in (topic, partition, offset) order, the first in file order of each position kept."""
-    if table.num_rows < 2 or rising_in_one_partition(table):
-        return table
-    table = table.take(pc.sort_indices(table, sort_keys=[(c, "ascending") for c in _POSITION]))   # stable
-    keys = table.select(_POSITION)
-    same = np.ones(table.num_rows, dtype=bool)
-    for c in _POSITION:
-        col = keys.column(c).combine_chunks()
-        same[1:] &= np.asarray(pc.equal(col[1:], col[:-1]), dtype=bool)
-    same[0] = False
-    return table if not same.any() else table.filter(pa.array(~same))
-

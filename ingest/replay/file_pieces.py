@@ -30,14 +30,13 @@ from ingest.replay.export_rows import (
     Unplaced,
     _read_jsonl,
     export_files,
-    first_of_each_position,
-    one_partition,
     parquet_file,
     read_row_group,
 )
 from ingest.replay.fast_rows import jsonl_positions, jsonl_rows
 from ingest.replay.jsonl_lines import check_not_parquet, line_count, line_marks, seek_piece_start
 from ingest.replay.plan import TopicPartitionKey
+from ingest.replay.positions import first_of_each_position, one_partition
 
 PIECE_BYTES = 32 << 20      # a jsonl piece: a task's worth (Spark's default is 128 MiB for many cores)
 PIECES_PER_TASK = 8         # about the most pieces a task reads in a row (task_groups)
@@ -59,6 +58,13 @@ class PartStats:
     last: int
     from_ts: int | None = None      # the first offset whose timestamp is >= the --from timestamp
     to_ts: int | None = None
+
+    def within(self, bounds: tuple[int, int] | None) -> tuple[int, int] | None:
+        """(first, last) of these offsets inside ``[a, b)`` (all of them when None), None if none is."""
+        if bounds is None:
+            return self.first, self.last
+        lo, hi = max(self.first, bounds[0]), min(self.last, bounds[1] - 1)
+        return (lo, hi) if lo <= hi else None
 
     def join(self, other: PartStats) -> None:
         self.first, self.last = min(self.first, other.first), max(self.last, other.last)
@@ -101,8 +107,7 @@ class ExportScan:
     def pieces_for(self, ranges: Mapping[TopicPartitionKey, tuple[int, int]]) -> list[int]:
         """The pieces holding any offset of ``ranges``."""
         return [i for i, sc in enumerate(self.scans)
-                if any(tp in ranges and st.first < ranges[tp][1] and st.last >= ranges[tp][0]
-                       for tp, st in sc.parts.items())]
+                if any(tp in ranges and st.within(ranges[tp]) for tp, st in sc.parts.items())]
 
 
 def _min(a: int | None, b: int | None) -> int | None:

@@ -98,16 +98,15 @@ def task_closure_bytes(spark: Any, export: Path, fmt: str) -> int:
 
     from ingest.config import JobConfig
     from ingest.job import codec_config, mapping_config
-    from ingest.replay.file_batches import encode_pieces
+    from ingest.replay.file_batches import batch_task
     from ingest.replay.file_pieces import _read_pieces, plan_pieces, scan_export
 
     scan = scan_export(spark, plan_pieces(export, fmt))
     everything = list(range(len(scan.pieces)))
     cfg = JobConfig(bootstrap_servers="(unused)", subscribe="*", store=str(export))
-    fused = partial(encode_pieces, groups=[[(p, None) for p in scan.pieces]], mapping=mapping_config(cfg),
-                    codec=codec_config(cfg), spool=None)
+    fused = batch_task(scan, None, mapping_config(cfg), codec_config(cfg), None, 1)
     general = partial(_read_pieces, pieces=scan.pieces, order=everything, ranges=None)
-    return max(len(cloudpickle.dumps(fused)), len(cloudpickle.dumps(general)))
+    return max(0 if fused is None else len(cloudpickle.dumps(fused[0])), len(cloudpickle.dumps(general)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ same order (tests/test_replay_file_batches.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -47,17 +47,28 @@ def file_batch(spark: Any, scan: ExportScan, ranges: Ranges | None, mapping: Map
     """The batch of ``ranges`` (every row when None) as a DataFrame ingest.encode.prepare.collect_packed
     takes: packed and in source order from the reading tasks when its pieces allow (module docstring),
     else the pieces' Kafka columns."""
+    task = batch_task(scan, ranges, mapping, codec, spool, spark.sparkContext.defaultParallelism)
+    if task is None:
+        return batch_rows(spark, scan, ranges)
+    function, tasks = task
+    if not tasks:
+        return spark.createDataFrame([], packed_spark_schema())
+    return spark.range(tasks, numPartitions=tasks).mapInArrow(function, packed_spark_schema())
+
+
+def batch_task(scan: ExportScan, ranges: Ranges | None, mapping: MappingConfig, codec: CodecConfig,
+               spool: SpoolTarget | None, cores: int) -> tuple[Callable[..., Iterator[pa.RecordBatch]], int] | None:
+    """(the mapInArrow function over task numbers, how many tasks) of the batch of ``ranges``, or None
+    when its pieces interleave (the general way)."""
     which = list(range(len(scan.pieces))) if ranges is None else scan.pieces_for(ranges)
     order = piece_order(scan, which, ranges)
     if order is None:
-        return batch_rows(spark, scan, ranges)
-    if not order:
-        return spark.createDataFrame([], packed_spark_schema())
-    groups = task_groups([_rows_in(scan.scans[i], ranges) for i in order], spark.sparkContext.defaultParallelism)
+        return None
+    groups = task_groups([_rows_in(scan.scans[i], ranges) for i in order], cores)
     task = partial(encode_pieces, groups=[[(narrowed(scan, order[k], ranges), _kept(scan.scans[order[k]], ranges))
                                            for k in g] for g in groups],
                    mapping=mapping, codec=codec, spool=spool)
-    return spark.range(len(groups), numPartitions=len(groups)).mapInArrow(task, packed_spark_schema())
+    return task, len(groups)
 
 
 def narrowed(scan: ExportScan, i: int, ranges: Ranges | None) -> FilePiece:

@@ -1,5 +1,6 @@
 """The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan,
-walking with the C walk (store/format/_scan_walk.c) and with the numpy one: every test runs with both."""
+every test three ways: the C scan (store/format/_record_check.c, the walk and the checks in one
+pass), the C walk (store/format/_scan_walk.c) with the numpy checks, and numpy alone."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ BASE = 1 << 20
 SEGMENT = 16384
 
 
-@pytest.fixture(autouse=True, params=["c", "numpy"])
+@pytest.fixture(autouse=True, params=["c-scan", "c-walk", "numpy"])
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    import store.format.scan as scan
     import store.format.walk as walk
+    if request.param == "c-scan":
+        assert scan._record_check is not None, "setup.py's store/format/_record_check.c did not build: run `make venv`"
+    else:
+        monkeypatch.setattr(scan, "_record_check", None)
     if request.param == "numpy":
         monkeypatch.setattr(walk, "_scan_walk", None)
     else:
@@ -136,6 +142,7 @@ def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.Mon
     buf[victim + 35] ^= 0x55                  # PHYSICALOFFSET
     whole = list(scan_segment(buf, BASE, len(buf)))
     monkeypatch.setattr(scan, "_WALK_CHUNK_BYTES", 700)
+    monkeypatch.setattr(scan, "_SCAN_CHUNK_BYTES", 700)
     assert list(scan_segment(buf, BASE, len(buf))) == whole == slow_scan(buf, BASE, len(buf))
     assert whole[-1].offset == BASE + victim and len(whole) > 20
 
@@ -207,3 +214,18 @@ def test_damaged_segments_never_raise_and_both_scans_agree(flips: list[tuple[int
     path.write_bytes(bytes(buf))
     report = list(decode_segment_files([path]))
     assert report[-1]["type"] == "summary" and report[-1]["fileBytes"] == 4096
+
+
+def test_the_scan_columns_are_the_same_with_and_without_the_c_scan(walk: str) -> None:
+    """What verify reads from the scan (queue, topic place, PROPERTIESLENGTH) is the same both
+    ways, and a paused scan (verify's pieces) pauses at the same record."""
+    buf, starts = build_segment(120, blank=True)
+    until = starts[70] + 1
+    for kw in ({}, {"until": until}, {"start": starts[33], "until": until}):
+        c = scan_segment_fast(buf, BASE, len(buf), columns=True, **kw)
+        numpy = scan_segment_fast(buf, BASE, len(buf), columns=True, use_c=False, **kw)
+        assert c.stop == numpy.stop and c.offsets.tolist() == numpy.offsets.tolist()
+        assert c.sizes.tolist() == numpy.sizes.tolist()
+        for name in ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len"):
+            assert getattr(c.columns, name).tolist() == getattr(numpy.columns, name).tolist(), name
+    assert scan_segment_fast(buf, BASE, len(buf), until=until).stop == RecordCheck("pause", BASE + starts[71], 0)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ingest.cli import main
 from store.log.source import open_source
@@ -227,6 +229,71 @@ def test_vectorized_tags_codes_equal_the_reference_rule(topic: str) -> None:
         d = decode_message(buf, s)
         want.append(consume_queue_tags_code(d.topic, d.properties, d.store_timestamp) if d.properties_string else 0)
     assert got.tolist() == want
+
+
+def _placed(topic: str, properties: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Records with these properties at their real offsets (0 on): the bytes, starts, sizes."""
+    from store.format.codec import Message, encode_message
+
+    recs, pos = [], 0
+    for i, p in enumerate(properties):
+        recs.append(encode_message(Message(topic=topic, body=bytes(range(i % 50)), properties=p,
+                                           store_timestamp=1000 + i, physical_offset=pos, queue_offset=i)))
+        pos += len(recs[-1])
+    buf = np.frombuffer(b"".join(recs), dtype=np.uint8)
+    return buf, np.cumsum([0] + [len(r) for r in recs[:-1]]), np.array([len(r) for r in recs])
+
+
+def _reference_tags_codes(buf: np.ndarray, starts: np.ndarray) -> list[int]:
+    from store.format.codec import decode_message
+    from store.format.record_json import consume_queue_tags_code
+
+    out = []
+    for s in starts.tolist():
+        d = decode_message(buf, s)
+        out.append(consume_queue_tags_code(d.topic, d.properties, d.store_timestamp) if d.properties_string else 0)
+    return out
+
+
+@pytest.mark.parametrize("topic", ["TopicA", "SCHEDULE_TOPIC_XXXX"])
+def test_tags_codes_read_by_the_c_scan_equal_the_reference_rule(topic: str) -> None:
+    from store.format.fields import fields_from_scan, tags_codes
+    from store.format.scan import scan_segment_fast
+
+    buf, starts, sizes = _placed(topic, PROPERTY_CASES)
+    scan = scan_segment_fast(buf, 0, columns=True)
+    assert scan.columns is not None and scan.columns.tags_code is not None, "the C scan did not run"
+    assert scan.offsets.tolist() == starts.tolist()
+    assert tags_codes(buf, fields_from_scan(buf, starts, sizes, scan.columns)).tolist() == \
+        _reference_tags_codes(buf, starts)
+
+
+_PIECE = st.one_of(
+    st.tuples(st.sampled_from(["TAGS", "__CRC32#", "KEYS", "XTAGS", "TAG", "", "__CRC32"]),
+              st.sampled_from(["\x01", "", "\x01\x01"]),
+              st.text(st.sampled_from("ab \x01é中9"), max_size=12)).map("".join),
+    st.text(st.sampled_from("TAGS\x01\x02ab"), max_size=10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_PIECE, max_size=5).map("\x02".join), min_size=1, max_size=8))
+def test_the_c_scan_reads_tags_and_crc_pieces_as_java_splits_the_properties(properties: list[str]) -> None:
+    """Any mix of TAGS pairs (empty, repeated, non-ASCII, a name ending in TAGS), __CRC32# pieces
+    and stray separators: the tagsCode is the reference rule's, and every record whose
+    properties hold a __CRC32# value is marked for the whole-record CRC check."""
+    from store.format.fields import MARK_PROP_CRC, fields_from_scan, tags_codes
+    from store.format.properties import string_to_properties
+    from store.format.scan import scan_segment_fast
+
+    buf, starts, sizes = _placed("TopicA", properties)
+    scan = scan_segment_fast(buf, 0, columns=True)
+    assert scan.columns is not None and scan.columns.marks is not None
+    assert tags_codes(buf, fields_from_scan(buf, starts, sizes, scan.columns)).tolist() == \
+        _reference_tags_codes(buf, starts)
+    marked = (scan.columns.marks & MARK_PROP_CRC) != 0
+    for i, p in enumerate(properties):
+        if "__CRC32#" in string_to_properties(p):
+            assert marked[i], p
 
 
 def test_a_queue_starting_past_zero_in_a_fresh_store_is_no_gap(tmp_path: Path) -> None:

@@ -1,13 +1,20 @@
-/* The record checks of store/format/encoded_check.py in C: records encoded elsewhere and not yet
- * appended, checked as recovery checks a segment (scan.py's _first_bad without the PHYSICALOFFSET
- * rule), with TOTALSIZE against each record's own length and BODYCRC, in one pass over their bytes
- * with the next record asked for ahead. The numpy path gathers each record's head and a window after
- * its body, then computes the body CRCs one call each; tests/test_encoded_check.py runs with both.
- * The GIL is released: the checks run on the sink's writer thread while Spark reads the next batch.
+/* RocketMQ's checkMessageAndReturnSize in C (scan.py's _first_bad is the numpy way), one pass over
+ * each record's bytes with the next record asked for ahead, the GIL released:
+ *
+ * check: records encoded elsewhere and not yet appended (store/format/encoded_check.py), with
+ *   TOTALSIZE against each record's own length and BODYCRC, but no PHYSICALOFFSET to hold them to;
+ *   the sink's writer thread runs it while Spark reads the next batch. tests/test_encoded_check.py
+ *   runs with both ways.
+ * scan: a segment walked along TOTALSIZE from a record start and every record checked on the way,
+ *   PHYSICALOFFSET included (recovery and verify, store/format/scan.py), with the fields verify
+ *   needs next: the queue, the topic's place, and from the PROPERTIES the consume-queue tagsCode
+ *   (TAGS.hashCode() of an ASCII value; others are marked for the Python way) and whether a
+ *   __CRC32# pair is there. tests/test_codec_scan.py runs every scan test with both ways.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define AHEAD 4      /* records asked for ahead of the one checked */
 
@@ -19,14 +26,20 @@ static inline uint32_t be32(const uint8_t *p) {
 
 static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
+static inline int64_t be64(const uint8_t *p) { return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4)); }
+
 typedef struct {
     uint32_t magic_v1, magic_v2, born_v6, store_v6;
     int64_t min_length;
+    int crc; /* check BODYCRC */
 } Rules;
 
-/* 1 when the record at d[s:s + z] passes; its QUEUEID, SYSFLAG and TOPIC place in the outputs */
-static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const Rules *r, int64_t *queue_id,
-                     int64_t *sys_flag, int64_t *topic_pos, int64_t *topic_len) {
+typedef struct {
+    int64_t queue_id, sys_flag, topic_pos, topic_len, props_len;
+} Parsed;
+
+/* 1 when the record at d[s:s + z] passes, its fields in *f */
+static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const Rules *r, Parsed *f) {
     if (s < 0 || z < r->min_length || s + z > len)
         return 0;
     const uint8_t *p = d + s;
@@ -44,7 +57,7 @@ static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const 
     int64_t body = body_pos + 4;
     if (body_len < 0 || body + body_len + 1 + v2 > end)
         return 0;
-    if (body_len > 0 && (crc32_of(d + body, body_len) & 0x7FFFFFFFu) != be32(p + 8))
+    if (r->crc && body_len > 0 && (crc32_of(d + body, body_len) & 0x7FFFFFFFu) != be32(p + 8))
         return 0;
     int64_t t = body + body_len;
     int64_t tl = v2 ? (int64_t)be16(d + t) : (int64_t)(int8_t)d[t];
@@ -56,10 +69,11 @@ static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const 
         return 0;
     if (91 + body_len + tl + (pl > 0 ? pl : 0) + hosts + v2 != z)
         return 0;
-    *queue_id = (int32_t)be32(p + 12);
-    *sys_flag = (int32_t)flags;
-    *topic_pos = t;
-    *topic_len = tl;
+    f->queue_id = (int32_t)be32(p + 12);
+    f->sys_flag = (int32_t)flags;
+    f->topic_pos = t;
+    f->topic_len = tl;
+    f->props_len = pl;
     return 1;
 }
 
@@ -79,7 +93,7 @@ static PyObject *check(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "check: starts, sizes and the output differ in length");
         goto done;
     }
-    const Rules rules = {m1, m2, b6, s6, min_length};
+    const Rules rules = {m1, m2, b6, s6, min_length, 1};
     const uint8_t *d = buf.buf;
     const int64_t *starts = st.buf, *sizes = sz.buf;
     int64_t *o = out.buf;
@@ -88,8 +102,10 @@ static PyObject *check(PyObject *Py_UNUSED(self), PyObject *args) {
     for (; i < n; i++) {
         if (i + AHEAD < n && starts[i + AHEAD] >= 0 && starts[i + AHEAD] < buf.len)
             __builtin_prefetch(d + starts[i + AHEAD]);
-        if (!check_one(d, buf.len, starts[i], sizes[i], &rules, o + i, o + n + i, o + 2 * n + i, o + 3 * n + i))
+        Parsed f;
+        if (!check_one(d, buf.len, starts[i], sizes[i], &rules, &f))
             break;
+        o[i] = f.queue_id, o[n + i] = f.sys_flag, o[2 * n + i] = f.topic_pos, o[3 * n + i] = f.topic_len;
     }
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(i);
@@ -101,13 +117,118 @@ done:
     return result;
 }
 
+/* --- scan ------------------------------------------------------------------------------------- */
+
+#define SCAN_COLUMNS 9 /* start, QUEUEID, QUEUEOFFSET, SYSFLAG, topic position, TOPICLENGTH,
+                          PROPERTIESLENGTH, tagsCode, marks */
+#define QUEUEOFFSET_POS 20
+#define PHYSICALOFFSET_POS 28
+#define MARK_TAGS_SLOW 1   /* a TAGS value that is not ASCII: its tagsCode is left to Python */
+#define MARK_PROP_CRC 2    /* a piece named __CRC32#: the whole-record CRC is checked by Python */
+
+/* The tagsCode and marks from the PROPERTIES p[0, n): MessageDecoder.string2messageProperties
+ * splits them on \2, a name ends at the first \1, a pair with an empty value does not count and
+ * the last pair of a name wins; TAGS.hashCode() is the sum over bytes for ASCII text. */
+static void props_facts(const uint8_t *p, int64_t n, int64_t *tags_code, int64_t *marks) {
+    int64_t tags = -1, tags_end = 0, piece = 0, m = 0;
+    while (piece <= n) {
+        const uint8_t *sep = piece < n ? memchr(p + piece, 2, (size_t)(n - piece)) : NULL;
+        const int64_t stop = sep ? sep - p : n;
+        const int64_t k = stop - piece;
+        if (k > 5 && memcmp(p + piece, "TAGS\1", 5) == 0)
+            tags = piece + 5, tags_end = stop;
+        else if (k >= 9 && memcmp(p + piece, "__CRC32#\1", 9) == 0)
+            m |= MARK_PROP_CRC;
+        piece = stop + 1;
+    }
+    uint32_t h = 0;
+    for (int64_t i = tags; i >= 0 && i < tags_end; i++) {
+        if (p[i] >= 0x80) {
+            m |= MARK_TAGS_SLOW;
+            h = 0;
+            break;
+        }
+        h = h * 31u + p[i];
+    }
+    *tags_code = (int32_t)h;
+    *marks = m;
+}
+
+/* scan(buf, pos, end, stop_at, base, crc, out, magic_v1, magic_v2, born_v6, store_v6, min_length)
+ *     -> (count, next, more, bad)
+ * From the record start ``pos``, follow TOTALSIZE while it is plausible (>= min_length) and the
+ * record fits below ``end``, as store/format/walk.py does, pausing at the first record start past
+ * ``stop_at`` (``more``: the walk should go on from ``next``). Each record is checked as
+ * check_one does, PHYSICALOFFSET == base + its position included; ``bad``: the walk stopped at
+ * a record that fails (at ``next``). out: a writable (SCAN_COLUMNS, cap) int64 array, a column per
+ * record walked and passed; cap must hold (min(end - min_length, stop_at) - pos) / min_length + 1. */
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer buf, out;
+    long long pos, end, stop_at, base, min_length;
+    int crc;
+    unsigned int m1, m2, b6, s6;
+    if (!PyArg_ParseTuple(args, "y*LLLLpw*IIIIL", &buf, &pos, &end, &stop_at, &base, &crc, &out, &m1, &m2, &b6, &s6,
+                          &min_length))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t cap = out.len / 8 / SCAN_COLUMNS;
+    const int64_t last = (end - min_length < stop_at ? end - min_length : stop_at);
+    if (end > buf.len || pos < 0 || min_length < 1 || (last >= pos && (last - pos) / min_length + 1 > cap)) {
+        PyErr_SetString(PyExc_ValueError, "scan: end past the buffer, or the output holds too few records");
+        goto done;
+    }
+    const Rules rules = {m1, m2, b6, s6, min_length, crc};
+    const uint8_t *d = buf.buf;
+    int64_t *o = out.buf;
+    Py_ssize_t i = 0;
+    int more = 0, bad = 0;
+    int64_t p = pos;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        if (p > last) {
+            more = p <= end - min_length;
+            break;
+        }
+        const int64_t total = (int32_t)be32(d + p);
+        if (total < min_length || p + total > end)
+            break;
+        if (p + total + 64 <= end)
+            __builtin_prefetch(d + p + total + 64);
+        Parsed f;
+        if (!check_one(d, end, p, total, &rules, &f) || be64(d + p + PHYSICALOFFSET_POS) != base + p) {
+            bad = 1;
+            break;
+        }
+        o[i] = p;
+        o[cap + i] = f.queue_id;
+        o[2 * cap + i] = be64(d + p + QUEUEOFFSET_POS);
+        o[3 * cap + i] = f.sys_flag;
+        o[4 * cap + i] = f.topic_pos;
+        o[5 * cap + i] = f.topic_len;
+        o[6 * cap + i] = f.props_len;
+        o[7 * cap + i] = 0;
+        o[8 * cap + i] = 0;
+        if (f.props_len > 0)
+            props_facts(d + f.topic_pos + f.topic_len + 2, f.props_len, o + 7 * cap + i, o + 8 * cap + i);
+        i++;
+        p += total;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nLii", i, (long long)p, more, bad);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"check", check, METH_VARARGS, "Check records encoded elsewhere (store/format/encoded_check.py)."},
+    {"scan", scan, METH_VARARGS, "Walk a segment and check its records (store/format/scan.py)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_check",
-                                    "Checks of records not yet appended (see store/format/encoded_check.py)", -1,
+                                    "Record checks: records not yet appended, and segment scans (store/format/scan.py)", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__record_check(void) {

@@ -45,24 +45,37 @@ class ScanColumns:
     topic_pos: np.ndarray
     topic_len: np.ndarray
     props_len: np.ndarray
+    # read from the PROPERTIES by the C scan (None from the numpy one): see PropsFacts
+    tags_code: np.ndarray | None = None
+    marks: np.ndarray | None = None
 
     def head(self, n: int) -> ScanColumns:
-        return ScanColumns(*(getattr(self, k)[:n] for k in _COLUMN_NAMES))
+        return self.rows(0, n)
 
     def rows(self, a: int, b: int) -> ScanColumns:
-        return ScanColumns(*(getattr(self, k)[a:b] for k in _COLUMN_NAMES))
+        return ScanColumns(*(_part(getattr(self, k), slice(a, b)) for k in _COLUMN_NAMES))
 
     def take(self, idx: np.ndarray) -> ScanColumns:
-        return ScanColumns(*(getattr(self, k)[idx] for k in _COLUMN_NAMES))
+        return ScanColumns(*(_part(getattr(self, k), idx) for k in _COLUMN_NAMES))
 
     @staticmethod
     def joined(parts: list[ScanColumns]) -> ScanColumns:
         if not parts:
-            return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES))
-        return ScanColumns(*(np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
+            return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES[:6]))
+        return ScanColumns(*(_joined([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
 
 
-_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len")
+_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len", "tags_code", "marks")
+MARK_TAGS_SLOW = 1      # marks: a TAGS value that is not ASCII, its tagsCode left to the Python way
+MARK_PROP_CRC = 2       # marks: the properties hold a piece named __CRC32#
+
+
+def _part(column: np.ndarray | None, rows: slice | np.ndarray) -> np.ndarray | None:
+    return None if column is None else column[rows]
+
+
+def _joined(columns: list[np.ndarray | None]) -> np.ndarray | None:
+    return None if any(c is None for c in columns) else np.concatenate(columns)
 
 
 @dataclass
@@ -77,18 +90,19 @@ class RecordFields:
     topics: list[str]
     props_pos: np.ndarray
     props_len: np.ndarray
+    tags_code: np.ndarray | None = None     # ScanColumns.tags_code and marks, when the C scan read them
+    marks: np.ndarray | None = None
 
     def rows(self, a: int, b: int) -> RecordFields:
         """Records a..b (the same topic list)."""
-        return RecordFields(self.starts[a:b], self.sizes[a:b], self.queue_id[a:b], self.queue_offset[a:b],
-                            self.sys_flag[a:b], self.store_timestamp[a:b], self.topic_id[a:b], self.topics,
-                            self.props_pos[a:b], self.props_len[a:b])
+        return self.take(slice(a, b))
 
-    def take(self, idx: np.ndarray) -> RecordFields:
+    def take(self, idx: np.ndarray | slice) -> RecordFields:
         """The records at ``idx`` (the same topic list)."""
         return RecordFields(self.starts[idx], self.sizes[idx], self.queue_id[idx], self.queue_offset[idx],
                             self.sys_flag[idx], self.store_timestamp[idx], self.topic_id[idx], self.topics,
-                            self.props_pos[idx], self.props_len[idx])
+                            self.props_pos[idx], self.props_len[idx], _part(self.tags_code, idx),
+                            _part(self.marks, idx))
 
 
 # MAGICCODE .. SYSFLAG (positions 4..40) are at fixed positions in every record.
@@ -118,8 +132,10 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
 
 def fields_from_scan(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns) -> RecordFields:
     """record_fields from what the scan already read (ScanColumns)."""
-    return _fields(arr, starts.astype(np.int64), sizes, cols.queue_id, cols.queue_offset, cols.sys_flag,
-                   cols.topic_pos, cols.topic_len, cols.props_len)
+    f = _fields(arr, starts.astype(np.int64), sizes, cols.queue_id, cols.queue_offset, cols.sys_flag,
+                cols.topic_pos, cols.topic_len, cols.props_len)
+    f.tags_code, f.marks = cols.tags_code, cols.marks
+    return f
 
 
 def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray,
@@ -280,6 +296,22 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
     slow = np.zeros(n, dtype=bool)
     if SCHEDULE_TOPIC in f.topics:
         slow |= f.topic_id == f.topics.index(SCHEDULE_TOPIC)
+    if f.tags_code is not None and f.marks is not None:      # the C scan read them
+        out[:] = f.tags_code
+        slow |= (f.marks & MARK_TAGS_SLOW) != 0
+    else:
+        _ascii_tags_codes(arr, f, out, slow)
+    for i in np.flatnonzero(slow).tolist():
+        p, n_ = int(f.props_pos[i]), int(f.props_len[i])
+        props = string_to_properties(java_string(arr[p:p + n_].tobytes())) if n_ else {}
+        ts = int(f.store_timestamp[i])
+        out[i] = consume_queue_tags_code(f.topics[f.topic_id[i]], props, ts) if n_ else 0
+    return out
+
+
+def _ascii_tags_codes(arr: np.ndarray, f: RecordFields, out: np.ndarray, slow: np.ndarray) -> None:
+    """tags_codes' numpy way: the tagsCode of each record with one ASCII TAGS value into ``out``,
+    the others marked in ``slow``."""
     plen = f.props_len
     owner, vpos, unsure = _tags_names(arr, f.props_pos, plen)
     slow[unsure] = True
@@ -310,9 +342,3 @@ def tags_codes(arr: np.ndarray, f: RecordFields) -> np.ndarray:
         slow[owner[short[nonascii]]] = True
         keep = short[~nonascii]
         out[owner[keep]] = java_hash_ascii(vs[~nonascii], ls[~nonascii])
-    for i in np.flatnonzero(slow).tolist():
-        p, n_ = int(f.props_pos[i]), int(f.props_len[i])
-        props = string_to_properties(java_string(arr[p:p + n_].tobytes())) if n_ else {}
-        ts = int(f.store_timestamp[i])
-        out[i] = consume_queue_tags_code(f.topics[f.topic_id[i]], props, ts) if n_ else 0
-    return out

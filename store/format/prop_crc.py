@@ -8,7 +8,7 @@ import numpy as np
 
 from store.format.codec import body_crc, parse_prop_crc
 from store.format.constants import CRC32_RESERVED_LEN, PROPERTY_CRC32
-from store.format.fields import RecordFields, rows_at
+from store.format.fields import MARK_PROP_CRC, RecordFields, rows_at
 from store.format.properties import java_string, string_to_properties
 
 _NAME = f"{PROPERTY_CRC32}\x01".encode()
@@ -18,8 +18,12 @@ _MAX_ROW = 4096
 def prop_crc_mismatches(arr: np.ndarray, f: RecordFields) -> list[tuple[int, str]]:
     """(record index, what is wrong) for each record whose ``__CRC32#`` does not match its bytes."""
     plen = f.props_len
-    candidates = np.flatnonzero(plen > _MAX_ROW).tolist()
-    short = np.flatnonzero((plen >= len(_NAME)) & (plen <= _MAX_ROW))
+    if f.marks is not None:      # the C scan found the pieces named __CRC32#
+        candidates = np.flatnonzero(f.marks & MARK_PROP_CRC).tolist()
+        short = np.zeros(0, dtype=np.int64)
+    else:
+        candidates = np.flatnonzero(plen > _MAX_ROW).tolist()
+        short = np.flatnonzero((plen >= len(_NAME)) & (plen <= _MAX_ROW))
     if len(short):
         width = int(plen[short].max())
         text = rows_at(arr, f.props_pos[short], width).view(f"S{width}")[:, 0]

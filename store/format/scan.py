@@ -29,12 +29,18 @@ from store.format.properties import java_string, string_to_properties
 from store.format.fields import ScanColumns, be_ints
 from store.format.walk import walk
 
+try:
+    from store.format import _record_check
+except ImportError:  # built without a C compiler: the numpy checks
+    _record_check = None
+
 _HEADER = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _MASK = 0x7FFFFFFF
 _WALK_CHUNK_BYTES = 1 << 20    # bytes walked, then checked vectorized while still in cache
+_SCAN_CHUNK_BYTES = 4 << 20    # bytes walked and checked by one call of the C scan
 
 
 @dataclass(slots=True)
@@ -246,18 +252,24 @@ def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarra
 
 
 def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
-                      start: int = 0, until: int | None = None, columns: bool = False) -> SegmentScan:
+                      start: int = 0, until: int | None = None, columns: bool = False,
+                      use_c: bool | None = None) -> SegmentScan:
     """Check every record of one segment from ``start`` up to ``end``; stops at the first BLANK,
     zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE (in
     C) and the body CRC are the only per-record steps; every other check is vectorized.
 
     With ``until``, the scan also pauses at the first record start at or past it (a stop of
     kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces).
-    With ``columns``, the fields read on the way come back too (SegmentScan.columns)."""
+    With ``columns``, the fields read on the way come back too (SegmentScan.columns).
+    ``use_c`` False takes the numpy way where the C scan was built (tests compare the two)."""
     config = config or CodecConfig()
     mv = _as_bytes_view(buf)
     end = len(mv) if end is None else end
     arr = np.frombuffer(mv, dtype=np.uint8)
+    if use_c is None:
+        use_c = _record_check is not None
+    if use_c and not config.force_verify_prop_crc:
+        return _scan_c(arr, mv, base_offset, end, config, start, until, columns)
     all_starts: list[np.ndarray] = []
     all_sizes: list[np.ndarray] = []
     all_columns: list[ScanColumns] = []
@@ -287,6 +299,43 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
     if stop.kind == "message":     # cannot happen: the walk stops only where a check fails
         raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
     return SegmentScan(offsets, sizes_out, stop, ScanColumns.joined(all_columns) if columns else None)
+
+
+def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config: CodecConfig, start: int,
+            until: int | None, columns: bool) -> SegmentScan:
+    """scan_segment_fast with the walk and every check of a record in one C pass
+    (_record_check.scan), which also reads the PROPERTIES for verify's tagsCode."""
+    assert _record_check is not None
+    parts: list[np.ndarray] = []
+    pos = start
+    while True:
+        stop_at = pos + _SCAN_CHUNK_BYTES if until is None else min(pos + _SCAN_CHUNK_BYTES, until - 1)
+        cap = max(min(end - MIN_RECORD_LENGTH, stop_at) - pos, 0) // MIN_RECORD_LENGTH + 1
+        out = np.empty((_SCAN_COLUMNS, cap), dtype=np.int64)
+        count, next_pos, more, bad = _record_check.scan(
+            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, out, MESSAGE_MAGIC_CODE,
+            MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
+        if count:
+            parts.append(out[:, :count])
+        if bad or not more:
+            stop = check_record(mv, next_pos, end, base_offset, config)
+            break
+        if until is not None and next_pos >= until:
+            stop = RecordCheck("pause", base_offset + next_pos, 0)
+            break
+        pos = next_pos
+    if stop.kind == "message":     # cannot happen: the C scan stops only where a check fails
+        raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
+    got = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0] if parts else \
+        np.zeros((_SCAN_COLUMNS, 0), dtype=np.int64)
+    starts, queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks = got
+    sizes = np.diff(starts, append=next_pos)       # the records lie back to back up to where it stopped
+    cols = ScanColumns(queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks) \
+        if columns else None
+    return SegmentScan(starts + base_offset, sizes.astype(np.int32), stop, cols)
+
+
+_SCAN_COLUMNS = 9       # the rows of _record_check.scan's output
 
 
 def scan_segment(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,

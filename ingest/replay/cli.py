@@ -7,16 +7,13 @@ import argparse
 import logging
 import sys
 
+from typing import TYPE_CHECKING
+
 from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args
-from ingest.replay.command import (
-    EXIT_ERROR,
-    EXIT_OK,
-    EXIT_STOPPED,
-    EXIT_VERIFY_FAILED,
-    ReplayOptions,
-    replay,
-)
 from ingest.replay.plan import FILE_FORMATS, Bound, ReplayError, parse_offsets_json
+
+if TYPE_CHECKING:
+    from ingest.replay.command import ReplayOptions
 
 _OWN = ("topics", "topic_pattern", "from_files", "format", "replay_from", "from_timestamp", "from_offsets",
         "replay_to", "to_timestamp", "to_offsets", "strict", "no_verify", "progress")
@@ -60,6 +57,10 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
+    # the replay itself (the sink, pyarrow) is imported when a replay runs: every other
+    # subcommand (verify, dump, get) builds this parser and should not pay for it
+    from ingest.replay.command import ReplayOptions
+
     if not (args.topics or args.topic_pattern or args.from_files):
         raise ReplayError("say what to replay: --topics T1,T2, --topic-pattern REGEX or --from-files DIR")
     if args.from_timestamp is not None:
@@ -97,6 +98,7 @@ def replay_command(args: argparse.Namespace) -> int:
     from ingest.job import StopSignal, check_spool_setting
     from ingest.kafka.options import KafkaSourceError
     from ingest.metrics import MetricsPortError
+    from ingest.replay.command import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_VERIFY_FAILED, replay
     from sink.trust import UntrustedPathError
     from store import StoreError
 

@@ -228,4 +228,17 @@ def test_the_scan_columns_are_the_same_with_and_without_the_c_scan(walk: str) ->
         assert c.sizes.tolist() == numpy.sizes.tolist()
         for name in ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len"):
             assert getattr(c.columns, name).tolist() == getattr(numpy.columns, name).tolist(), name
+        if walk == "c-scan":            # and each record's topic, numbered by the C scan
+            assert c.columns.topic_id is not None and c.columns.topics is not None
+            mv = memoryview(buf)
+            assert [c.columns.topics[t] for t in c.columns.topic_id.tolist()] == \
+                [bytes(mv[p:p + n]).decode() for p, n in zip(c.columns.topic_pos.tolist(), c.columns.topic_len.tolist())]
     assert scan_segment_fast(buf, BASE, len(buf), until=until).stop == RecordCheck("pause", BASE + starts[71], 0)
+
+
+def test_more_topics_than_the_c_scan_numbers_are_left_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    import store.format.scan as scan
+    buf, _ = build_segment(60)            # seven topics and a long one
+    monkeypatch.setattr(scan, "_MOST_TOPICS", 3)
+    got = scan_segment_fast(buf, BASE, len(buf), columns=True)
+    assert got.columns is not None and got.columns.topic_id is None and len(got.offsets) == 60

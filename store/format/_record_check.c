@@ -119,8 +119,8 @@ done:
 
 /* --- scan ------------------------------------------------------------------------------------- */
 
-#define SCAN_COLUMNS 9 /* start, QUEUEID, QUEUEOFFSET, SYSFLAG, topic position, TOPICLENGTH,
-                          PROPERTIESLENGTH, tagsCode, marks */
+#define SCAN_COLUMNS 10 /* start, QUEUEID, QUEUEOFFSET, SYSFLAG, topic position, TOPICLENGTH,
+                           PROPERTIESLENGTH, tagsCode, marks, topic id */
 #define QUEUEOFFSET_POS 20
 #define PHYSICALOFFSET_POS 28
 #define MARK_TAGS_SLOW 1   /* a TAGS value that is not ASCII: its tagsCode is left to Python */
@@ -154,27 +154,45 @@ static void props_facts(const uint8_t *p, int64_t n, int64_t *tags_code, int64_t
     *marks = m;
 }
 
-/* scan(buf, pos, end, stop_at, base, crc, out, magic_v1, magic_v2, born_v6, store_v6, min_length)
+/* The index of the topic d[at, at + n) in the table of distinct topics (count, then the position
+ * and length of each one's first record), added when new; -1 once the table is full. */
+static int64_t topic_id(const uint8_t *d, int64_t at, int64_t n, int64_t *table, int64_t most, int64_t *last) {
+    int64_t *const count = table, *const topics = table + 1;
+    for (int64_t k = 0, j = *last; k < *count; k++, j = (j + 1) % *count)
+        if (topics[2 * j + 1] == n && memcmp(d + topics[2 * j], d + at, (size_t)n) == 0)
+            return *last = j;
+    if (*count == most)
+        return -1;
+    topics[2 * *count] = at;
+    topics[2 * *count + 1] = n;
+    return *last = (*count)++;
+}
+
+/* scan(buf, pos, end, stop_at, base, crc, out, topics, magic_v1, magic_v2, born_v6, store_v6, min_length)
  *     -> (count, next, more, bad)
  * From the record start ``pos``, follow TOTALSIZE while it is plausible (>= min_length) and the
  * record fits below ``end``, as store/format/walk.py does, pausing at the first record start past
  * ``stop_at`` (``more``: the walk should go on from ``next``). Each record is checked as
  * check_one does, PHYSICALOFFSET == base + its position included; ``bad``: the walk stopped at
  * a record that fails (at ``next``). out: a writable (SCAN_COLUMNS, cap) int64 array, a column per
- * record walked and passed; cap must hold (min(end - min_length, stop_at) - pos) / min_length + 1. */
+ * record walked and passed; cap must hold (min(end - min_length, stop_at) - pos) / min_length + 1.
+ * topics: the table of distinct topics (see topic_id), kept from call to call over one buffer. */
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
-    Py_buffer buf, out;
+    Py_buffer buf, out, topics;
     long long pos, end, stop_at, base, min_length;
     int crc;
     unsigned int m1, m2, b6, s6;
-    if (!PyArg_ParseTuple(args, "y*LLLLpw*IIIIL", &buf, &pos, &end, &stop_at, &base, &crc, &out, &m1, &m2, &b6, &s6,
-                          &min_length))
+    if (!PyArg_ParseTuple(args, "y*LLLLpw*w*IIIIL", &buf, &pos, &end, &stop_at, &base, &crc, &out, &topics, &m1, &m2,
+                          &b6, &s6, &min_length))
         return NULL;
     PyObject *result = NULL;
     const Py_ssize_t cap = out.len / 8 / SCAN_COLUMNS;
-    const int64_t last = (end - min_length < stop_at ? end - min_length : stop_at);
-    if (end > buf.len || pos < 0 || min_length < 1 || (last >= pos && (last - pos) / min_length + 1 > cap)) {
-        PyErr_SetString(PyExc_ValueError, "scan: end past the buffer, or the output holds too few records");
+    const int64_t most = (topics.len / 8 - 1) / 2, last = (end - min_length < stop_at ? end - min_length : stop_at);
+    int64_t *table = topics.buf, last_topic = 0;
+    if (end > buf.len || pos < 0 || min_length < 1 || (last >= pos && (last - pos) / min_length + 1 > cap)
+        || most < 1 || table[0] < 0 || table[0] > most) {
+        PyErr_SetString(PyExc_ValueError, "scan: end past the buffer, the output holds too few records, or a "
+                                          "topic table out of shape");
         goto done;
     }
     const Rules rules = {m1, m2, b6, s6, min_length, crc};
@@ -208,6 +226,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         o[6 * cap + i] = f.props_len;
         o[7 * cap + i] = 0;
         o[8 * cap + i] = 0;
+        o[9 * cap + i] = topic_id(d, f.topic_pos, f.topic_len, table, most, &last_topic);
         if (f.props_len > 0)
             props_facts(d + f.topic_pos + f.topic_len + 2, f.props_len, o + 7 * cap + i, o + 8 * cap + i);
         i++;
@@ -218,6 +237,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
 done:
     PyBuffer_Release(&buf);
     PyBuffer_Release(&out);
+    PyBuffer_Release(&topics);
     return result;
 }
 

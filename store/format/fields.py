@@ -45,27 +45,34 @@ class ScanColumns:
     topic_pos: np.ndarray
     topic_len: np.ndarray
     props_len: np.ndarray
-    # read from the PROPERTIES by the C scan (None from the numpy one): see PropsFacts
+    # what the C scan reads besides (None from the numpy one): the tagsCode and MARK_* bits from
+    # the PROPERTIES, and each record's topic as an index into ``topics``
     tags_code: np.ndarray | None = None
     marks: np.ndarray | None = None
+    topic_id: np.ndarray | None = None
+    topics: list[str] | None = None
 
     def head(self, n: int) -> ScanColumns:
         return self.rows(0, n)
 
     def rows(self, a: int, b: int) -> ScanColumns:
-        return ScanColumns(*(_part(getattr(self, k), slice(a, b)) for k in _COLUMN_NAMES))
+        return self.take(slice(a, b))
 
-    def take(self, idx: np.ndarray) -> ScanColumns:
-        return ScanColumns(*(_part(getattr(self, k), idx) for k in _COLUMN_NAMES))
+    def take(self, idx: np.ndarray | slice) -> ScanColumns:
+        return ScanColumns(*(_part(getattr(self, k), idx) for k in _COLUMN_NAMES), topics=self.topics)
 
     @staticmethod
     def joined(parts: list[ScanColumns]) -> ScanColumns:
         if not parts:
             return ScanColumns(*(np.zeros(0, np.int64) for _ in _COLUMN_NAMES[:6]))
-        return ScanColumns(*(_joined([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES))
+        out = ScanColumns(*(_joined([getattr(p, k) for p in parts]) for k in _COLUMN_NAMES), topics=parts[0].topics)
+        if any(p.topics != out.topics for p in parts):      # numbered apart: not comparable
+            out.topic_id = out.topics = None
+        return out
 
 
-_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len", "tags_code", "marks")
+_COLUMN_NAMES = ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len", "tags_code", "marks",
+                 "topic_id")
 MARK_TAGS_SLOW = 1      # marks: a TAGS value that is not ASCII, its tagsCode left to the Python way
 MARK_PROP_CRC = 2       # marks: the properties hold a piece named __CRC32#
 
@@ -132,15 +139,17 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
 
 def fields_from_scan(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns) -> RecordFields:
     """record_fields from what the scan already read (ScanColumns)."""
+    topics = (cols.topic_id, cols.topics) if cols.topic_id is not None and cols.topics is not None else None
     f = _fields(arr, starts.astype(np.int64), sizes, cols.queue_id, cols.queue_offset, cols.sys_flag,
-                cols.topic_pos, cols.topic_len, cols.props_len)
+                cols.topic_pos, cols.topic_len, cols.props_len, topics)
     f.tags_code, f.marks = cols.tags_code, cols.marks
     return f
 
 
 def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray,
-            sys_flag: np.ndarray, topic_pos: np.ndarray, topic_len: np.ndarray, props_len: np.ndarray) -> RecordFields:
-    topic_id, topics = _topic_ids(arr, topic_pos, topic_len)
+            sys_flag: np.ndarray, topic_pos: np.ndarray, topic_len: np.ndarray, props_len: np.ndarray,
+            topics_read: tuple[np.ndarray, list[str]] | None = None) -> RecordFields:
+    topic_id, topics = topics_read if topics_read is not None else _topic_ids(arr, topic_pos, topic_len)
     store_ts = np.zeros(len(starts), dtype=np.int64)
     if SCHEDULE_TOPIC in topics:
         sched = np.flatnonzero(topic_id == topics.index(SCHEDULE_TOPIC))

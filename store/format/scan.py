@@ -307,13 +307,14 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
     (_record_check.scan), which also reads the PROPERTIES for verify's tagsCode."""
     assert _record_check is not None
     parts: list[np.ndarray] = []
+    topics = np.zeros(1 + 2 * _MOST_TOPICS, dtype=np.int64)      # see topic_id in _record_check.c
     pos = start
     while True:
         stop_at = pos + _SCAN_CHUNK_BYTES if until is None else min(pos + _SCAN_CHUNK_BYTES, until - 1)
         cap = max(min(end - MIN_RECORD_LENGTH, stop_at) - pos, 0) // MIN_RECORD_LENGTH + 1
         out = np.empty((_SCAN_COLUMNS, cap), dtype=np.int64)
         count, next_pos, more, bad = _record_check.scan(
-            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, out, MESSAGE_MAGIC_CODE,
+            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, out, topics, MESSAGE_MAGIC_CODE,
             MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
         if count:
             parts.append(out[:, :count])
@@ -328,14 +329,19 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
         raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
     got = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0] if parts else \
         np.zeros((_SCAN_COLUMNS, 0), dtype=np.int64)
-    starts, queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks = got
+    starts, queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks, topic_id = got
     sizes = np.diff(starts, append=next_pos)       # the records lie back to back up to where it stopped
-    cols = ScanColumns(queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks) \
-        if columns else None
+    cols = None
+    if columns:
+        cols = ScanColumns(queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks)
+        if not (topic_id < 0).any():       # else more topics than the table holds: the caller groups them
+            pairs = topics[1:1 + 2 * int(topics[0])].reshape(-1, 2).tolist()
+            cols.topic_id, cols.topics = topic_id, [java_string(bytes(mv[p:p + n])) for p, n in pairs]
     return SegmentScan(starts + base_offset, sizes.astype(np.int32), stop, cols)
 
 
-_SCAN_COLUMNS = 9       # the rows of _record_check.scan's output
+_SCAN_COLUMNS = 10      # the rows of _record_check.scan's output
+_MOST_TOPICS = 64       # distinct topics the C scan numbers in one call
 
 
 def scan_segment(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,

@@ -3,13 +3,14 @@ bytes come out of the pyarrow/numpy paths, slower.
 
 - ingest/encode/_direct_encode.c: Kafka record batches straight to CommitLog records
   (ingest/encode/direct_encode.py).
-- store/format/_scan_walk.c: the segment walk along TOTALSIZE (store/format/walk.py, for scan.py:
+- store/scan/_scan_walk.c: the segment walk along TOTALSIZE (store/scan/walk.py, for record_check.py:
   recovery, verify, the read-back).
-- store/format/_record_check.c: the checks of records encoded elsewhere before the store takes them
-  (store/format/encoded_check.py: the spool files the driver maps).
-- store/format/_record_columns.c and store/format/_properties_split.c: the fixed fields, hosts,
+- store/scan/_record_check.c: the record checks in one pass: of records encoded elsewhere before the
+  store takes them (store/scan/encoded_check.py: the spool files the driver maps), and of a segment
+  walked and checked at once with the fields verify needs (store/scan/record_check.py).
+- store/scan/_record_columns.c and store/scan/_properties_split.c: the fixed fields, hosts,
   topics and bodies, and the PROPERTIES split into pairs, of many records when a store is read back
-  as Arrow (store/format/record_batch.py, store/format/arrow_text.py).
+  as Arrow (store/scan/record_batch.py, store/scan/arrow_text.py).
 """
 
 from setuptools import Extension, setup
@@ -20,12 +21,12 @@ FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers
 setup(ext_modules=[
     Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
               depends=[CRC32]),
-    Extension("store.format._properties_split", ["store/format/_properties_split.c"], optional=True,
+    Extension("store.scan._properties_split", ["store/scan/_properties_split.c"], optional=True,
               extra_compile_args=FLAGS),
-    Extension("store.format._record_check", ["store/format/_record_check.c"], optional=True,
+    Extension("store.scan._record_check", ["store/scan/_record_check.c"], optional=True,
               extra_compile_args=FLAGS, depends=[CRC32]),
-    Extension("store.format._record_columns", ["store/format/_record_columns.c"], optional=True,
+    Extension("store.scan._record_columns", ["store/scan/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
-    Extension("store.format._scan_walk", ["store/format/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),
     Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS),
 ])

@@ -6,7 +6,7 @@ cache warm, then measures in the same run:
 
 - ``arrow``: StoreReader.record_batches over the whole store (every column built, bodies copied
   into plain binary columns, every BODYCRC checked: the default), against the raw scan of
-  ``commitlog verify``: the same segments walked and checked by store.format.scan (BODYCRC
+  ``commitlog verify``: the same segments walked and checked by store.scan.record_check (BODYCRC
   included, as verify does), one thread, in this process; and ``commitlog verify STORE`` end to end
   (a subprocess: start-up, consume-queue checks and its parallel pieces included). Targets: arrow
   >= 0.5 of the raw scan. What the CRC check costs: ``arrow_unchecked`` (check_crc=False) beside it.
@@ -68,7 +68,7 @@ def verify_scan(root: Path) -> float:
     """Seconds of verify's raw scan of the same segments (walk, checks, BODYCRC), one thread."""
     from store import StoreReader
     from store.format.codec import CodecConfig
-    from store.format.scan import scan_segment_fast
+    from store.scan.record_check import scan_segment_fast
 
     t0 = time.perf_counter()
     with StoreReader.open(root) as reader:

@@ -124,7 +124,7 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
 
 def without_kernel(fn: Callable[[], T]) -> T:
     """``fn`` with the record checks' C pass set aside (the numpy checks of a machine without a compiler)."""
-    import store.format.encoded_check as encoded_check
+    import store.scan.encoded_check as encoded_check
 
     kernel, encoded_check._record_check = encoded_check._record_check, None
     try:

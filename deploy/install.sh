@@ -42,7 +42,7 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
         sys.exit(f"{name} imported from {mod.__file__}, not from the installed package")
 import pyspark
 from ingest.encode import direct_encode
-from store.format import arrow_text, encoded_check, record_batch, walk
+from store.scan import arrow_text, encoded_check, record_batch, walk
 from store.index import build
 kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
 store = "built" if arrow_text.kernel_available() and record_batch.columns_kernel_available() \

@@ -1,6 +1,7 @@
 """The RocketMQ store engine, usable with no Spark: the message store (log/, queue/, index/), the
-record format (format/), retention, reading, and the store commands (tools/). Imports nothing from
-ingest or sink; this face is the public API that sink and ingest use (ingest also uses store.format).
+record format (format/), many records read at once (scan/), retention, reading, and the store commands
+(tools/). Imports nothing from ingest or sink; this face is the public API that sink and ingest use
+(ingest also uses store.format, and store.scan for the read-back).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from store.config import StoreConfig
     from store.format.batch_codec import EncodedBatch, encode_batch
     from store.format.codec import CodecConfig, DecodedMessage, Message
-    from store.format.encoded_check import check_encoded
     from store.format.hosts import HostAddress
     from store.log.commit_point import CommitPoint, read_commit_point
     from store.message_store import AppendResult, MessageStore
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from store.index.service import IndexConfig
     from store.log.segment_queue import segment_size_on_disk
     from store.retention import RetentionConfig
+    from store.scan.encoded_check import check_encoded
     from store.usage import OpenReport, StoreUsage
 
 # Imported on first use (PEP 562): a command that only reads segments, such as
@@ -52,7 +53,7 @@ _LAZY = {
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
-    "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.format.encoded_check",
+    "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.scan.encoded_check",
     "OpenReport": "store.usage", "StoreUsage": "store.usage",
 }
 

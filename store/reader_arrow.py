@@ -1,5 +1,5 @@
 """StoreReader's Arrow side: the committed messages as pyarrow record batches (columns
-store.format.record_batch.READBACK_SCHEMA), whole, by queue, at given offsets, or in ranges for a
+store.scan.record_batch.READBACK_SCHEMA), whole, by queue, at given offsets, or in ranges for a
 parallel read. A mixin of store.reader.StoreReader, which gives it the segments, the consume queues
 and the commit point."""
 
@@ -29,7 +29,7 @@ class ArrowReads:
                        max_store_timestamp: int | None = None, zero_copy: bool = False,
                        check_crc: bool | None = None) -> Iterator[pa.RecordBatch]:
         """The committed messages as Arrow record batches of at most ``batch_size`` rows, columns
-        store.format.record_batch.READBACK_SCHEMA, in commit-log order: those starting in
+        store.scan.record_batch.READBACK_SCHEMA, in commit-log order: those starting in
         [from_offset, to_offset) (a record or segment start; default: everything readable), of
         ``topics`` and ``queue_ids``, stored within the inclusive timestamp bounds (all when None).
 
@@ -39,7 +39,7 @@ class ArrowReads:
         (default: the reader's, StoreReader.open; structure, lengths and PHYSICALOFFSET are always
         checked). Zeroed or damaged bytes below the commit point, or a missing segment, raise
         CorruptRecordError naming the offset and segment."""
-        from store.format.record_batch import RecordFilter, segment_record_batches
+        from store.scan.record_batch import RecordFilter, segment_record_batches
 
         rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
         config = CodecConfig(check_crc_on_recover=self._check_crc if check_crc is None else check_crc)
@@ -79,7 +79,7 @@ class ArrowReads:
                           zero_copy: bool = False, check_crc: bool | None = None) -> Iterator[pa.RecordBatch]:
         """record_batches, for the records at ``offsets`` (ascending, with their sizes: what
         queue_records gives) and no others: each is read and checked where it is, no walk."""
-        from store.format.record_batch import RecordFilter, record_batches_at
+        from store.scan.record_batch import RecordFilter, record_batches_at
 
         rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
         offsets = np.asarray(offsets, dtype=np.int64)
@@ -103,7 +103,7 @@ class ArrowReads:
         """record_batches(...) as one pyarrow Table."""
         import pyarrow as pa
 
-        from store.format.record_batch import READBACK_SCHEMA
+        from store.scan.record_batch import READBACK_SCHEMA
 
         batches = list(self.record_batches(*args, **kwargs))
         return pa.Table.from_batches(batches, batches[0].schema if batches else READBACK_SCHEMA)

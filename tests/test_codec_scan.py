@@ -1,6 +1,6 @@
 """The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan,
-every test three ways: the C scan (store/format/_record_check.c, the walk and the checks in one
-pass), the C walk (store/format/_scan_walk.c) with the numpy checks, and numpy alone."""
+every test three ways: the C scan (store/scan/_record_check.c, the walk and the checks in one
+pass), the C walk (store/scan/_scan_walk.c) with the numpy checks, and numpy alone."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from store.format.codec import CodecConfig, Message, decode_message, encode_message
 from store.format.hosts import HostAddress
-from store.format.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
+from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
 
 pytestmark = pytest.mark.unit
 
@@ -20,16 +20,16 @@ SEGMENT = 16384
 
 @pytest.fixture(autouse=True, params=["c-scan", "c-walk", "numpy"])
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    import store.format.scan as scan
-    import store.format.walk as walk
+    import store.scan.record_check as scan
+    import store.scan.walk as walk
     if request.param == "c-scan":
-        assert scan._record_check is not None, "setup.py's store/format/_record_check.c did not build: run `make venv`"
+        assert scan._record_check is not None, "setup.py's store/scan/_record_check.c did not build: run `make venv`"
     else:
         monkeypatch.setattr(scan, "_record_check", None)
     if request.param == "numpy":
         monkeypatch.setattr(walk, "_scan_walk", None)
     else:
-        assert walk.walk_kernel_available(), "setup.py's store/format/_scan_walk.c did not build: run `make venv`"
+        assert walk.walk_kernel_available(), "setup.py's store/scan/_scan_walk.c did not build: run `make venv`"
     return request.param
 
 
@@ -136,7 +136,7 @@ def test_fast_scan_agrees_with_the_record_by_record_check(n: int, victim: int, a
 
 
 def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.format.scan as scan
+    import store.scan.record_check as scan
     buf, starts = build_segment(200, blank=True)
     victim = starts[len(starts) * 3 // 4]
     buf[victim + 35] ^= 0x55                  # PHYSICALOFFSET
@@ -237,7 +237,7 @@ def test_the_scan_columns_are_the_same_with_and_without_the_c_scan(walk: str) ->
 
 
 def test_more_topics_than_the_c_scan_numbers_are_left_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.format.scan as scan
+    import store.scan.record_check as scan
     buf, _ = build_segment(60)            # seven topics and a long one
     monkeypatch.setattr(scan, "_MOST_TOPICS", 3)
     got = scan_segment_fast(buf, BASE, len(buf), columns=True)

@@ -26,7 +26,7 @@ from store.format.constants import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from store.format.scan import check_record
+from store.scan.record_check import check_record
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """Records encoded elsewhere are checked as recovery checks a segment before the store takes them
 (store.check_encoded): framing, lengths, BODYCRC, and the columns against the records. Every test
-runs with the C checks (store/format/_record_check.c) and with the numpy ones."""
+runs with the C checks (store/scan/_record_check.c) and with the numpy ones."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(autouse=True, params=["c", "numpy"])
 def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    import store.format.encoded_check as encoded_check
+    import store.scan.encoded_check as encoded_check
     if request.param == "numpy":
         monkeypatch.setattr(encoded_check, "_record_check", None)
     else:
-        assert encoded_check.kernel_available(), "setup.py's store/format/_record_check.c did not build: run `make venv`"
+        assert encoded_check.kernel_available(), "setup.py's store/scan/_record_check.c did not build: run `make venv`"
     return request.param
 
 
@@ -112,7 +112,7 @@ def test_rows_without_a_record_are_dead_letters_with_nothing_to_check() -> None:
 
 
 def test_the_c_checks_find_what_the_numpy_ones_find(kernel: str) -> None:
-    import store.format.encoded_check as encoded_check
+    import store.scan.encoded_check as encoded_check
     from store.format.batch_columns import binary_parts
 
     if kernel == "numpy":

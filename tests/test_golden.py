@@ -168,7 +168,7 @@ def _segments(store: Path) -> list[Path]:
 
 def _scan_store(store: Path, config: CodecConfig | None = None) -> tuple[list, list]:
     """Every record of the commit log through scan_segment, segment by segment."""
-    from store.format.scan import scan_segment
+    from store.scan.record_check import scan_segment
     checks, datas = [], {}
     for seg in _segments(store):
         data = seg.read_bytes()
@@ -251,7 +251,7 @@ def _report_inputs(golden_dir: Path, case: str) -> list[Path]:
 
 @pytest.mark.parametrize("case", _params("corrupt"))
 def test_reading_each_corrupt_copy_reports_exactly_its_errors(golden_dir: Path, case: str) -> None:
-    from store.format.scan import scan_segment
+    from store.scan.record_check import scan_segment
     from store.tools.report import decode_segment_files
     expected = [(e["offset"], e["kind"]) for e in _expected_report(golden_dir, case) if e["type"] == "error"]
     assert expected, "a corrupt sample reports errors"

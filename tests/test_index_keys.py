@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, Message
 from store.format.constants import TRANSACTION_ROLLBACK_TYPE
-from store.format.fields import record_fields
+from store.scan.fields import record_fields
 from store.format.properties import string_to_properties
 from store.index.batch_keys import batch_keys
 from store.index.hashing import index_key_hashes

@@ -18,17 +18,18 @@ PACKAGES = ("store", "ingest", "sink")
 # room -> the rooms of this project it may import (a room is a package, or a prefix of one)
 ALLOWED = {
     "store.format": {"store.format", "store.errors"},
+    "store.scan": {"store.scan", "store.format", "store.errors"},
     "store.space": {"store.errors"},
     "store.queue": {"store.queue", "store.format", "store.space", "store.errors"},
-    "store.log": {"store.log", "store.queue", "store.format", "store.space", "store.errors"},
-    "store.index": {"store.index", "store.log", "store.format", "store.space", "store.errors"},
+    "store.log": {"store.log", "store.queue", "store.scan", "store.format", "store.space", "store.errors"},
+    "store.index": {"store.index", "store.log", "store.scan", "store.format", "store.space", "store.errors"},
     "store.tools": {"store"},
-    "store": {"store.format", "store.queue", "store.log", "store.index", "store.errors", "store.config",
+    "store": {"store.format", "store.scan", "store.queue", "store.log", "store.index", "store.errors", "store.config",
               "store.retention", "store.message_store", "store.reader", "store.reader_arrow", "store.topics",
               "store.usage", "store.space", "store.store_open", "store.store_state", "store!"},
     "sink": {"sink", "store!"},
     "ingest.kafka": {"ingest.kafka", "ingest.stream_runner"},   # a leaf: what any Python stream reader does on stop
-    "ingest": {"ingest", "sink", "store!", "store.format", "store.tools!"},
+    "ingest": {"ingest", "sink", "store!", "store.format", "store.scan", "store.tools!"},
 }
 
 

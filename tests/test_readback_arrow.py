@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import CorruptRecordError, StoreReader
-from store.format.arrow_text import kernel_available, parse_properties, properties_of
-from store.format import record_batch
-from store.format.record_batch import READBACK_SCHEMA
+from store.scan.arrow_text import kernel_available, parse_properties, properties_of
+from store.scan import record_batch
+from store.scan.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
 pytestmark = pytest.mark.unit
@@ -78,7 +78,7 @@ SPLIT_CASES = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"nona
 
 
 def test_the_c_split_was_built() -> None:
-    assert kernel_available(), "setup.py's store/format/_properties_split.c did not build: run `make venv`"
+    assert kernel_available(), "setup.py's store/scan/_properties_split.c did not build: run `make venv`"
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["c", "numpy"])

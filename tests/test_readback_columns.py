@@ -1,4 +1,4 @@
-"""The read-back's two ways to the record columns, the C pass (store/format/_record_columns.c) and
+"""The read-back's two ways to the record columns, the C pass (store/scan/_record_columns.c) and
 the numpy gathers, give the same batches: hosts of both widths and more distinct ones than the
 C pass groups itself, many topics, version 2 records, empty bodies, filters, bodies copied or
 viewed."""
@@ -13,7 +13,7 @@ import pytest
 
 from store import MessageStore, StoreReader
 from store.config import StoreConfig
-from store.format import record_batch
+from store.scan import record_batch
 from store.format.batch_codec import encode_messages
 from store.format.codec import Message
 from store.format.constants import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.unit
 
 def test_the_c_pass_was_built() -> None:
     assert record_batch.columns_kernel_available(), \
-        "setup.py's store/format/_record_columns.c did not build: run `make venv`"
+        "setup.py's store/scan/_record_columns.c did not build: run `make venv`"
 
 
 def _messages(count: int, hosts: int, topics: int, seed: int) -> list[Message]:

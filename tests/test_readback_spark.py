@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store.format import EMPTY_VALUE_BODY
-from store.format.record_batch import READBACK_SCHEMA
+from store.scan.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
 pytestmark = pytest.mark.integration

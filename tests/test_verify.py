@@ -217,7 +217,7 @@ PROPERTY_CASES = [
 def test_vectorized_tags_codes_equal_the_reference_rule(topic: str) -> None:
     from store.format.codec import Message, decode_message, encode_message
     from store.format.record_json import consume_queue_tags_code
-    from store.format.fields import record_fields, tags_codes
+    from store.scan.fields import record_fields, tags_codes
 
     recs = [encode_message(Message(topic=topic, body=bytes(range(i)), properties=p, store_timestamp=1000 + i))
             for i, p in enumerate(PROPERTY_CASES)]
@@ -257,8 +257,8 @@ def _reference_tags_codes(buf: np.ndarray, starts: np.ndarray) -> list[int]:
 
 @pytest.mark.parametrize("topic", ["TopicA", "SCHEDULE_TOPIC_XXXX"])
 def test_tags_codes_read_by_the_c_scan_equal_the_reference_rule(topic: str) -> None:
-    from store.format.fields import fields_from_scan, tags_codes
-    from store.format.scan import scan_segment_fast
+    from store.scan.fields import fields_from_scan, tags_codes
+    from store.scan.record_check import scan_segment_fast
 
     buf, starts, sizes = _placed(topic, PROPERTY_CASES)
     scan = scan_segment_fast(buf, 0, columns=True)
@@ -281,9 +281,9 @@ def test_the_c_scan_reads_tags_and_crc_pieces_as_java_splits_the_properties(prop
     """Any mix of TAGS pairs (empty, repeated, non-ASCII, a name ending in TAGS), __CRC32# pieces
     and stray separators: the tagsCode is the reference rule's, and every record whose
     properties hold a __CRC32# value is marked for the whole-record CRC check."""
-    from store.format.fields import MARK_PROP_CRC, fields_from_scan, tags_codes
+    from store.scan.fields import MARK_PROP_CRC, fields_from_scan, tags_codes
     from store.format.properties import string_to_properties
-    from store.format.scan import scan_segment_fast
+    from store.scan.record_check import scan_segment_fast
 
     buf, starts, sizes = _placed("TopicA", properties)
     scan = scan_segment_fast(buf, 0, columns=True)
@@ -323,7 +323,7 @@ def test_units_before_a_queue_s_first_record_are_reported(store: Path) -> None:
                                    [f"t{i}" for i in range(40)], ["long-topic-name-over-16-bytes", "short"]])
 def test_topics_are_grouped_exactly(names: list[str]) -> None:
     from store.format.codec import Message, encode_message
-    from store.format.fields import record_fields
+    from store.scan.fields import record_fields
 
     topics = [names[i % len(names)] for i in range(3 * len(names))]
     recs = [encode_message(Message(topic=t, body=b"b")) for t in topics]

@@ -1,5 +1,5 @@
 """Reading a store back in Spark: the ``rocketmq-commitlog`` batch data source (source.py), a PySpark
-Python data source over store.StoreReader with the columns of store.format.record_batch, and
+Python data source over store.StoreReader with the columns of store.scan.record_batch, and
 register(), which makes it known to a SparkSession.
 
     from ingest.readback import register

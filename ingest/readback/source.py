@@ -2,7 +2,7 @@
 
     spark.read.format("rocketmq-commitlog").load("/data/store")
 
-Columns: store.format.record_batch.READBACK_SCHEMA (topic, queueId, queueOffset, physicalOffset,
+Columns: store.scan.record_batch.READBACK_SCHEMA (topic, queueId, queueOffset, physicalOffset,
 storeTimestamp and bornTimestamp in epoch ms, bornHost, storeHost, sysFlag, flag, reconsumeTimes,
 keys, tags, properties, body, kafka_topic, kafka_partition, kafka_offset). The driver fixes the
 readable end once, when it plans (the commit point then: a running writer's later appends are not
@@ -60,7 +60,7 @@ from pyspark.sql.types import (
 from ingest.readback import SHORT_NAME
 from ingest.stream_runner import leave_if_spark_hung_up
 from store import CorruptRecordError, StoreError, StoreReader
-from store.format.record_batch import DEFAULT_BATCH_SIZE, READBACK_SCHEMA, RecordFilter
+from store.scan.record_batch import DEFAULT_BATCH_SIZE, READBACK_SCHEMA, RecordFilter
 
 _SPARK_TYPES = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64(): LongType(),
                 pa.binary(): BinaryType(), pa.map_(pa.string(), pa.string()): MapType(StringType(), StringType())}

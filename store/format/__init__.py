@@ -1,8 +1,6 @@
 """The bytes of one CommitLog record, as RocketMQ writes them: constants, codec, properties, hosts,
-CRCs, batch encoding, the JSON form, the one segment walk and scan (walk, scan), many records as Arrow
-columns (record_batch, arrow_text), records encoded elsewhere checked (encoded_check). Four small C
-passes are optional (numpy gives the same result): _scan_walk.c, _record_columns.c, _properties_split.c,
-_record_check.c. Imports nothing else of store but store.errors.
+CRCs, batch encoding, the JSON form. Reading many records at once (the walk, the checks, the fields,
+Arrow columns) is store.scan's. Imports nothing else of store but store.errors.
 
 This face is the record format's public API, the one place ingest takes format names from: every
 constant of store.format.constants, and the names below, each loaded on first use (PEP 562).

@@ -1,6 +1,6 @@
 /* zlib's CRC-32 (java.util.zip.CRC32; RocketMQ's UtilAll.crc32 masks it to 31 bits), slicing by 8:
  * the one table-driven CRC of the C passes that write or check BODYCRC (ingest/encode/_direct_encode.c,
- * store/format/_record_check.c). Each includes it and calls crc_init() once, when its module loads. */
+ * store/scan/_record_check.c). Each includes it and calls crc_init() once, when its module loads. */
 #ifndef COMMITLOG_CRC32_H
 #define COMMITLOG_CRC32_H
 

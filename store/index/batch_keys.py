@@ -24,7 +24,7 @@ from store.format.constants import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from store.format.fields import RecordFields, rows_at
+from store.scan.fields import RecordFields, rows_at
 from store.format.properties import java_string, string_to_properties
 from store.index.hashing import index_key_hashes, java_string_hashes
 from store.index.keys import indexed_keys, keys_tokens

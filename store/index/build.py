@@ -23,7 +23,7 @@ from store.format.constants import (
     POS_SYSFLAG,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from store.format.fields import be_ints, record_fields
+from store.scan.fields import be_ints, record_fields
 from store.format.properties import java_string, string_to_properties
 from store.index.batch_keys import batch_keys
 from store.index.hashing import index_key_hashes

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.format.codec import CodecConfig
-from store.format.scan import RecordCheck, scan_segment_fast
+from store.scan.record_check import RecordCheck, scan_segment_fast
 from store.index.service import IndexService
 from store.log.source import SegmentFile, mapped
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from store.errors import CommittedDataCorruptError
 from store.format.codec import CodecConfig, record_store_timestamp_pos
-from store.format.scan import RecordCheck, check_record, scan_segment, scan_segment_fast
+from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
 from store.log.checkpoint import StoreCheckpoint
 from store.log.commit_point import CommitPoint
 from store.log.commitlog import CommitLog

@@ -163,7 +163,7 @@ def committed_end(src: Source) -> int:
         return src.committed_offset
     if not src.segments:
         return 0
-    from store.format.scan import scan_segment_fast
+    from store.scan.record_check import scan_segment_fast
 
     last = src.segments[-1]
     with mapped(last) as mv:

@@ -18,7 +18,7 @@ import numpy as np
 from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import BLANK_MAGIC_CODE
-from store.format.scan import check_record, scan_segment_fast
+from store.scan.record_check import check_record, scan_segment_fast
 from store.log.source import LayoutProblem, SegmentFile, Source, layout_problems, mapped
 from store.tools.progress import Progress
 

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from store.errors import MessageNotFoundError
 from store.format.codec import CodecConfig, decode_message
 from store.format.compression import add_decompressed_body
-from store.format.scan import check_record
+from store.scan.record_check import check_record
 from store.log.source import Source, mapped
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from store.format.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
 from store.log.source import Source
-from store.format.fields import RecordFields, record_fields, tags_codes
+from store.scan.fields import RecordFields, record_fields, tags_codes
 
 
 @dataclass

@@ -16,7 +16,7 @@ from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig, decode_message
 from store.format.constants import BLANK_MAGIC_CODE, FILE_NAME_DIGITS
 from store.format.record_json import message_to_json
-from store.format.scan import check_record
+from store.scan.record_check import check_record
 
 _HEADER = struct.Struct(">iI")
 

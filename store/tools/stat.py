@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
-from store.format.scan import scan_segment_fast
+from store.scan.record_check import scan_segment_fast
 from store.log.source import Source, layout_problems, mapped
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
-from store.format.fields import be_ints
-from store.format.walk import walk
+from store.scan.fields import be_ints
+from store.scan.walk import walk
 from store.index.build import record_keys
 from store.index.check import order_faults, settled, structure_faults, time_diffs
 from store.index.lookup import open_index

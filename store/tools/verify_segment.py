@@ -1,6 +1,6 @@
 """verify's check of one segment, whole or in pieces.
 
-A segment is checked by one scan along its records (store.format.scan) and the queue checks of the
+A segment is checked by one scan along its records (store.scan.record_check) and the queue checks of the
 records found (store.tools.queues). A big segment is cut into pieces that processes check
 side by side: each piece starts at a guessed record start (a chain of records found near the
 cut, find_record_start) and pauses at the first record start at or past the next
@@ -20,11 +20,11 @@ import numpy as np
 
 from store.format.codec import CodecConfig
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
-from store.format.scan import ScanColumns, scan_segment_fast
+from store.scan.record_check import ScanColumns, scan_segment_fast
 from store.log.segment import read_ahead
 from store.log.source import SegmentFile, mapped
-from store.format.fields import fields_from_scan, record_fields
-from store.format.prop_crc import prop_crc_mismatches
+from store.scan.fields import fields_from_scan, record_fields
+from store.scan.prop_crc import prop_crc_mismatches
 from store.tools.queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")

@@ -1,8 +1,8 @@
 /* The fixed fields, hosts, topics and bodies of many CommitLog records in one pass: the C half of
- * the read-back's columns (store/format/record_batch.py documents the contract and keeps the
+ * the read-back's columns (store/scan/record_batch.py documents the contract and keeps the
  * numpy path that tests/test_readback_arrow.py compares with this file, column for column).
  *
- * The records were walked and checked by store/format/scan.py first; this pass still bounds every
+ * The records were walked and checked by store/scan/record_check.py first; this pass still bounds every
  * read by the buffer. Field positions are RocketMQ's (store/format/constants.py names them):
  * BORNHOST and STOREHOST are 8 bytes, or 20 when sysFlag says IPv6, and move what follows them.
  * Hosts and topics repeat: each record gets an index into the distinct values, given back as the
@@ -172,7 +172,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_columns",
-                                    "The read-back's record columns in one pass (see store/format/record_batch.py)",
+                                    "The read-back's record columns in one pass (see store/scan/record_batch.py)",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__record_columns(void) { return PyModule_Create(&module); }

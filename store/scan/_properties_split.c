@@ -1,6 +1,6 @@
 /* The PROPERTIES of many records split into (name, value) pairs, as RocketMQ's
  * MessageDecoder.string2messageProperties splits one record's: the C half of
- * store/format/arrow_text.py, which documents the contract and keeps the numpy path that
+ * store/scan/arrow_text.py, which documents the contract and keeps the numpy path that
  * tests/test_readback_arrow.py compares with this file, pair for pair.
  *
  * Per record: a piece ends at \x02 or at the record's end; its name ends at the piece's first
@@ -240,7 +240,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_properties_split",
-                                    "string2messageProperties over many records (see store/format/arrow_text.py)",
+                                    "string2messageProperties over many records (see store/scan/arrow_text.py)",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__properties_split(void) { return PyModule_Create(&module); }

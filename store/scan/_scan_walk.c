@@ -1,6 +1,6 @@
-/* The segment walk of store/format/walk.py in C: from a record start, follow TOTALSIZE while it is
+/* The segment walk of store/scan/walk.py in C: from a record start, follow TOTALSIZE while it is
  * plausible and the record fits, collecting the record starts. Every other check of a record runs
- * afterwards in scan.py, vectorized over the starts found, as it does after the numpy walk this
+ * afterwards in record_check.py, vectorized over the starts found, as it does after the numpy walk this
  * replaces (tests/test_codec_scan.py runs with both). It reads each record's first four bytes,
  * where the numpy walk compares every byte of the segment against the magic code.
  */
@@ -63,12 +63,12 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"walk", walk, METH_VARARGS, "Follow TOTALSIZE from a record start (store/format/scan.py)."},
+    {"walk", walk, METH_VARARGS, "Follow TOTALSIZE from a record start (store/scan/record_check.py)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan_walk",
-                                    "The segment walk along TOTALSIZE (see store/format/scan.py)", -1, methods,
+                                    "The segment walk along TOTALSIZE (see store/scan/record_check.py)", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan_walk(void) { return PyModule_Create(&module); }

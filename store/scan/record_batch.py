@@ -1,7 +1,7 @@
 """Segment bytes -> Arrow record batches: every message of a byte range of one segment as columns,
 with no Python step per record.
 
-The walk and the record checks are scan.py's (the ones recovery and verify use). The fixed
+The walk and the record checks are record_check.py's (the ones recovery and verify use). The fixed
 fields, hosts, topics and bodies then come from one pass over the records: _record_columns.c
 (built by setup.py) or, without a C compiler, numpy gathers (fields.py) with the same result;
 tests/test_readback_arrow.py holds the two to each other. Bodies are copied into a plain
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.errors import CorruptRecordError
-from store.format.arrow_text import binary_views, few_distinct, parse_properties
+from store.scan.arrow_text import binary_views, few_distinct, parse_properties
 from store.format.codec import CodecConfig
 from store.format.constants import (
     BORNHOST_V6_FLAG,
@@ -33,13 +33,13 @@ from store.format.constants import (
     PROPERTY_TAGS,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from store.format.fields import be_ints, byte_rows, fields_from_scan, text_ids
+from store.scan.fields import be_ints, byte_rows, fields_from_scan, text_ids
 from store.format.hosts import HostAddress
 from store.format.properties import java_string
-from store.format.scan import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
+from store.scan.record_check import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
 
 try:
-    from store.format import _record_columns as _columns_kernel
+    from store.scan import _record_columns as _columns_kernel
 except ImportError:  # built without a C compiler: numpy gathers only
     _columns_kernel = None
 

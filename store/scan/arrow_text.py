@@ -3,7 +3,7 @@ binary_view values pointing into a buffer (a mapped segment), short strings that
 property names) told apart once each, and the properties string of every record split into
 (record, name, value) pairs the way RocketMQ's MessageDecoder.string2messageProperties does.
 
-The split has two ways with the same result: store/format/_properties_split.c (built by setup.py,
+The split has two ways with the same result: store/scan/_properties_split.c (built by setup.py,
 one pass per record) and, without a C compiler, a dozen numpy passes over all the records at once;
 tests/test_readback_arrow.py holds them to each other and to the per-record reference."""
 
@@ -16,11 +16,11 @@ import pyarrow as pa
 
 from store.errors import StoreError
 from store.format.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
-from store.format.fields import byte_rows, text_ids
+from store.scan.fields import byte_rows, text_ids
 from store.format.properties import java_string, string_to_properties
 
 try:
-    from store.format import _properties_split as _kernel
+    from store.scan import _properties_split as _kernel
 except ImportError:  # built without a C compiler: the numpy split only
     _kernel = None
 

@@ -26,11 +26,11 @@ from store.format.constants import (
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
-from store.format.fields import ScanColumns, be_ints
-from store.format.walk import walk
+from store.scan.fields import ScanColumns, be_ints
+from store.scan.walk import walk
 
 try:
-    from store.format import _record_check
+    from store.scan import _record_check
 except ImportError:  # built without a C compiler: the numpy checks
     _record_check = None
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from store.format.codec import body_crc, parse_prop_crc
 from store.format.constants import CRC32_RESERVED_LEN, PROPERTY_CRC32
-from store.format.fields import MARK_PROP_CRC, RecordFields, rows_at
+from store.scan.fields import MARK_PROP_CRC, RecordFields, rows_at
 from store.format.properties import java_string, string_to_properties
 
 _NAME = f"{PROPERTY_CRC32}\x01".encode()

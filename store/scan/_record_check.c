@@ -1,12 +1,12 @@
-/* RocketMQ's checkMessageAndReturnSize in C (scan.py's _first_bad is the numpy way), one pass over
+/* RocketMQ's checkMessageAndReturnSize in C (record_check.py's _first_bad is the numpy way), one pass over
  * each record's bytes with the next record asked for ahead, the GIL released:
  *
- * check: records encoded elsewhere and not yet appended (store/format/encoded_check.py), with
+ * check: records encoded elsewhere and not yet appended (store/scan/encoded_check.py), with
  *   TOTALSIZE against each record's own length and BODYCRC, but no PHYSICALOFFSET to hold them to;
  *   the sink's writer thread runs it while Spark reads the next batch. tests/test_encoded_check.py
  *   runs with both ways.
  * scan: a segment walked along TOTALSIZE from a record start and every record checked on the way,
- *   PHYSICALOFFSET included (recovery and verify, store/format/scan.py), with the fields verify
+ *   PHYSICALOFFSET included (recovery and verify, store/scan/record_check.py), with the fields verify
  *   needs next: the queue, the topic's place, and from the PROPERTIES the consume-queue tagsCode
  *   (TAGS.hashCode() of an ASCII value; others are marked for the Python way) and whether a
  *   __CRC32# pair is there. tests/test_codec_scan.py runs every scan test with both ways.
@@ -18,7 +18,7 @@
 
 #define AHEAD 4      /* records asked for ahead of the one checked */
 
-#include "_crc32.h"     /* crc_init, crc32_of */
+#include "../format/_crc32.h"     /* crc_init, crc32_of */
 
 static inline uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -171,7 +171,7 @@ static int64_t topic_id(const uint8_t *d, int64_t at, int64_t n, int64_t *table,
 /* scan(buf, pos, end, stop_at, base, crc, out, topics, magic_v1, magic_v2, born_v6, store_v6, min_length)
  *     -> (count, next, more, bad)
  * From the record start ``pos``, follow TOTALSIZE while it is plausible (>= min_length) and the
- * record fits below ``end``, as store/format/walk.py does, pausing at the first record start past
+ * record fits below ``end``, as store/scan/walk.py does, pausing at the first record start past
  * ``stop_at`` (``more``: the walk should go on from ``next``). Each record is checked as
  * check_one does, PHYSICALOFFSET == base + its position included; ``bad``: the walk stopped at
  * a record that fails (at ``next``). out: a writable (SCAN_COLUMNS, cap) int64 array, a column per
@@ -242,13 +242,13 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"check", check, METH_VARARGS, "Check records encoded elsewhere (store/format/encoded_check.py)."},
-    {"scan", scan, METH_VARARGS, "Walk a segment and check its records (store/format/scan.py)."},
+    {"check", check, METH_VARARGS, "Check records encoded elsewhere (store/scan/encoded_check.py)."},
+    {"scan", scan, METH_VARARGS, "Walk a segment and check its records (store/scan/record_check.py)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_check",
-                                    "Record checks: records not yet appended, and segment scans (store/format/scan.py)", -1,
+                                    "Record checks: records not yet appended, and segment scans (store/scan/record_check.py)", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__record_check(void) {

@@ -1,5 +1,5 @@
 """The walk of a segment from record to record: from a record start, follow TOTALSIZE while it is
-plausible and the record fits, collecting the record starts; scan.py then checks every record
+plausible and the record fits, collecting the record starts; record_check.py then checks every record
 found, vectorized. In C (_scan_walk.c, built by setup.py) each record's TOTALSIZE is read where it
 is; without a compiler, numpy finds the candidate starts (the magic codes) and follows the chain
 between them. tests/test_codec_scan.py runs every scan test with both walks."""
@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
-from store.format.fields import be_ints
+from store.scan.fields import be_ints
 
 try:
-    from store.format import _scan_walk
+    from store.scan import _scan_walk
 except ImportError:  # built without a C compiler: the numpy walk
     _scan_walk = None
 

@@ -6,6 +6,10 @@ what a lookup runs before it answers; verify runs them all (structure_faults).
 A writer may be putting keys while these read: it writes items, then slots, then the header, so
 the newest file can look wrong for an instant. A fault of the newest file counts only if the file
 still shows it once its header stays the same between two reads (settled).
+
+A healthy index is told in C (_index_check.c, built by setup.py: chains_hold, records_match), which
+only says whether all holds; whatever does not hold is found and worded by the numpy checks here
+and in store.tools.verify_index, which machines without a compiler run for everything.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ import numpy as np
 from store.format.constants import INDEX_INVALID_INDEX
 from store.index.file import IndexFile, IndexHeader
 from store.index.service import IndexService
+
+try:
+    from store.index import _index_check
+except ImportError:  # built without a C compiler: the numpy checks alone
+    _index_check = None
 
 _INT_MAX = 0x7FFFFFFF
 LISTED = 3                   # faults of one kind described one by one per file; the rest are counted
@@ -83,14 +92,25 @@ def header_faults(f: IndexFile) -> list[IndexFault]:
     return out.faults
 
 
-def structure_faults(f: IndexFile) -> list[IndexFault]:
+def check_kernel_available() -> bool:
+    """Whether setup.py built the C checks of a healthy index (numpy checks everything otherwise)."""
+    return _index_check is not None
+
+
+def _c_wanted(use_c: bool | None) -> bool:
+    return _index_check is not None if use_c is None else use_c
+
+
+def structure_faults(f: IndexFile, *, use_c: bool | None = None) -> list[IndexFault]:
     """header_faults, then every slot against the newest item of its chain, every item's prevIndex
     against the item before it in its slot (0 for the first), key hashes non-negative and phyOffsets
-    in commit-log order."""
+    in commit-log order. ``use_c`` False: numpy alone (tests compare the two ways)."""
     out = _Faults(f.path.name, header_faults(f))
     if any(x.kind == "indexHeader" and "indexCount" in x.detail for x in out.faults):
         return out.faults       # the items cannot be told from the rest
     items = f.items()
+    if _c_wanted(use_c) and _index_check.chains_hold(items, f.slots(), f.max_hash_slot_num):
+        return out.faults       # all of the below holds: nothing to add
     n = len(items)
     hashes = items["key_hash"].astype(np.int64)
     phy = items["phy_offset"].astype(np.int64)
@@ -155,6 +175,21 @@ def _chains_hold(slot_of: np.ndarray, prev: np.ndarray, slots: np.ndarray) -> bo
     want = np.zeros(len(slots), dtype=np.int64)
     want[slot_of[heads - 1]] = heads
     return bool(np.array_equal(want, slots))
+
+
+def records_match(segment: np.ndarray, end: int, base: int, strict: bool, phy: np.ndarray, key_hash: np.ndarray,
+                  time_diff: np.ndarray, begin: np.ndarray, first: np.ndarray) -> bool:
+    """Whether the items pointing into a segment (``segment``, its bytes, at offset ``base``), in
+    file order, are its message records' keys in [0, end), in order: each item's phyOffset and
+    keyHash one key's, its timeDiff (unless ``first`` in its file) its record's STORETIMESTAMP less
+    its file's ``begin`` timestamp; ``strict`` (the index covers the store): every key with its item.
+    False says only that something differs, or that the C pass is not built: the numpy checks tell."""
+    if _index_check is None:
+        return False
+    return bool(_index_check.records_match(
+        segment, end, base, strict, np.ascontiguousarray(phy, dtype=np.int64),
+        np.ascontiguousarray(key_hash, dtype=np.int32), np.ascontiguousarray(time_diff, dtype=np.int32),
+        np.ascontiguousarray(begin, dtype=np.int64), np.ascontiguousarray(first, dtype=bool)))
 
 
 def chain_faults(f: IndexFile, key_hash: int) -> list[IndexFault]:

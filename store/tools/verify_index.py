@@ -5,11 +5,16 @@ timeDiff is that record's store time), and, when config/messageIndex.json says t
 the store, every key of every committed message against the items (RocketMQ's own index, with no
 such file, may lag behind its commit log, so it is not held to it). A store whose messageIndex.json
 says the index is on but has no index/ is missing it. Keys found per segment with the append's C
-key finder, not record by record."""
+key finder, not record by record.
+
+A healthy index is told in one C pass per segment (store.index.check records_match: the walk, each
+record's keys and the items side by side); when anything differs, the numpy checks below find and
+word the problems, so the report is the same either way (``use_c`` False: numpy alone)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -18,7 +23,7 @@ from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MI
 from store.format.fields import be_ints
 from store.format.walk import walk
 from store.index.build import record_keys
-from store.index.check import order_faults, settled, structure_faults, time_diffs
+from store.index.check import order_faults, records_match, settled, structure_faults, time_diffs
 from store.index.lookup import open_index
 from store.index.service import IndexService
 from store.index.settings import read_index_settings
@@ -33,20 +38,32 @@ _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PA
 class _Items:
     """The items of every file within the checked range, side by side."""
 
-    phy: np.ndarray
-    key_hash: np.ndarray
-    time_diff: np.ndarray
-    begin: np.ndarray           # the begin timestamp of each item's file
+    phy: np.ndarray             # int64
+    key_hash: np.ndarray        # int32, as the files hold them
+    time_diff: np.ndarray       # int32
+    begin: np.ndarray           # the begin timestamp of each item's file, int64
     first: np.ndarray           # the first item of its file (its timeDiff is from the file before)
+
+    def __post_init__(self) -> None:
+        # a healthy index's items ascend, file after file: a segment's items are then one run
+        self.ascending = bool((self.phy[1:] >= self.phy[:-1]).all())
 
     @classmethod
     def none(cls) -> _Items:
-        return cls(*(np.zeros(0, np.int64) for _ in range(4)), np.zeros(0, bool))
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int64),
+                   np.zeros(0, bool))
+
+    def pointing_into(self, seg: SegmentFile) -> slice | np.ndarray:
+        """The items with a phyOffset in the segment: a slice of them when they ascend."""
+        if self.ascending:
+            lo, hi = np.searchsorted(self.phy, [seg.base_offset, seg.end_offset])
+            return slice(int(lo), int(hi))
+        return np.flatnonzero((self.phy >= seg.base_offset) & (self.phy < seg.end_offset))
 
 
-def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
+def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> tuple[list[Problem], int]:
     """(problems, items checked). Items below the first segment (retention keeps a file until all
-    of it is old) are not checked."""
+    of it is old) are not checked. ``use_c`` False: the numpy checks alone (tests compare the two)."""
     if src.root is None:
         return [], 0
     out = _Problems()
@@ -63,18 +80,22 @@ def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
     items = _Items.none()
     if service is not None:
         try:
-            items = _file_items(service, low, limit, out)
+            items = _file_items(service, low, limit, out, use_c)
         finally:
             service.close()
     unindexed: list[np.ndarray] = []       # offsets of messages with a key no item holds
     for seg in src.segments:
         end = min(seg.size, limit - seg.base_offset)
-        in_seg = np.flatnonzero((items.phy >= seg.base_offset) & (items.phy < seg.end_offset))
-        if end <= 0 and not len(in_seg):
+        in_seg = items.pointing_into(seg)
+        pointed = len(items.phy[in_seg])
+        if end <= 0 and not pointed:
             continue
         with mapped(seg) as mv:
             arr = np.frombuffer(mv, dtype=np.uint8)
-            unindexed.append(_check_segment(arr, mv, seg, max(end, 0), items, in_seg, covers_all, out))
+            if not (use_c is not False and _all_match(arr, seg, end, items, in_seg, covers_all)):
+                if isinstance(in_seg, slice):
+                    in_seg = np.arange(in_seg.start, in_seg.stop)
+                unindexed.append(_check_segment(arr, mv, seg, max(end, 0), items, in_seg, covers_all, out))
             del arr
     lost = np.concatenate(unindexed) if unindexed else np.zeros(0, np.int64)
     if service is None and len(lost):
@@ -88,11 +109,22 @@ def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
     return out.problems, len(items.phy)
 
 
-def _file_items(service: IndexService, low: int, limit: int, out: _Problems) -> _Items:
+def _all_match(arr: np.ndarray, seg: SegmentFile, end: int, items: _Items, in_seg: slice | np.ndarray,
+               covers_all: bool) -> bool:
+    """The C pass over a healthy segment: True when _check_segment would find nothing."""
+    if end <= 0 or not isinstance(in_seg, slice):
+        return False
+    if in_seg.start == in_seg.stop and not covers_all:
+        return True         # no item to check, no key held to one
+    return records_match(arr, end, seg.base_offset, covers_all, items.phy[in_seg], items.key_hash[in_seg],
+                         items.time_diff[in_seg], items.begin[in_seg], items.first[in_seg])
+
+
+def _file_items(service: IndexService, low: int, limit: int, out: _Problems, use_c: bool | None) -> _Items:
     parts: list[tuple[np.ndarray, ...]] = []
     files = service.files
     for i, f in enumerate(files):
-        for fault in settled(f, structure_faults, live=i == len(files) - 1):
+        for fault in settled(f, partial(structure_faults, use_c=use_c), live=i == len(files) - 1):
             out.add(fault.kind, fault.offset, str(fault))
         h = f.read_header()
         if not 1 <= h.index_count <= f.max_index_num:
@@ -103,15 +135,18 @@ def _file_items(service: IndexService, low: int, limit: int, out: _Problems) -> 
             out.add("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed "
                                                     f"end {limit}")
         keep = (phy >= low) & (phy < limit)
+        take = slice(None) if keep.all() else keep     # all of them, unless retention or a crash cut some
         first = np.zeros(len(phy), dtype=bool)
         first[:1] = True
-        parts.append((phy[keep], items["key_hash"].astype(np.int64)[keep], items["time_diff"].astype(np.int64)[keep],
-                      np.full(int(keep.sum()), h.begin_timestamp, dtype=np.int64), first[keep]))
+        parts.append((phy[take], items["key_hash"][take].astype(np.int32), items["time_diff"][take].astype(np.int32),
+                      np.full(len(phy[take]), h.begin_timestamp, dtype=np.int64), first[take]))
         del items              # a view of the mapping: it must go before the file is closed
     for fault in order_faults([(f.path.name, f.read_header()) for f in files]):
         out.add(fault.kind, fault.offset, str(fault))
     if not parts:
         return _Items.none()
+    if len(parts) == 1:
+        return _Items(*parts[0])
     return _Items(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
 
 

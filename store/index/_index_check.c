@@ -1,0 +1,196 @@
+/* verify's look at a healthy index in C, with the GIL released (store/index/check.py calls it; the
+ * numpy checks there and in store/tools/verify_index.py stay for machines without a compiler and for
+ * every index that is not healthy). Each pass only says whether all is as it should be: the moment
+ * anything differs it stops, and the numpy path finds the problems and words them, so what verify
+ * reports never depends on this module (tests/test_index_verify.py runs both ways).
+ *
+ * records_match: one walk of a segment along TOTALSIZE (as store/format/walk.py walks it), the keys
+ *   of each message record found by the append's key finder (_index_keys.h) and compared, in order,
+ *   with the items pointing into the segment: the item's phyOffset, its keyHash and the timeDiff its
+ *   record's STORETIMESTAMP gives against its file's beginTimestamp (IndexFile.putKey's).
+ * chains_hold: an IndexFile's items against its slots: keyHashes non-negative, phyOffsets never
+ *   going back, every prevIndex the item before it in its hash slot, every slot the newest item of
+ *   its chain (store/index/check.py structure_faults, which words what differs).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_index_keys.h" /* record_keys, be32, be64, MOST_KEYS */
+
+#define PHYSICALOFFSET_POS 28
+#define ITEM_SIZE 20
+#define ITEM_PHY 4
+#define ITEM_PREV 16
+#define SLOT_LAG 32 /* chains_hold: items ahead whose slot is asked for */
+#define STREAM_AHEAD 2048 /* records_match: segment bytes ahead of the walk asked for */
+
+/* IndexFile.putKey's timeDiff: whole seconds since the file's begin timestamp (0 while it has none),
+ * clamped to [0, Integer.MAX_VALUE] (store/index/check.py time_diffs) */
+static inline int64_t time_diff(int64_t ts, int64_t begin) {
+    if (begin <= 0 || ts < begin)
+        return 0;
+    const int64_t diff = (ts - begin) / 1000;
+    return diff > INT32_MAX ? INT32_MAX : diff;
+}
+
+typedef struct {
+    const int64_t *phy, *begin;
+    const int32_t *key_hash, *time_diff;
+    const uint8_t *first; /* the first item of its file: its timeDiff is from the file before */
+    Py_ssize_t n;
+} Items;
+
+/* The walk of d[0, end) against the items; ``strict``: every key of every message record must have
+ * its item (the index covers the store), else only the records items point at are looked at (their
+ * PHYSICALOFFSET must say where they are, as it must for a record off the walk). 1: all match. */
+static int walk_matches(const uint8_t *d, int64_t len, int64_t end, int64_t base, int strict, const Items *it,
+                        uint32_t *keys) {
+    TopicCache tc = {NULL, 0, 0};
+    Py_ssize_t k = 0;
+    int64_t pos = 0, ahead = 0;
+    while (pos <= end - MIN_RECORD_LENGTH) {
+        for (; ahead < pos + STREAM_AHEAD && ahead < end; ahead += 64)
+            __builtin_prefetch(d + ahead);
+        const int64_t total = (int32_t)be32(d + pos);
+        if (total < MIN_RECORD_LENGTH || total > end - pos)
+            break; /* the walk ends here, as walk.py's; items past it are told by the numpy path */
+        const uint32_t magic = be32(d + pos + 4);
+        if (magic == MAGIC_V1 || magic == MAGIC_V2) {
+            const int64_t at = base + pos;
+            if (k < it->n && it->phy[k] < at)
+                return 0; /* an item between records, at a BLANK, or an extra one of the record before */
+            if (strict || (k < it->n && it->phy[k] == at)) {
+                if (!strict && be64(d + pos + PHYSICALOFFSET_POS) != at)
+                    return 0;
+                int64_t ts = 0;
+                const int64_t count = record_keys(d, len, pos, total, &tc, keys, &ts);
+                if (count < 0 || count > it->n - k)
+                    return 0; /* keys left to Python, or more keys than items */
+                for (int64_t j = 0; j < count; j++, k++) {
+                    if (it->phy[k] != at || (uint32_t)it->key_hash[k] != keys[j])
+                        return 0;
+                    if (!it->first[k] && it->time_diff[k] != time_diff(ts, it->begin[k]))
+                        return 0;
+                }
+            }
+        }
+        pos += total;
+    }
+    return k == it->n;
+}
+
+/* records_match(segment, end, base, strict, phy, key_hash, time_diff, begin, first) -> bool
+ * segment: the segment's bytes (base: its offset), walked in [0, end); per item, in the order the
+ * files hold them: phy int64, key_hash int32, time_diff int32, begin (its file's beginTimestamp)
+ * int64, first bool. True when every item matched one key in order and (strict) every key one item. */
+static PyObject *records_match(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer seg, phy, key_hash, diff, begin, first;
+    long long end, base;
+    int strict;
+    if (!PyArg_ParseTuple(args, "y*LLpy*y*y*y*y*", &seg, &end, &base, &strict, &phy, &key_hash, &diff, &begin,
+                          &first))
+        return NULL;
+    PyObject *result = NULL;
+    uint32_t *keys = NULL;
+    const Items it = {phy.buf, begin.buf, key_hash.buf, diff.buf, first.buf, phy.len / 8};
+    if (end < 0 || end > seg.len || key_hash.len != 4 * it.n || diff.len != 4 * it.n || begin.len != 8 * it.n
+        || first.len != it.n) {
+        PyErr_SetString(PyExc_ValueError, "records_match: end past the segment, or item arrays of other lengths");
+        goto done;
+    }
+    if (!(keys = PyMem_RawMalloc(MOST_KEYS * sizeof(uint32_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int whole;
+    Py_BEGIN_ALLOW_THREADS
+    whole = walk_matches(seg.buf, seg.len, end, base, strict, &it, keys);
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(whole);
+done:
+    PyMem_RawFree(keys);
+    PyBuffer_Release(&seg);
+    PyBuffer_Release(&phy);
+    PyBuffer_Release(&key_hash);
+    PyBuffer_Release(&diff);
+    PyBuffer_Release(&begin);
+    PyBuffer_Release(&first);
+    return result;
+}
+
+/* h % slot_num without a division (Lemire et al.: mod_m = UINT64_MAX / slot_num + 1) */
+static inline uint32_t slot_of(uint32_t h, uint64_t mod_m, uint32_t slot_num) {
+    return slot_num == 1 ? 0 : (uint32_t)(((__uint128_t)(mod_m * h) * slot_num) >> 64);
+}
+
+/* The items (20 bytes each, big-endian) against the slots (4 bytes each): ``newest`` (slot_num
+ * zeros) is each slot's newest item so far, which the next item of the slot must point back at. */
+static int chains_match(const uint8_t *items, Py_ssize_t n, const uint8_t *slots, uint32_t slot_num,
+                        uint32_t *newest) {
+    const uint64_t mod_m = UINT64_MAX / slot_num + 1;
+    int64_t last_phy = INT64_MIN;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *item = items + ITEM_SIZE * i;
+        if (i + SLOT_LAG < n) {
+            const int32_t ahead = (int32_t)be32(item + ITEM_SIZE * SLOT_LAG);
+            if (ahead >= 0)
+                __builtin_prefetch(newest + slot_of((uint32_t)ahead, mod_m, slot_num), 1);
+        }
+        const int32_t h = (int32_t)be32(item);
+        const int64_t phy = be64(item + ITEM_PHY);
+        if (h < 0 || phy < last_phy)
+            return 0;
+        last_phy = phy;
+        uint32_t *slot = newest + slot_of((uint32_t)h, mod_m, slot_num);
+        if (be32(item + ITEM_PREV) != *slot)
+            return 0;
+        *slot = (uint32_t)(i + 1); /* items are numbered from 1: item 0 is never written */
+    }
+    for (uint32_t s = 0; s < slot_num; s++)
+        if (be32(slots + 4 * (int64_t)s) != newest[s])
+            return 0;
+    return 1;
+}
+
+/* chains_hold(items, slots, slot_num) -> bool
+ * items: the written items of an IndexFile (item 1 on); slots: its hash-slot table. */
+static PyObject *chains_hold(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer items, slots;
+    long long slot_num;
+    if (!PyArg_ParseTuple(args, "y*y*L", &items, &slots, &slot_num))
+        return NULL;
+    PyObject *result = NULL;
+    uint32_t *newest = NULL;
+    if (slot_num <= 0 || slot_num > INT32_MAX || slots.len < 4 * slot_num || items.len % ITEM_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "chains_hold: the slots or items do not match slot_num");
+        goto done;
+    }
+    if (!(newest = PyMem_RawCalloc((size_t)slot_num, sizeof(uint32_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int hold;
+    Py_BEGIN_ALLOW_THREADS
+    hold = chains_match(items.buf, items.len / ITEM_SIZE, slots.buf, (uint32_t)slot_num, newest);
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(hold);
+done:
+    PyMem_RawFree(newest);
+    PyBuffer_Release(&items);
+    PyBuffer_Release(&slots);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"records_match", records_match, METH_VARARGS, "A segment's records against the items pointing into it."},
+    {"chains_hold", chains_hold, METH_VARARGS, "An IndexFile's items against its hash slots."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_index_check",
+                                    "verify's checks of a healthy index (see store/index/check.py)", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__index_check(void) { return PyModule_Create(&module); }

@@ -20,7 +20,7 @@ from store.format.codec import CodecConfig, Message
 from store.format.walk import walk
 from store.index import check
 from store.index.build import record_keys
-from store.index.check import check_kernel_available, structure_faults
+from store.index.check import check_kernel_available, item_columns, structure_faults
 from store.index.file import IndexFile
 from store.index.lookup import open_index
 from store.index.service import IndexConfig, IndexService
@@ -337,3 +337,20 @@ def test_rocketmqs_own_index_files_both_ways(golden_dir: Path, tmp_path: Path) -
         shutil.copytree(case / "index", store / "index")
         write_index_settings(store, IndexSettings(settings["maxHashSlotNum"], settings["maxIndexNum"]))
         assert both_ways(store) == [], case
+
+
+def test_item_columns_both_ways(tmp_path: Path) -> None:
+    offsets = small_index_store(tmp_path / "s")
+    f = IndexFile(index_file_of(tmp_path / "s"), SLOTS, ITEMS, read_only=True)
+    try:
+        items = f.items()
+        for low, limit in ((0, offsets[-1] + 1), (offsets[3], offsets[20]), (offsets[-1] + 1, 1 << 62)):
+            fast = item_columns(items, low, limit, use_c=True)
+            slow = item_columns(items, low, limit, use_c=False)
+            assert [c.tolist() for c in fast[:3]] == [c.tolist() for c in slow[:3]]
+            assert [c.dtype for c in fast[:3]] == [c.dtype for c in slow[:3]]
+            assert fast[3] == slow[3] == int(np.count_nonzero((fast[0] < low) | (fast[0] >= limit)))
+        assert item_columns(items, offsets[3], offsets[20])[3] > 0
+        del items
+    finally:
+        f.close()

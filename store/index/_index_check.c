@@ -11,6 +11,7 @@
  * chains_hold: an IndexFile's items against its slots: keyHashes non-negative, phyOffsets never
  *   going back, every prevIndex the item before it in its hash slot, every slot the newest item of
  *   its chain (store/index/check.py structure_faults, which words what differs).
+ * item_columns: an IndexFile's items as the native columns the checks compare, in one pass.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +23,7 @@
 #define PHYSICALOFFSET_POS 28
 #define ITEM_SIZE 20
 #define ITEM_PHY 4
+#define ITEM_TIME_DIFF 12
 #define ITEM_PREV 16
 #define SLOT_LAG 32 /* chains_hold: items ahead whose slot is asked for */
 #define STREAM_AHEAD 2048 /* records_match: segment bytes ahead of the walk asked for */
@@ -183,9 +185,46 @@ done:
     return result;
 }
 
+/* item_columns(items, low, limit, phy, key_hash, time_diff) -> outside
+ * items: the written items of an IndexFile; out, per item: phy int64, key_hash and time_diff int32.
+ * outside: how many items point below ``low`` or at or past ``limit`` (0: all of them are checked). */
+static PyObject *item_columns(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer items, phy, key_hash, diff;
+    long long low, limit;
+    if (!PyArg_ParseTuple(args, "y*LLw*w*w*", &items, &low, &limit, &phy, &key_hash, &diff))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = items.len / ITEM_SIZE;
+    if (items.len % ITEM_SIZE || phy.len != 8 * n || key_hash.len != 4 * n || diff.len != 4 * n) {
+        PyErr_SetString(PyExc_ValueError, "item_columns: columns of another length than the items");
+        goto done;
+    }
+    const uint8_t *it = items.buf;
+    int64_t *o_phy = phy.buf;
+    int32_t *o_hash = key_hash.buf, *o_diff = diff.buf;
+    Py_ssize_t outside = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++, it += ITEM_SIZE) {
+        const int64_t at = be64(it + ITEM_PHY);
+        o_phy[i] = at;
+        o_hash[i] = (int32_t)be32(it);
+        o_diff[i] = (int32_t)be32(it + ITEM_TIME_DIFF);
+        outside += at < low || at >= limit;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(outside);
+done:
+    PyBuffer_Release(&items);
+    PyBuffer_Release(&phy);
+    PyBuffer_Release(&key_hash);
+    PyBuffer_Release(&diff);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"records_match", records_match, METH_VARARGS, "A segment's records against the items pointing into it."},
     {"chains_hold", chains_hold, METH_VARARGS, "An IndexFile's items against its hash slots."},
+    {"item_columns", item_columns, METH_VARARGS, "An IndexFile's items as native columns."},
     {NULL, NULL, 0, NULL},
 };
 

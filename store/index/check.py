@@ -177,6 +177,20 @@ def _chains_hold(slot_of: np.ndarray, prev: np.ndarray, slots: np.ndarray) -> bo
     return bool(np.array_equal(want, slots))
 
 
+def item_columns(items: np.ndarray, low: int, limit: int, *, use_c: bool | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """An IndexFile's items (IndexFile.items) as columns: phyOffset int64, keyHash and timeDiff
+    int32, and how many items point outside [low, limit)."""
+    n = len(items)
+    if not _c_wanted(use_c) or not n:
+        phy = items["phy_offset"].astype(np.int64)
+        return (phy, items["key_hash"].astype(np.int32), items["time_diff"].astype(np.int32),
+                int(np.count_nonzero((phy < low) | (phy >= limit))))
+    phy, key_hash, time_diff = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32)
+    outside = _index_check.item_columns(items, low, limit, phy, key_hash, time_diff)
+    return phy, key_hash, time_diff, outside
+
+
 def records_match(segment: np.ndarray, end: int, base: int, strict: bool, phy: np.ndarray, key_hash: np.ndarray,
                   time_diff: np.ndarray, begin: np.ndarray, first: np.ndarray) -> bool:
     """Whether the items pointing into a segment (``segment``, its bytes, at offset ``base``), in

@@ -23,7 +23,7 @@ from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MI
 from store.format.fields import be_ints
 from store.format.walk import walk
 from store.index.build import record_keys
-from store.index.check import order_faults, records_match, settled, structure_faults, time_diffs
+from store.index.check import item_columns, order_faults, records_match, settled, structure_faults, time_diffs
 from store.index.lookup import open_index
 from store.index.service import IndexService
 from store.index.settings import read_index_settings
@@ -130,17 +130,17 @@ def _file_items(service: IndexService, low: int, limit: int, out: _Problems, use
         if not 1 <= h.index_count <= f.max_index_num:
             continue
         items = f.items()
-        phy = items["phy_offset"].astype(np.int64)
-        for j in np.flatnonzero(phy >= limit).tolist():
-            out.add("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed "
-                                                    f"end {limit}")
-        keep = (phy >= low) & (phy < limit)
-        take = slice(None) if keep.all() else keep     # all of them, unless retention or a crash cut some
+        phy, key_hash, time_diff, outside = item_columns(items, low, limit, use_c=use_c)
+        del items              # a view of the mapping: it must go before the file is closed
         first = np.zeros(len(phy), dtype=bool)
         first[:1] = True
-        parts.append((phy[take], items["key_hash"][take].astype(np.int32), items["time_diff"][take].astype(np.int32),
-                      np.full(len(phy[take]), h.begin_timestamp, dtype=np.int64), first[take]))
-        del items              # a view of the mapping: it must go before the file is closed
+        if outside:            # retention, or a crash, cut some
+            for j in np.flatnonzero(phy >= limit).tolist():
+                out.add("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed "
+                                                        f"end {limit}")
+            keep = (phy >= low) & (phy < limit)
+            phy, key_hash, time_diff, first = phy[keep], key_hash[keep], time_diff[keep], first[keep]
+        parts.append((phy, key_hash, time_diff, np.full(len(phy), h.begin_timestamp, dtype=np.int64), first))
     for fault in order_faults([(f.path.name, f.read_header()) for f in files]):
         out.add(fault.kind, fault.offset, str(fault))
     if not parts:

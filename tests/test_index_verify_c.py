@@ -20,7 +20,7 @@ from store.format.codec import CodecConfig, Message
 from store.format.walk import walk
 from store.index import check
 from store.index.build import record_keys
-from store.index.check import check_kernel_available, item_columns, structure_faults
+from store.index.check import check_kernel_available, item_columns, structure_faults, time_diffs
 from store.index.file import IndexFile
 from store.index.lookup import open_index
 from store.index.service import IndexConfig, IndexService
@@ -354,3 +354,14 @@ def test_item_columns_both_ways(tmp_path: Path) -> None:
         del items
     finally:
         f.close()
+
+
+def test_time_diffs_as_putkey_computes_them() -> None:
+    """The in-place time_diffs against the plain formula, wrapping differences included."""
+    edge = np.array([-2**63, -2**63 + 5, -1001, -1, 0, 1, 999, 1000, 1001, 2**40, 1_700_000_000_000,
+                     1_700_000_000_000 + 2**31 * 1000 + 5_000, 2**63 - 1], dtype=np.int64)
+    ts, begin = (a.ravel() for a in np.meshgrid(edge, edge))
+    with np.errstate(over="ignore"):
+        plain = np.where(begin > 0, np.minimum(np.where(ts >= begin, (ts - begin) // 1000, 0), 0x7FFFFFFF), 0)
+    assert time_diffs(ts, begin).tolist() == plain.tolist()
+    assert time_diffs(np.array([1_700_000_003_999]), np.array([1_700_000_000_000])).tolist() == [3]

@@ -50,8 +50,12 @@ def time_diffs(store_timestamps: np.ndarray, begin_timestamps: np.ndarray) -> np
     none), truncated as Java's long division, clamped to [0, Integer.MAX_VALUE]."""
     ts = np.asarray(store_timestamps, dtype=np.int64)
     begin = np.asarray(begin_timestamps, dtype=np.int64)
-    diff = np.where(ts >= begin, (ts - begin) // 1000, 0)
-    return np.where(begin > 0, np.minimum(diff, _INT_MAX), 0)
+    # in place, one array: verify takes it over millions of items
+    diff = np.empty(np.broadcast(ts, begin).shape, dtype=np.int64)
+    np.subtract(ts, begin, out=diff)
+    diff[(ts < begin) | (begin <= 0)] = 0           # before zeroing, a difference may have wrapped
+    diff //= 1000
+    return np.minimum(diff, _INT_MAX, out=diff)
 
 
 def header_faults(f: IndexFile) -> list[IndexFault]:

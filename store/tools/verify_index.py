@@ -112,7 +112,7 @@ def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> 
 def _all_match(arr: np.ndarray, seg: SegmentFile, end: int, items: _Items, in_seg: slice | np.ndarray,
                covers_all: bool) -> bool:
     """The C pass over a healthy segment: True when _check_segment would find nothing."""
-    if end <= 0 or not isinstance(in_seg, slice):
+    if not 0 < end <= len(arr) or not isinstance(in_seg, slice):
         return False
     if in_seg.start == in_seg.stop and not covers_all:
         return True         # no item to check, no key held to one

@@ -365,3 +365,13 @@ def test_time_diffs_as_putkey_computes_them() -> None:
         plain = np.where(begin > 0, np.minimum(np.where(ts >= begin, (ts - begin) // 1000, 0), 0x7FFFFFFF), 0)
     assert time_diffs(ts, begin).tolist() == plain.tolist()
     assert time_diffs(np.array([1_700_000_003_999]), np.array([1_700_000_000_000])).tolist() == [3]
+
+
+def test_without_the_c_checks_numpy_tells_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without a compiler: asked for C or not, the numpy checks run, with the same report."""
+    offsets = small_index_store(tmp_path / "s")
+    wrong_time(tmp_path / "s", offsets)
+    want = both_ways(tmp_path / "s")
+    monkeypatch.setattr(check, "_index_check", None)
+    assert not check_kernel_available()
+    assert both_ways(tmp_path / "s") == want and want

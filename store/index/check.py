@@ -102,7 +102,7 @@ def check_kernel_available() -> bool:
 
 
 def _c_wanted(use_c: bool | None) -> bool:
-    return _index_check is not None if use_c is None else use_c
+    return _index_check is not None and use_c is not False
 
 
 def structure_faults(f: IndexFile, *, use_c: bool | None = None) -> list[IndexFault]:
@@ -202,7 +202,7 @@ def records_match(segment: np.ndarray, end: int, base: int, strict: bool, phy: n
     keyHash one key's, its timeDiff (unless ``first`` in its file) its record's STORETIMESTAMP less
     its file's ``begin`` timestamp; ``strict`` (the index covers the store): every key with its item.
     False says only that something differs, or that the C pass is not built: the numpy checks tell."""
-    if _index_check is None:
+    if not _c_wanted(None):
         return False
     return bool(_index_check.records_match(
         segment, end, base, strict, np.ascontiguousarray(phy, dtype=np.int64),

@@ -87,7 +87,7 @@ def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> 
     for seg in src.segments:
         end = min(seg.size, limit - seg.base_offset)
         in_seg = items.pointing_into(seg)
-        pointed = len(items.phy[in_seg])
+        pointed = in_seg.stop - in_seg.start if isinstance(in_seg, slice) else len(in_seg)
         if end <= 0 and not pointed:
             continue
         with mapped(seg) as mv:

@@ -192,24 +192,19 @@ def _segment_matches(root: Path, strict: bool = True) -> bool:
     src = open_source(root)
     service = open_index(root)
     assert service is not None
-    try:
-        items = [f.items() for f in service.files]
-        phy = np.concatenate([i["phy_offset"].astype(np.int64) for i in items])
-        key_hash = np.concatenate([i["key_hash"].astype(np.int32) for i in items])
-        diff = np.concatenate([i["time_diff"].astype(np.int32) for i in items])
-        begin = np.concatenate([np.full(len(i), f.read_header().begin_timestamp) for i, f in zip(items, service.files)])
-        first = np.concatenate([np.arange(len(i)) == 0 for i in items])
-        del items
-    finally:
-        service.close()
     seg = src.segments[0]
-    with mapped(seg) as mv:
-        arr = np.frombuffer(mv, dtype=np.uint8)
-        try:
-            return check.records_match(arr, src.committed_offset - seg.base_offset, seg.base_offset, strict, phy,
-                                       key_hash, diff, begin, first)
-        finally:
-            del arr
+    runs: list[tuple[np.ndarray, int, bool]] = []
+    try:
+        runs = [(f.items(), f.read_header().begin_timestamp, True) for f in service.files]
+        with mapped(seg) as mv:
+            arr = np.frombuffer(mv, dtype=np.uint8)
+            try:
+                return check.records_match(arr, src.committed_offset - seg.base_offset, seg.base_offset, strict, runs)
+            finally:
+                del arr
+    finally:
+        del runs
+        service.close()
 
 
 @pytest.mark.parametrize("damage", ["slot_bytes", "item_bytes", "items_swapped", "other_hash", "hash_of_the_next_key"])
@@ -280,6 +275,22 @@ def test_many_segments_and_files_both_ways(tmp_path: Path, monkeypatch: pytest.M
     data[at:at + 4] = (99).to_bytes(4, "big")
     path.write_bytes(bytes(data))
     assert "indexTime" in {kind for _, kind, _ in both_ways(tmp_path / "s")}
+
+
+@pytest.mark.parametrize("damage", ["slots", "items", "order"])
+def test_one_unsound_file_among_sound_ones_both_ways(tmp_path: Path, damage: str) -> None:
+    """A fault in one IndexFile: the items of all of them as columns, the sound files' run by run."""
+    config = IndexConfig(True, 16, 50)
+    offsets = keyed_store(tmp_path / "s", config)
+    files = sorted((tmp_path / "s" / "index").iterdir())
+    slots_at, items_at = 40, 40 + 4 * 16
+    if damage == "order":      # a file whose items start before the one before ends
+        files[3].write_bytes(files[3].read_bytes()[:16] + (offsets[0]).to_bytes(8, "big") + files[3].read_bytes()[24:])
+    else:
+        overwrite(files[2], slots_at if damage == "slots" else items_at + 20 * 10, 4 * 16 if damage == "slots" else 40, 3)
+    problems = both_ways(tmp_path / "s")
+    assert problems
+    assert both_ways(tmp_path / "s", data_end=offsets[50]) != problems
 
 
 @pytest.mark.parametrize("order", ["reversed", "rotated"])

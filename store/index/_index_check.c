@@ -6,12 +6,13 @@
  *
  * records_match: one walk of a segment along TOTALSIZE (as store/format/walk.py walks it), the keys
  *   of each message record found by the append's key finder (_index_keys.h) and compared, in order,
- *   with the items pointing into the segment: the item's phyOffset, its keyHash and the timeDiff its
- *   record's STORETIMESTAMP gives against its file's beginTimestamp (IndexFile.putKey's).
+ *   with the items pointing into the segment, read where the IndexFiles hold them: the item's
+ *   phyOffset, its keyHash and the timeDiff its record's STORETIMESTAMP gives against its file's
+ *   beginTimestamp (IndexFile.putKey's).
  * chains_hold: an IndexFile's items against its slots: keyHashes non-negative, phyOffsets never
  *   going back, every prevIndex the item before it in its hash slot, every slot the newest item of
  *   its chain (store/index/check.py structure_faults, which words what differs).
- * item_columns: an IndexFile's items as the native columns the checks compare, in one pass.
+ * item_columns: an IndexFile's items as the native columns the numpy checks compare, in one pass.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,20 +38,33 @@ static inline int64_t time_diff(int64_t ts, int64_t begin) {
     return diff > INT32_MAX ? INT32_MAX : diff;
 }
 
+/* A run of items of one IndexFile, as the file holds them (20 bytes each, big-endian) */
 typedef struct {
-    const int64_t *phy, *begin;
-    const int32_t *key_hash, *time_diff;
-    const uint8_t *first; /* the first item of its file: its timeDiff is from the file before */
+    const uint8_t *items;
     Py_ssize_t n;
-} Items;
+    int64_t begin; /* the file's beginTimestamp */
+    int first;     /* items[0] is the file's first item: its timeDiff is from the file before */
+} Run;
+
+/* the next item to match: item k of run r */
+typedef struct {
+    const Run *runs;
+    Py_ssize_t count, r, k;
+} Cursor;
+
+/* the item under the cursor, or NULL when every run is matched */
+static inline const uint8_t *item_at(Cursor *c) {
+    while (c->r < c->count && c->k >= c->runs[c->r].n)
+        c->r++, c->k = 0;
+    return c->r < c->count ? c->runs[c->r].items + ITEM_SIZE * c->k : NULL;
+}
 
 /* The walk of d[0, end) against the items; ``strict``: every key of every message record must have
  * its item (the index covers the store), else only the records items point at are looked at (their
  * PHYSICALOFFSET must say where they are, as it must for a record off the walk). 1: all match. */
-static int walk_matches(const uint8_t *d, int64_t len, int64_t end, int64_t base, int strict, const Items *it,
+static int walk_matches(const uint8_t *d, int64_t len, int64_t end, int64_t base, int strict, Cursor *c,
                         uint32_t *keys) {
     TopicCache tc = {NULL, 0, 0};
-    Py_ssize_t k = 0;
     int64_t pos = 0, ahead = 0;
     while (pos <= end - MIN_RECORD_LENGTH) {
         for (; ahead < pos + STREAM_AHEAD && ahead < end; ahead += 64)
@@ -61,64 +75,88 @@ static int walk_matches(const uint8_t *d, int64_t len, int64_t end, int64_t base
         const uint32_t magic = be32(d + pos + 4);
         if (magic == MAGIC_V1 || magic == MAGIC_V2) {
             const int64_t at = base + pos;
-            if (k < it->n && it->phy[k] < at)
+            const uint8_t *next = item_at(c);
+            const int64_t next_phy = next ? be64(next + ITEM_PHY) : INT64_MAX;
+            if (next_phy < at)
                 return 0; /* an item between records, at a BLANK, or an extra one of the record before */
-            if (strict || (k < it->n && it->phy[k] == at)) {
+            if (strict || next_phy == at) {
                 if (!strict && be64(d + pos + PHYSICALOFFSET_POS) != at)
                     return 0;
                 int64_t ts = 0;
                 const int64_t count = record_keys(d, len, pos, total, &tc, keys, &ts);
-                if (count < 0 || count > it->n - k)
-                    return 0; /* keys left to Python, or more keys than items */
-                for (int64_t j = 0; j < count; j++, k++) {
-                    if (it->phy[k] != at || (uint32_t)it->key_hash[k] != keys[j])
+                if (count < 0)
+                    return 0; /* keys left to Python */
+                for (int64_t j = 0; j < count; j++, c->k++) {
+                    const uint8_t *item = item_at(c);
+                    if (!item || be64(item + ITEM_PHY) != at || be32(item) != keys[j])
                         return 0;
-                    if (!it->first[k] && it->time_diff[k] != time_diff(ts, it->begin[k]))
+                    const Run *run = &c->runs[c->r];
+                    if (!(c->k == 0 && run->first)
+                        && (int32_t)be32(item + ITEM_TIME_DIFF) != time_diff(ts, run->begin))
                         return 0;
                 }
             }
         }
         pos += total;
     }
-    return k == it->n;
+    return item_at(c) == NULL;
 }
 
-/* records_match(segment, end, base, strict, phy, key_hash, time_diff, begin, first) -> bool
- * segment: the segment's bytes (base: its offset), walked in [0, end); per item, in the order the
- * files hold them: phy int64, key_hash int32, time_diff int32, begin (its file's beginTimestamp)
- * int64, first bool. True when every item matched one key in order and (strict) every key one item. */
+/* records_match(segment, end, base, strict, runs) -> bool
+ * segment: the segment's bytes (base: its offset), walked in [0, end); runs: a list of (items,
+ * beginTimestamp, first) of the items pointing into it, in the order the files hold them: items a
+ * run of an IndexFile's items, first whether its first is its file's first. True when every item
+ * matched one key in order and (strict) every key one item. */
 static PyObject *records_match(PyObject *Py_UNUSED(self), PyObject *args) {
-    Py_buffer seg, phy, key_hash, diff, begin, first;
+    Py_buffer seg;
     long long end, base;
     int strict;
-    if (!PyArg_ParseTuple(args, "y*LLpy*y*y*y*y*", &seg, &end, &base, &strict, &phy, &key_hash, &diff, &begin,
-                          &first))
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "y*LLpO!", &seg, &end, &base, &strict, &PyList_Type, &list))
         return NULL;
     PyObject *result = NULL;
     uint32_t *keys = NULL;
-    const Items it = {phy.buf, begin.buf, key_hash.buf, diff.buf, first.buf, phy.len / 8};
-    if (end < 0 || end > seg.len || key_hash.len != 4 * it.n || diff.len != 4 * it.n || begin.len != 8 * it.n
-        || first.len != it.n) {
-        PyErr_SetString(PyExc_ValueError, "records_match: end past the segment, or item arrays of other lengths");
-        goto done;
-    }
-    if (!(keys = PyMem_RawMalloc(MOST_KEYS * sizeof(uint32_t)))) {
+    const Py_ssize_t count = PyList_GET_SIZE(list);
+    Py_ssize_t held = 0;
+    Py_buffer *views = PyMem_Calloc(count ? count : 1, sizeof(Py_buffer));
+    Run *runs = PyMem_Calloc(count ? count : 1, sizeof(Run));
+    keys = PyMem_RawMalloc(MOST_KEYS * sizeof(uint32_t));
+    if (!views || !runs || !keys) {
         PyErr_NoMemory();
         goto done;
     }
+    if (end < 0 || end > seg.len) {
+        PyErr_SetString(PyExc_ValueError, "records_match: end past the segment");
+        goto done;
+    }
+    for (; held < count; held++) {
+        long long begin;
+        int first;
+        PyObject *view;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, held), "OLp;records_match: a run is (items, begin, first)",
+                              &view, &begin, &first)
+            || PyObject_GetBuffer(view, &views[held], PyBUF_SIMPLE) < 0)
+            goto done;
+        if (views[held].len % ITEM_SIZE) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "records_match: a run that is not whole items");
+            goto done;
+        }
+        runs[held] = (Run){views[held].buf, views[held].len / ITEM_SIZE, begin, first};
+    }
+    Cursor c = {runs, count, 0, 0};
     int whole;
     Py_BEGIN_ALLOW_THREADS
-    whole = walk_matches(seg.buf, seg.len, end, base, strict, &it, keys);
+    whole = walk_matches(seg.buf, seg.len, end, base, strict, &c, keys);
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(whole);
 done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(runs);
     PyMem_RawFree(keys);
     PyBuffer_Release(&seg);
-    PyBuffer_Release(&phy);
-    PyBuffer_Release(&key_hash);
-    PyBuffer_Release(&diff);
-    PyBuffer_Release(&begin);
-    PyBuffer_Release(&first);
     return result;
 }
 

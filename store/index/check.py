@@ -195,19 +195,18 @@ def item_columns(items: np.ndarray, low: int, limit: int, *, use_c: bool | None 
     return phy, key_hash, time_diff, outside
 
 
-def records_match(segment: np.ndarray, end: int, base: int, strict: bool, phy: np.ndarray, key_hash: np.ndarray,
-                  time_diff: np.ndarray, begin: np.ndarray, first: np.ndarray) -> bool:
-    """Whether the items pointing into a segment (``segment``, its bytes, at offset ``base``), in
-    file order, are its message records' keys in [0, end), in order: each item's phyOffset and
-    keyHash one key's, its timeDiff (unless ``first`` in its file) its record's STORETIMESTAMP less
-    its file's ``begin`` timestamp; ``strict`` (the index covers the store): every key with its item.
-    False says only that something differs, or that the C pass is not built: the numpy checks tell."""
+def records_match(segment: np.ndarray, end: int, base: int, strict: bool,
+                  runs: list[tuple[np.ndarray, int, bool]]) -> bool:
+    """Whether the items pointing into a segment (``segment``, its bytes, at offset ``base``) are
+    its message records' keys in [0, end), in order: each item's phyOffset and keyHash one key's, its
+    timeDiff its record's STORETIMESTAMP less its file's beginTimestamp (but for a file's first item,
+    measured from the file before); ``strict`` (the index covers the store): every key with its
+    item. ``runs``: (items, beginTimestamp, first) in file order, items a run of an IndexFile's
+    items (IndexFile.items), first whether it starts with its file's first item. False says only
+    that something differs, or that the C pass is not built: the numpy checks tell."""
     if not _c_wanted(None):
         return False
-    return bool(_index_check.records_match(
-        segment, end, base, strict, np.ascontiguousarray(phy, dtype=np.int64),
-        np.ascontiguousarray(key_hash, dtype=np.int32), np.ascontiguousarray(time_diff, dtype=np.int32),
-        np.ascontiguousarray(begin, dtype=np.int64), np.ascontiguousarray(first, dtype=bool)))
+    return bool(_index_check.records_match(segment, end, base, strict, runs))
 
 
 def chain_faults(f: IndexFile, key_hash: int) -> list[IndexFault]:

@@ -287,7 +287,8 @@ def test_one_unsound_file_among_sound_ones_both_ways(tmp_path: Path, damage: str
     if damage == "order":      # a file whose items start before the one before ends
         files[3].write_bytes(files[3].read_bytes()[:16] + (offsets[0]).to_bytes(8, "big") + files[3].read_bytes()[24:])
     else:
-        overwrite(files[2], slots_at if damage == "slots" else items_at + 20 * 10, 4 * 16 if damage == "slots" else 40, 3)
+        at, length = (slots_at, 4 * 16) if damage == "slots" else (items_at + 20 * 10, 40)
+        overwrite(files[2], at, length, 3)
     problems = both_ways(tmp_path / "s")
     assert problems
     assert both_ways(tmp_path / "s", data_end=offsets[50]) != problems

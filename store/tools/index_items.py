@@ -14,6 +14,7 @@ from functools import partial
 import numpy as np
 
 from store.index.check import check_kernel_available, item_columns, order_faults, settled, structure_faults
+from store.index.file import IndexFile
 from store.index.service import IndexService
 
 Report = Callable[[str, int, str], None]      # (kind, offset, detail)
@@ -31,12 +32,16 @@ class ItemRun:
     def within(self, lo: int, hi: int) -> ItemRun | None:
         """The run's items with a phyOffset in [lo, hi) (they ascend), None if none."""
         phy = self.items["phy_offset"]
+        if not len(phy) or phy[-1] < lo or phy[0] >= hi:
+            return None         # a store of many segments and files: most runs are elsewhere
         a, b = bisect_left(phy, lo), bisect_left(phy, hi)
         return ItemRun(self.items[a:b], self.begin, self.first and a == 0) if b > a else None
 
     def columns(self) -> tuple[np.ndarray, ...]:
         phy, key_hash, time_diff, _ = item_columns(self.items, 0, _INT64_MAX)
-        return phy, key_hash, time_diff, *_file_columns(len(phy), self.begin, self.first)
+        first = np.zeros(len(phy), dtype=bool)
+        first[:1] = self.first
+        return phy, key_hash, time_diff, np.full(len(phy), self.begin, dtype=np.int64), first
 
 
 class CheckedItems:
@@ -101,34 +106,17 @@ def file_items(service: IndexService, low: int, limit: int, report: Report, use_
     parts: list[ItemRun | tuple[np.ndarray, ...]] = []
     files = service.files
     runs_read = use_c is not False and check_kernel_available()
-    for i, f in enumerate(files):
-        faults = settled(f, partial(structure_faults, use_c=use_c), live=i == len(files) - 1)
-        for fault in faults:
-            report(fault.kind, fault.offset, str(fault))
-        h = f.read_header()
-        if not 1 <= h.index_count <= f.max_index_num:
-            continue
-        items = f.items()
-        if runs_read and not faults:        # sound: its items ascend
-            phy = items["phy_offset"]
-            a, b = bisect_left(phy, low), bisect_left(phy, limit)
-            for j in range(b, len(items)):
-                report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed "
-                                                       f"end {limit}")
-            parts.append(ItemRun(items[a:b], h.begin_timestamp, a == 0))
-            del phy, items
-            continue
-        phy, key_hash, time_diff, outside = item_columns(items, low, limit, use_c=use_c)
-        del items              # a view of the mapping: it must go before the file is closed
-        first = np.zeros(len(phy), dtype=bool)
-        first[:1] = True
-        if outside:            # retention, or a crash, cut some
-            for j in np.flatnonzero(phy >= limit).tolist():
-                report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed "
-                                                       f"end {limit}")
-            keep = (phy >= low) & (phy < limit)
-            phy, key_hash, time_diff, first = phy[keep], key_hash[keep], time_diff[keep], first[keep]
-        parts.append((phy, key_hash, time_diff, np.full(len(phy), h.begin_timestamp, dtype=np.int64), first))
+    try:
+        for i, f in enumerate(files):
+            faults = settled(f, partial(structure_faults, use_c=use_c), live=i == len(files) - 1)
+            for fault in faults:
+                report(fault.kind, fault.offset, str(fault))
+            part = _file_part(f, low, limit, report, use_c, sound=runs_read and not faults)
+            if part is not None:
+                parts.append(part)
+    except BaseException:
+        parts.clear()           # views of the mappings, which are closed next
+        raise
     in_order = True
     for fault in order_faults([(f.path.name, f.read_header()) for f in files]):
         report(fault.kind, fault.offset, str(fault))
@@ -141,10 +129,30 @@ def file_items(service: IndexService, low: int, limit: int, report: Report, use_
     return CheckedItems(None, _joined([p.columns() if isinstance(p, ItemRun) else p for p in parts]))
 
 
-def _file_columns(n: int, begin: int, first: bool) -> tuple[np.ndarray, np.ndarray]:
-    firsts = np.zeros(n, dtype=bool)
-    firsts[:1] = first
-    return np.full(n, begin, dtype=np.int64), firsts
+def _file_part(f: IndexFile, low: int, limit: int, report: Report, use_c: bool | None,
+               sound: bool) -> ItemRun | tuple[np.ndarray, ...] | None:
+    """The file's items in [low, limit), each one past ``limit`` reported: a run of its mapping when
+    the file is ``sound`` (its items ascend), else columns. None: its items cannot be told."""
+    h = f.read_header()
+    if not 1 <= h.index_count <= f.max_index_num:
+        return None
+    items = f.items()
+    if sound:
+        phy = items["phy_offset"]
+        a, b = bisect_left(phy, low), bisect_left(phy, limit)
+        for j in range(b, len(items)):
+            report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed end {limit}")
+        return ItemRun(items[a:b], h.begin_timestamp, a == 0)
+    phy, key_hash, time_diff, outside = item_columns(items, low, limit, use_c=use_c)
+    del items              # a view of the mapping: it must go before the file is closed
+    first = np.zeros(len(phy), dtype=bool)
+    first[:1] = True
+    if outside:            # retention, or a crash, cut some
+        for j in np.flatnonzero(phy >= limit).tolist():
+            report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed end {limit}")
+        keep = (phy >= low) & (phy < limit)
+        phy, key_hash, time_diff, first = phy[keep], key_hash[keep], time_diff[keep], first[keep]
+    return phy, key_hash, time_diff, np.full(len(phy), h.begin_timestamp, dtype=np.int64), first
 
 
 def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:

@@ -171,7 +171,8 @@ def _record_starts(arr: np.ndarray, starts: np.ndarray, base: int) -> np.ndarray
     return ok & (be_ints(arr, at + 28, 8) == starts + base)
 
 
-def _check_times(store_ts: np.ndarray, found: np.ndarray, items: CheckedItems, in_seg: np.ndarray, out: _Problems) -> None:
+def _check_times(store_ts: np.ndarray, found: np.ndarray, items: CheckedItems, in_seg: np.ndarray,
+                 out: _Problems) -> None:
     """Each item's timeDiff is its record's store time (``store_ts``, one per ``found`` item) less
     its file's begin timestamp (the first item of a file is measured from the file before, which
     retention may have deleted: not checked)."""

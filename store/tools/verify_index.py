@@ -8,11 +8,11 @@ says the index is on but has no index/ is missing it. Keys found per segment wit
 key finder, not record by record.
 
 A healthy index is told in one C pass per segment (store.index.check records_match: the walk, each
-record's keys and the items side by side); when anything differs, the numpy checks below find and
-word the problems, so the report is the same either way (``use_c`` False: numpy alone)."""
+record's keys and the items, read where the files hold them (store.tools.index_items), side by
+side); when anything differs, the numpy checks below find and word the problems, so the report is
+the same either way (``use_c`` False: numpy alone)."""
 
 from __future__ import annotations
-
 
 import numpy as np
 

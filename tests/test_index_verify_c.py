@@ -115,13 +115,21 @@ def physical_offset(root: Path, offsets: list[int]) -> None:
     segment.write_bytes(bytes(data))
 
 
+def extra_item(root: Path, offsets: list[int]) -> None:
+    """One item more, for the last message, with a hash none of its keys has: the file stays sound."""
+    f = IndexFile(index_file_of(root), SLOTS, ITEMS)
+    f.put(np.array([12345], np.int32), np.array([offsets[-1]]), np.array([T0 + 2 * 3_600_000]))
+    f.flush()
+    f.close()
+
+
 def index_removed(root: Path, _: list[int]) -> None:
     shutil.rmtree(root / "index")
 
 
 DAMAGES: dict[str, Damage] = {f.__name__: f for f in (
     header_bytes, slot_bytes, item_bytes, key_missing, other_hash, hash_of_the_next_key, items_swapped, wrong_time,
-    inside_a_record, total_size, physical_offset, index_removed)}
+    inside_a_record, total_size, physical_offset, extra_item, index_removed)}
 
 # what index_problems does not hold against the index: a PHYSICALOFFSET on the walk (the segment
 # check's), keys an index that may lag lacks
@@ -179,8 +187,8 @@ def test_damage_is_reported_the_same_both_ways(tmp_path: Path, damage: str, cove
 
 def test_the_damage_is_seen_by_the_fast_path_too(tmp_path: Path) -> None:
     """records_match itself says no to each damage of the records or the items that the chains do
-    not show (a wrong time, an item inside a record, a key with another hash)."""
-    for name in ("wrong_time", "inside_a_record", "other_hash", "key_missing"):
+    not show (a wrong time, an item inside a record, a key with another hash, one missing, one more)."""
+    for name in ("wrong_time", "inside_a_record", "other_hash", "key_missing", "extra_item"):
         root = tmp_path / name
         offsets = small_index_store(root)
         assert _segment_matches(root)

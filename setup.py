@@ -11,11 +11,16 @@ bytes come out of the pyarrow/numpy paths, slower.
 - store/scan/_record_columns.c and store/scan/_properties_split.c: the fixed fields, hosts,
   topics and bodies, and the PROPERTIES split into pairs, of many records when a store is read back
   as Arrow (store/scan/record_batch.py, store/scan/arrow_text.py).
+- store/index/_index_build.c: the index's keys found and put as the append writes
+  (store/index/build.py, store/index/file.py).
+- store/index/_index_check.c: verify's comparison of a healthy index with the commit log and of each
+  IndexFile's chains with its slots (store/index/check.py); any difference goes to the numpy checks.
 """
 
 from setuptools import Extension, setup
 
 CRC32 = "store/format/_crc32.h"    # the table CRC two of them share (BODYCRC)
+INDEX_KEYS = "store/index/_index_keys.h"    # the index's key finder, the append's and verify's
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[
@@ -28,5 +33,8 @@ setup(ext_modules=[
     Extension("store.scan._record_columns", ["store/scan/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),
-    Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS,
+              depends=[INDEX_KEYS]),
+    Extension("store.index._index_check", ["store/index/_index_check.c"], optional=True, extra_compile_args=FLAGS,
+              depends=[INDEX_KEYS]),
 ])

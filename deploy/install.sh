@@ -43,11 +43,12 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
 import pyspark
 from ingest.encode import direct_encode
 from store.scan import arrow_text, encoded_check, record_batch, walk
-from store.index import build
+from store.index import build, check
 kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
 store = "built" if arrow_text.kernel_available() and record_batch.columns_kernel_available() \
     and walk.walk_kernel_available() and encoded_check.kernel_available() and build.build_kernel_available() \
-    else "NOT built (no C compiler: segments are walked, read back and indexed, spool files checked the slower way)"
+    and check.check_kernel_available() \
+    else "NOT built (no C compiler: segments are walked, read back, indexed and verified, spool files checked the slower way)"
 print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; "
       f"C kernel {kernel}; store kernels {store}")
 PY

@@ -6,6 +6,10 @@ what a lookup runs before it answers; verify runs them all (structure_faults).
 A writer may be putting keys while these read: it writes items, then slots, then the header, so
 the newest file can look wrong for an instant. A fault of the newest file counts only if the file
 still shows it once its header stays the same between two reads (settled).
+
+A healthy index is told in C (_index_check.c, built by setup.py: chains_hold, records_match), which
+only says whether all holds; whatever does not hold is found and worded by the numpy checks here
+and in store.tools.verify_index, which machines without a compiler run for everything.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ import numpy as np
 from store.format.constants import INDEX_INVALID_INDEX
 from store.index.file import IndexFile, IndexHeader
 from store.index.service import IndexService
+
+try:
+    from store.index import _index_check
+except ImportError:  # built without a C compiler: the numpy checks alone
+    _index_check = None
 
 _INT_MAX = 0x7FFFFFFF
 LISTED = 3                   # faults of one kind described one by one per file; the rest are counted
@@ -41,8 +50,12 @@ def time_diffs(store_timestamps: np.ndarray, begin_timestamps: np.ndarray) -> np
     none), truncated as Java's long division, clamped to [0, Integer.MAX_VALUE]."""
     ts = np.asarray(store_timestamps, dtype=np.int64)
     begin = np.asarray(begin_timestamps, dtype=np.int64)
-    diff = np.where(ts >= begin, (ts - begin) // 1000, 0)
-    return np.where(begin > 0, np.minimum(diff, _INT_MAX), 0)
+    # in place, one array: verify takes it over millions of items
+    diff = np.empty(np.broadcast(ts, begin).shape, dtype=np.int64)
+    np.subtract(ts, begin, out=diff)
+    diff[(ts < begin) | (begin <= 0)] = 0           # before zeroing, a difference may have wrapped
+    diff //= 1000
+    return np.minimum(diff, _INT_MAX, out=diff)
 
 
 def header_faults(f: IndexFile) -> list[IndexFault]:
@@ -83,14 +96,25 @@ def header_faults(f: IndexFile) -> list[IndexFault]:
     return out.faults
 
 
-def structure_faults(f: IndexFile) -> list[IndexFault]:
+def check_kernel_available() -> bool:
+    """Whether setup.py built the C checks of a healthy index (numpy checks everything otherwise)."""
+    return _index_check is not None
+
+
+def _c_wanted(use_c: bool | None) -> bool:
+    return _index_check is not None and use_c is not False
+
+
+def structure_faults(f: IndexFile, *, use_c: bool | None = None) -> list[IndexFault]:
     """header_faults, then every slot against the newest item of its chain, every item's prevIndex
     against the item before it in its slot (0 for the first), key hashes non-negative and phyOffsets
-    in commit-log order."""
+    in commit-log order. ``use_c`` False: numpy alone (tests compare the two ways)."""
     out = _Faults(f.path.name, header_faults(f))
     if any(x.kind == "indexHeader" and "indexCount" in x.detail for x in out.faults):
         return out.faults       # the items cannot be told from the rest
     items = f.items()
+    if _c_wanted(use_c) and _index_check.chains_hold(items, f.slots(), f.max_hash_slot_num):
+        return out.faults       # all of the below holds: nothing to add
     n = len(items)
     hashes = items["key_hash"].astype(np.int64)
     phy = items["phy_offset"].astype(np.int64)
@@ -155,6 +179,34 @@ def _chains_hold(slot_of: np.ndarray, prev: np.ndarray, slots: np.ndarray) -> bo
     want = np.zeros(len(slots), dtype=np.int64)
     want[slot_of[heads - 1]] = heads
     return bool(np.array_equal(want, slots))
+
+
+def item_columns(items: np.ndarray, low: int, limit: int, *, use_c: bool | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """An IndexFile's items (IndexFile.items) as columns: phyOffset int64, keyHash and timeDiff
+    int32, and how many items point outside [low, limit)."""
+    n = len(items)
+    if not _c_wanted(use_c) or not n:
+        phy = items["phy_offset"].astype(np.int64)
+        return (phy, items["key_hash"].astype(np.int32), items["time_diff"].astype(np.int32),
+                int(np.count_nonzero((phy < low) | (phy >= limit))))
+    phy, key_hash, time_diff = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32)
+    outside = _index_check.item_columns(items, low, limit, phy, key_hash, time_diff)
+    return phy, key_hash, time_diff, outside
+
+
+def records_match(segment: np.ndarray, end: int, base: int, strict: bool,
+                  runs: list[tuple[np.ndarray, int, bool]]) -> bool:
+    """Whether the items pointing into a segment (``segment``, its bytes, at offset ``base``) are
+    its message records' keys in [0, end), in order: each item's phyOffset and keyHash one key's, its
+    timeDiff its record's STORETIMESTAMP less its file's beginTimestamp (but for a file's first item,
+    measured from the file before); ``strict`` (the index covers the store): every key with its
+    item. ``runs``: (items, beginTimestamp, first) in file order, items a run of an IndexFile's
+    items (IndexFile.items), first whether it starts with its file's first item. False says only
+    that something differs, or that the C pass is not built: the numpy checks tell."""
+    if not _c_wanted(None):
+        return False
+    return bool(_index_check.records_match(segment, end, base, strict, runs))
 
 
 def chain_faults(f: IndexFile, key_hash: int) -> list[IndexFault]:

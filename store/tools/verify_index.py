@@ -5,11 +5,14 @@ timeDiff is that record's store time), and, when config/messageIndex.json says t
 the store, every key of every committed message against the items (RocketMQ's own index, with no
 such file, may lag behind its commit log, so it is not held to it). A store whose messageIndex.json
 says the index is on but has no index/ is missing it. Keys found per segment with the append's C
-key finder, not record by record."""
+key finder, not record by record.
+
+A healthy index is told in one C pass per segment (store.index.check records_match: the walk, each
+record's keys and the items, read where the files hold them (store.tools.index_items), side by
+side); when anything differs, the numpy checks below find and word the problems, so the report is
+the same either way (``use_c`` False: numpy alone)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,35 +21,20 @@ from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MI
 from store.scan.fields import be_ints
 from store.scan.walk import walk
 from store.index.build import record_keys
-from store.index.check import order_faults, settled, structure_faults, time_diffs
+from store.index.check import records_match, time_diffs
 from store.index.lookup import open_index
-from store.index.service import IndexService
 from store.index.settings import read_index_settings
 from store.log.source import SegmentFile, Source, mapped
+from store.tools.index_items import CheckedItems, file_items
 from store.tools.queues import Problem
 
 MAX_REPORTED = 20          # bad items reported one by one per kind; the rest are counted
 _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PAIR + hash
 
 
-@dataclass
-class _Items:
-    """The items of every file within the checked range, side by side."""
-
-    phy: np.ndarray
-    key_hash: np.ndarray
-    time_diff: np.ndarray
-    begin: np.ndarray           # the begin timestamp of each item's file
-    first: np.ndarray           # the first item of its file (its timeDiff is from the file before)
-
-    @classmethod
-    def none(cls) -> _Items:
-        return cls(*(np.zeros(0, np.int64) for _ in range(4)), np.zeros(0, bool))
-
-
-def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
+def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> tuple[list[Problem], int]:
     """(problems, items checked). Items below the first segment (retention keeps a file until all
-    of it is old) are not checked."""
+    of it is old) are not checked. ``use_c`` False: the numpy checks alone (tests compare the two)."""
     if src.root is None:
         return [], 0
     out = _Problems()
@@ -60,22 +48,26 @@ def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
         return [], 0
     limit = min(src.committed_offset if src.committed_offset is not None else data_end, data_end)
     low = src.segments[0].base_offset if src.segments else 0
-    items = _Items.none()
-    if service is not None:
-        try:
-            items = _file_items(service, low, limit, out)
-        finally:
-            service.close()
+    items = CheckedItems.none()
     unindexed: list[np.ndarray] = []       # offsets of messages with a key no item holds
-    for seg in src.segments:
-        end = min(seg.size, limit - seg.base_offset)
-        in_seg = np.flatnonzero((items.phy >= seg.base_offset) & (items.phy < seg.end_offset))
-        if end <= 0 and not len(in_seg):
-            continue
-        with mapped(seg) as mv:
-            arr = np.frombuffer(mv, dtype=np.uint8)
-            unindexed.append(_check_segment(arr, mv, seg, max(end, 0), items, in_seg, covers_all, out))
-            del arr
+    try:
+        if service is not None:
+            items = file_items(service, low, limit, out.add, use_c)
+        for seg in src.segments:
+            end = min(seg.size, limit - seg.base_offset)
+            pointed = items.count_within(seg.base_offset, seg.end_offset)
+            if end <= 0 and not pointed:
+                continue
+            with mapped(seg) as mv:
+                arr = np.frombuffer(mv, dtype=np.uint8)
+                if not _all_match(arr, seg, end, items, pointed, covers_all):
+                    in_seg = np.flatnonzero((items.phy >= seg.base_offset) & (items.phy < seg.end_offset))
+                    unindexed.append(_check_segment(arr, mv, seg, max(end, 0), items, in_seg, covers_all, out))
+                del arr
+    finally:
+        items.release()         # views of the files' mappings: they go before the files are closed
+        if service is not None:
+            service.close()
     lost = np.concatenate(unindexed) if unindexed else np.zeros(0, np.int64)
     if service is None and len(lost):
         out.add("indexMissing", int(lost[0]), f"config/messageIndex.json says the index is on, but there is no "
@@ -85,37 +77,21 @@ def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
         for at in lost.tolist():
             out.add("indexKeyMissing", at, "this message has a key (its UNIQ_KEY or a KEYS token) that no index "
                                            f"item holds; `commitlog reindex {src.root}` rebuilds index/")
-    return out.problems, len(items.phy)
+    return out.problems, items.count
 
 
-def _file_items(service: IndexService, low: int, limit: int, out: _Problems) -> _Items:
-    parts: list[tuple[np.ndarray, ...]] = []
-    files = service.files
-    for i, f in enumerate(files):
-        for fault in settled(f, structure_faults, live=i == len(files) - 1):
-            out.add(fault.kind, fault.offset, str(fault))
-        h = f.read_header()
-        if not 1 <= h.index_count <= f.max_index_num:
-            continue
-        items = f.items()
-        phy = items["phy_offset"].astype(np.int64)
-        for j in np.flatnonzero(phy >= limit).tolist():
-            out.add("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed "
-                                                    f"end {limit}")
-        keep = (phy >= low) & (phy < limit)
-        first = np.zeros(len(phy), dtype=bool)
-        first[:1] = True
-        parts.append((phy[keep], items["key_hash"].astype(np.int64)[keep], items["time_diff"].astype(np.int64)[keep],
-                      np.full(int(keep.sum()), h.begin_timestamp, dtype=np.int64), first[keep]))
-        del items              # a view of the mapping: it must go before the file is closed
-    for fault in order_faults([(f.path.name, f.read_header()) for f in files]):
-        out.add(fault.kind, fault.offset, str(fault))
-    if not parts:
-        return _Items.none()
-    return _Items(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
+def _all_match(arr: np.ndarray, seg: SegmentFile, end: int, items: CheckedItems, pointed: int,
+               covers_all: bool) -> bool:
+    """The C pass over a segment of a sound index: True when _check_segment would find nothing."""
+    if items.runs is None or not 0 < end <= len(arr):
+        return False
+    if not pointed and not covers_all:
+        return True         # no item to check, no key held to one
+    runs = [(r.items, r.begin, r.first) for r in items.within(seg.base_offset, seg.end_offset)]
+    return records_match(arr, end, seg.base_offset, covers_all, runs)
 
 
-def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, items: _Items, in_seg: np.ndarray,
+def _check_segment(arr: np.ndarray, mv: memoryview, seg: SegmentFile, end: int, items: CheckedItems, in_seg: np.ndarray,
                    covers_all: bool, out: _Problems) -> np.ndarray:
     """The items pointing into ``seg`` against the records there; with ``covers_all``, every key of
     the records in [0, end) against the items: the offsets of the keys no item holds. Each record's
@@ -195,7 +171,8 @@ def _record_starts(arr: np.ndarray, starts: np.ndarray, base: int) -> np.ndarray
     return ok & (be_ints(arr, at + 28, 8) == starts + base)
 
 
-def _check_times(store_ts: np.ndarray, found: np.ndarray, items: _Items, in_seg: np.ndarray, out: _Problems) -> None:
+def _check_times(store_ts: np.ndarray, found: np.ndarray, items: CheckedItems, in_seg: np.ndarray,
+                 out: _Problems) -> None:
     """Each item's timeDiff is its record's store time (``store_ts``, one per ``found`` item) less
     its file's begin timestamp (the first item of a file is measured from the file before, which
     retention may have deleted: not checked)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -234,7 +235,9 @@ def test_an_index_written_with_gaps_is_not_held_to_every_key(tmp_path: Path) -> 
     assert verify(tmp_path / "s")[0] == 0 and offsets
 
 
-def test_rocketmqs_own_index_files_verify_clean(golden_dir: Path, tmp_path: Path) -> None:
+def golden_index_stores(golden_dir: Path, tmp_path: Path) -> Iterator[tuple[Path, dict, Path]]:
+    """Each IndexFile vector of RocketMQ's own (../shared/golden/INDEX_FORMAT_NOTES.md) with the store
+    it indexes, copied under ``tmp_path`` as one store: (its case folder, its settings.json, the store)."""
     cases = sorted(p.parent for p in golden_dir.glob("store_*_index/**/settings.json"))
     assert cases
     for i, case in enumerate(cases):
@@ -243,5 +246,10 @@ def test_rocketmqs_own_index_files_verify_clean(golden_dir: Path, tmp_path: Path
         shutil.copytree(golden_dir / settings["store"], store)
         shutil.copytree(case / "index", store / "index")
         write_index_settings(store, IndexSettings(settings["maxHashSlotNum"], settings["maxIndexNum"]))
+        yield case, settings, store
+
+
+def test_rocketmqs_own_index_files_verify_clean(golden_dir: Path, tmp_path: Path) -> None:
+    for case, settings, store in golden_index_stores(golden_dir, tmp_path):
         rc, report = verify(store)
         assert rc == 0 and report["index_items_checked"] == settings["indexEntries"], (case, report["problems"])

@@ -6,7 +6,6 @@ text the C key finder leaves to Python, is told healthy through them."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,16 @@ from store.log.source import committed_end, mapped, open_source
 from store.tools import verify_index
 from store.tools.reindex import reindex
 from store.tools.verify_index import index_problems
-from tests.test_index_verify import HEADER, ITEMS, SLOT_TABLE, SLOTS, item_at, overwrite, small_index_store
+from tests.test_index_verify import (
+    HEADER,
+    ITEMS,
+    SLOT_TABLE,
+    SLOTS,
+    golden_index_stores,
+    item_at,
+    overwrite,
+    small_index_store,
+)
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not check_kernel_available(), reason="built without a C compiler")]
 
@@ -348,14 +356,7 @@ def test_keys_left_to_python_verify_through_numpy(tmp_path: Path) -> None:
 
 
 def test_rocketmqs_own_index_files_both_ways(golden_dir: Path, tmp_path: Path) -> None:
-    cases = sorted(p.parent for p in golden_dir.glob("store_*_index/**/settings.json"))
-    assert cases
-    for i, case in enumerate(cases):
-        settings = json.loads((case / "settings.json").read_text())
-        store = tmp_path / str(i)
-        shutil.copytree(golden_dir / settings["store"], store)
-        shutil.copytree(case / "index", store / "index")
-        write_index_settings(store, IndexSettings(settings["maxHashSlotNum"], settings["maxIndexNum"]))
+    for case, _, store in golden_index_stores(golden_dir, tmp_path):
         assert both_ways(store) == [], case
 
 

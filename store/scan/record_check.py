@@ -285,20 +285,33 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
             if cols is not None:
                 all_columns.append(cols.head(first))
             if first < len(starts):
-                stop = check_record(mv, int(starts[first]), end, base_offset, config)
+                stop = _stopped(check_record(mv, int(starts[first]), end, base_offset, config))
                 break
-        if not more:
-            stop = check_record(mv, next_pos, end, base_offset, config)
-            break
-        if until is not None and next_pos >= until:
-            stop = RecordCheck("pause", base_offset + next_pos, 0)
+        ended = _where_it_ended(mv, next_pos, end, base_offset, config, more, until)
+        if ended is not None:
+            stop = ended
             break
         pos = next_pos
     offsets = np.concatenate(all_starts) + base_offset if all_starts else np.zeros(0, np.int64)
     sizes_out = np.concatenate(all_sizes).astype(np.int32) if all_sizes else np.zeros(0, np.int32)
-    if stop.kind == "message":     # cannot happen: the walk stops only where a check fails
-        raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
     return SegmentScan(offsets, sizes_out, stop, ScanColumns.joined(all_columns) if columns else None)
+
+
+def _where_it_ended(mv: memoryview, next_pos: int, end: int, base_offset: int, config: CodecConfig, more: bool,
+                    until: int | None) -> RecordCheck | None:
+    """After a chunk walked up to ``next_pos``: the check of the record there when the walk could
+    not go on, a pause when a piece's ``until`` is reached, else None (the scan goes on)."""
+    if not more:
+        return _stopped(check_record(mv, next_pos, end, base_offset, config))
+    if until is not None and next_pos >= until:
+        return RecordCheck("pause", base_offset + next_pos, 0)
+    return None
+
+
+def _stopped(stop: RecordCheck) -> RecordCheck:
+    if stop.kind == "message":     # cannot happen: a scan stops only where a check fails
+        raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
+    return stop
 
 
 def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config: CodecConfig, start: int,
@@ -318,15 +331,11 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
             MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
         if count:
             parts.append(out[:, :count])
-        if bad or not more:
-            stop = check_record(mv, next_pos, end, base_offset, config)
-            break
-        if until is not None and next_pos >= until:
-            stop = RecordCheck("pause", base_offset + next_pos, 0)
+        ended = _where_it_ended(mv, next_pos, end, base_offset, config, more and not bad, until)
+        if ended is not None:
+            stop = ended
             break
         pos = next_pos
-    if stop.kind == "message":     # cannot happen: the C scan stops only where a check fails
-        raise AssertionError(f"scan stopped on a valid record at {stop.offset}")
     got = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0] if parts else \
         np.zeros((_SCAN_COLUMNS, 0), dtype=np.int64)
     starts, queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len, tags_code, marks, topic_id = got

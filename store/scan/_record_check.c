@@ -168,7 +168,7 @@ static int64_t topic_id(const uint8_t *d, int64_t at, int64_t n, int64_t *table,
     return *last = (*count)++;
 }
 
-/* scan(buf, pos, end, stop_at, base, crc, out, topics, magic_v1, magic_v2, born_v6, store_v6, min_length)
+/* scan(buf, pos, end, stop_at, base, crc, fields, out, topics, magic_v1, magic_v2, born_v6, store_v6, min_length)
  *     -> (count, next, more, bad)
  * From the record start ``pos``, follow TOTALSIZE while it is plausible (>= min_length) and the
  * record fits below ``end``, as store/scan/walk.py does, pausing at the first record start past
@@ -176,14 +176,15 @@ static int64_t topic_id(const uint8_t *d, int64_t at, int64_t n, int64_t *table,
  * check_one does, PHYSICALOFFSET == base + its position included; ``bad``: the walk stopped at
  * a record that fails (at ``next``). out: a writable (SCAN_COLUMNS, cap) int64 array, a column per
  * record walked and passed; cap must hold (min(end - min_length, stop_at) - pos) / min_length + 1.
- * topics: the table of distinct topics (see topic_id), kept from call to call over one buffer. */
+ * topics: the table of distinct topics (see topic_id), kept from call to call over one buffer.
+ * ``fields`` false (recovery: the record starts alone): no topic numbered, no PROPERTIES read. */
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf, out, topics;
     long long pos, end, stop_at, base, min_length;
-    int crc;
+    int crc, fields;
     unsigned int m1, m2, b6, s6;
-    if (!PyArg_ParseTuple(args, "y*LLLLpw*w*IIIIL", &buf, &pos, &end, &stop_at, &base, &crc, &out, &topics, &m1, &m2,
-                          &b6, &s6, &min_length))
+    if (!PyArg_ParseTuple(args, "y*LLLLppw*w*IIIIL", &buf, &pos, &end, &stop_at, &base, &crc, &fields, &out, &topics,
+                          &m1, &m2, &b6, &s6, &min_length))
         return NULL;
     PyObject *result = NULL;
     const Py_ssize_t cap = out.len / 8 / SCAN_COLUMNS;
@@ -226,8 +227,8 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         o[6 * cap + i] = f.props_len;
         o[7 * cap + i] = 0;
         o[8 * cap + i] = 0;
-        o[9 * cap + i] = topic_id(d, f.topic_pos, f.topic_len, table, most, &last_topic);
-        if (f.props_len > 0)
+        o[9 * cap + i] = fields ? topic_id(d, f.topic_pos, f.topic_len, table, most, &last_topic) : 0;
+        if (fields && f.props_len > 0)
             props_facts(d + f.topic_pos + f.topic_len + 2, f.props_len, o + 7 * cap + i, o + 8 * cap + i);
         i++;
         p += total;

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-
 from typing import TYPE_CHECKING
 
 from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args

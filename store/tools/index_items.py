@@ -7,7 +7,7 @@ by side, are made only when the numpy checks ask for them."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -140,19 +140,22 @@ def _file_part(f: IndexFile, low: int, limit: int, report: Report, use_c: bool |
     if sound:
         phy = items["phy_offset"]
         a, b = bisect_left(phy, low), bisect_left(phy, limit)
-        for j in range(b, len(items)):
-            report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed end {limit}")
+        _report_past(report, f, phy, range(b, len(items)), limit)
         return ItemRun(items[a:b], h.begin_timestamp, a == 0)
     phy, key_hash, time_diff, outside = item_columns(items, low, limit, use_c=use_c)
     del items              # a view of the mapping: it must go before the file is closed
     first = np.zeros(len(phy), dtype=bool)
     first[:1] = True
     if outside:            # retention, or a crash, cut some
-        for j in np.flatnonzero(phy >= limit).tolist():
-            report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed end {limit}")
+        _report_past(report, f, phy, np.flatnonzero(phy >= limit).tolist(), limit)
         keep = (phy >= low) & (phy < limit)
         phy, key_hash, time_diff, first = phy[keep], key_hash[keep], time_diff[keep], first[keep]
     return phy, key_hash, time_diff, np.full(len(phy), h.begin_timestamp, dtype=np.int64), first
+
+
+def _report_past(report: Report, f: IndexFile, phy: np.ndarray, past: Iterable[int], limit: int) -> None:
+    for j in past:
+        report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed end {limit}")
 
 
 def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:

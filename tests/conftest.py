@@ -11,6 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The Spark drivers the tests start (the shared session, each `commitlog run` / `replay` a test
+# spawns, the bench scripts' quick runs) live for seconds: C2's compiles cost more CPU than they
+# repay in a run that short, and on 2 cores the suite is bound by CPU, so their JVMs compile with
+# C1 only (about half the JVM's CPU for a short job). spark-submit puts SPARK_SUBMIT_OPTS on the
+# driver's java command line; a caller's own setting stands.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:

@@ -5,6 +5,7 @@ whichever pass (C or numpy) built them."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,42 @@ def test_the_c_pass_and_numpy_build_the_same_index_files(tmp_path: Path, monkeyp
     assert len(c) == len(py) > 3
     assert c == py
     assert np.frombuffer(c[0][36:40], dtype=">i4")[0] == 300     # a full file: the roll was crossed
+
+
+def test_a_writer_killed_while_creating_an_index_file_leaves_none_the_next_open_refuses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file gets its name only once it has its size and header: a writer that dies between
+    creating it and reserving its blocks (a crash test caught a 0-byte file under the final name,
+    which the next run refused) leaves a half-made file the next writer removes."""
+    root = tmp_path / "s"
+    store = MessageStore.open(root, StoreConfig(segment_size=SEG, index=IndexConfig(max_hash_slot_num=64,
+                                                                                    max_index_num=8)))
+    store.append_encoded(batch(0, 3))          # 9 keys: a file takes 7
+    store.commit()
+    size = (root / "index" / sorted(os.listdir(root / "index"))[0]).stat().st_size
+
+    def killed(path: Path, size: int, what: str, named: Path | None = None) -> int:
+        assert named is not None and not named.exists(), "the final name exists before the file is whole"
+        path.write_bytes(b"")                  # what a kill before the reservation leaves
+        raise OSError("killed")                # and the writer goes no further
+
+    monkeypatch.setattr(index_file, "create_reserved", killed)
+    with pytest.raises(OSError, match="killed"):
+        store.append_encoded(batch(3, 3))      # fills the file, needs a second one: the writer dies
+        store.settle_index()
+    monkeypatch.undo()
+    store.abandon()                            # as a SIGKILLed writer leaves it
+    names = sorted(p.name for p in (root / "index").iterdir())
+    assert any(n.endswith(".tmp") for n in names), names
+    assert all((root / "index" / n).stat().st_size == size for n in names if n.isdigit()), names
+
+    reopened = MessageStore.open(root, StoreConfig(segment_size=SEG, index=IndexConfig(max_hash_slot_num=64,
+                                                                                       max_index_num=8)))
+    try:
+        assert not any(p.name.endswith(".tmp") for p in (root / "index").iterdir())
+        reopened.append_encoded(batch(6, 3))
+        reopened.commit()
+        for i in (0, 2, 7):
+            assert len(reopened.messages_by_key("T", f"k{i}")) == 1, i
+    finally:
+        reopened.close()

@@ -22,6 +22,7 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
+from store.log.segment import fsync_dir
 from store.space import create_reserved, reserve_path
 
 try:
@@ -32,6 +33,7 @@ except ImportError:  # built without a C compiler: the numpy put
 _HEADER = struct.Struct(">qqqqii")
 _ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 _INT_MAX = 0x7FFFFFFF
+CREATING_SUFFIX = ".tmp"      # a file being created; IndexService removes one a crash left
 _MADV_POPULATE_READ = 22
 
 
@@ -66,9 +68,13 @@ class IndexFile:
         self.max_hash_slot_num = max_hash_slot_num
         self.max_index_num = max_index_num
         size = index_file_size(max_hash_slot_num, max_index_num)
-        if create:
-            # every block reserved now: a full disk is an OSError here, not SIGBUS on a put
-            fd = create_reserved(self.path, size, "index file")
+        creating = self.path.with_name(self.path.name + CREATING_SUFFIX) if create else None
+        if creating is not None:
+            # every block reserved now: a full disk is an OSError here, not SIGBUS on a put; under
+            # a name of its own until it has its size and header, so that a writer killed in
+            # between leaves no short file behind that the next open would refuse
+            creating.unlink(missing_ok=True)
+            fd = create_reserved(creating, size, "index file", named=self.path)
         else:
             fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR)
             actual = os.fstat(fd).st_size
@@ -88,8 +94,10 @@ class IndexFile:
         # A new file starts from the previous one's end (RocketMQ: the first put's timeDiff is
         # measured against it) until its own first put.
         self.header = start if create and start is not None else IndexHeader.unpack(self._mm)
-        if create:
+        if creating is not None:
             self._write_header()
+            os.rename(creating, self.path)
+            fsync_dir(self.path.parent)
 
     # --- writing -----------------------------------------------------------------------------
     @property

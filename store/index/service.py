@@ -18,7 +18,7 @@ import numpy as np
 
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
 from store.index.build import RECORD_LEFT, build_kernel_available, decoded_keys, record_keys
-from store.index.file import IndexFile, IndexHeader
+from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader
 from store.index.hashing import index_key_hashes
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,10 @@ class IndexService:
         self._dirty: set[int] = set()        # positions in files written since the last flush
         self.index_msg_timestamp = 0         # the end timestamp of the newest full, flushed file
         if self.directory.is_dir():
+            if not read_only:
+                for left in self.directory.glob("*" + CREATING_SUFFIX):
+                    log.info("index file %s: left half-created by a writer that stopped; removed", left.name)
+                    left.unlink(missing_ok=True)
             for name in sorted(n for n in os.listdir(self.directory) if n.isdigit()):
                 self.files.append(IndexFile(self.directory / name, config.max_hash_slot_num, config.max_index_num,
                                             read_only=read_only))

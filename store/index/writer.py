@@ -7,6 +7,7 @@ after a crash."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ class IndexWriter:
     def __init__(self, root: Path, config: IndexConfig) -> None:
         self.root = Path(root)
         self.directory = self.root / INDEX_DIR
-        self.existed = self.directory.is_dir() and any(self.directory.iterdir())
+        # an index file, not only one a crash left half-created
+        self.existed = self.directory.is_dir() and any(n.isdigit() for n in os.listdir(self.directory))
         self.settings = read_index_settings(self.root)
         if self.settings is not None and self.existed:
             if (self.settings.max_hash_slot_num, self.settings.max_index_num) != \

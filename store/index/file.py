@@ -55,6 +55,12 @@ class IndexHeader:
         return cls(*_HEADER.unpack_from(data, 0))
 
 
+def index_file_names(directory: Path) -> list[str]:
+    """The IndexFiles of ``directory``, oldest first (named by creation time: a half-created file,
+    ``CREATING_SUFFIX``, is not one)."""
+    return sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
+
+
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
     return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num + INDEX_ITEM_SIZE * max_index_num
 

@@ -8,7 +8,6 @@ places (keyHash, phyOffset, storeTimestamp) items and finds them again.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ import numpy as np
 
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
 from store.index.build import RECORD_LEFT, build_kernel_available, decoded_keys, record_keys
-from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader
+from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader, index_file_names
 from store.index.hashing import index_key_hashes
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ class IndexService:
                 for left in self.directory.glob("*" + CREATING_SUFFIX):
                     log.info("index file %s: left half-created by a writer that stopped; removed", left.name)
                     left.unlink(missing_ok=True)
-            for name in sorted(n for n in os.listdir(self.directory) if n.isdigit()):
+            for name in index_file_names(self.directory):
                 self.files.append(IndexFile(self.directory / name, config.max_hash_slot_num, config.max_index_num,
                                             read_only=read_only))
 

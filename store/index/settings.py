@@ -18,7 +18,7 @@ from pathlib import Path
 from store.errors import IndexFileError
 from store.format.constants import (CONFIG_DIR, INDEX_DIR, INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_ITEM_SIZE,
                                     INDEX_SETTINGS_FILE)
-from store.index.file import IndexHeader
+from store.index.file import IndexHeader, index_file_names
 from store.index.service import IndexConfig
 from store.log.segment import write_atomically
 
@@ -63,7 +63,7 @@ def infer_index_settings(directory: Path) -> IndexSettings | None:
     maxIndexNum, which with the file size gives maxHashSlotNum. A lone file that is not full yet is
     read from where its last item lies: the item that holds the header's endPhyOffset, followed by an
     unwritten one, with the header's beginPhyOffset in item 1."""
-    names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
+    names = index_file_names(directory)
     for name in names:
         with open(directory / name, "rb") as f:
             size = os.fstat(f.fileno()).st_size

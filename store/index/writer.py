@@ -7,7 +7,6 @@ after a crash."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import INDEX_DIR
+from store.index.file import index_file_names
 from store.index.service import IndexConfig, IndexService
 from store.index.settings import IndexSettings, read_index_settings, write_index_settings
 from store.log.dispatch import DispatchService
@@ -31,8 +31,7 @@ class IndexWriter:
     def __init__(self, root: Path, config: IndexConfig) -> None:
         self.root = Path(root)
         self.directory = self.root / INDEX_DIR
-        # an index file, not only one a crash left half-created
-        self.existed = self.directory.is_dir() and any(n.isdigit() for n in os.listdir(self.directory))
+        self.existed = bool(index_file_names(self.directory))
         self.settings = read_index_settings(self.root)
         if self.settings is not None and self.existed:
             if (self.settings.max_hash_slot_num, self.settings.max_index_num) != \

@@ -37,7 +37,7 @@ prometheus:
 	@.ci/install-prometheus.sh
 
 test: $(STAMP) jvm spark-archive prometheus
-	$(PY) -m pytest -q --durations=30 -n 2 --dist loadfile
+	$(PY) -m pytest -q --durations=30 -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit

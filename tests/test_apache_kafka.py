@@ -38,7 +38,7 @@ from tests.test_job import assert_exactly_once, assert_queues_contiguous_in_part
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
 
 @pytest.fixture(scope="module")

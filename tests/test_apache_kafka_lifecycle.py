@@ -15,7 +15,7 @@ from tests.apache_kafka_helpers import job_command, module_kafka, new_topic, rea
 from tests.kafka_helpers import store_by_coordinates
 from tests.test_job_crash import Producer, crash_and_check
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
 
 @pytest.fixture(scope="module")

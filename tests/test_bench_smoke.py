@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2.7)]
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"

@@ -26,7 +26,7 @@ from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinat
 from tests.rocketmq import RocketBroker, clients
 from tests.test_job_crash import Producer, wait_for_line
 
-pytestmark = [pytest.mark.crash, pytest.mark.integration]
+pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
 PARTITIONS, GROUPS = 8, 2
 

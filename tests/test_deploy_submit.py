@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from spark_cluster import SparkCluster, daemon_env, standalone_cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.6)]
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "deploy" / "spark-submit.sh"

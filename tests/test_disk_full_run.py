@@ -14,7 +14,7 @@ import pytest
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 from tests.small_fs import fill, small_filesystem
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.7)]
 
 RECORDS = 4000
 

@@ -16,7 +16,7 @@ from ingest.job import run_stream
 from sink import read_dead_letters
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.5)]
 
 
 def job_config(bootstrap: str, topics: list[str], tmp: Path, **overrides: object) -> JobConfig:

@@ -21,7 +21,7 @@ from tests.kafka_helpers import create_topics, store_by_coordinates, unique_topi
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1)]
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PARTITIONS = 2

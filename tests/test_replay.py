@@ -25,7 +25,7 @@ from tests.test_replay_support import (
     without_store_timestamp,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.1)]
 
 BIG = 100_000
 BIG_PARTITIONS = 4

@@ -17,7 +17,7 @@ import pytest
 from store.log.commit_point import read_commit_point
 from tests.test_replay_support import kafka_coordinates, new_topic, produce, store_messages
 
-pytestmark = [pytest.mark.crash, pytest.mark.integration]
+pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=1.6)]
 
 RECORDS, PARTITIONS, BATCH = 30_000, 3, 2_500
 # (crash point inside the sink, or None: an outside SIGKILL at a random moment after a commit)

@@ -25,7 +25,7 @@ from store.format import EMPTY_VALUE_BODY
 from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
 from tests.rocketmq import BROKER_PORTS, Clients, RocketBroker, clients, free_port_block
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2)]
 
 VERSIONS = ["4", "5"]
 RECORDS = 2400

@@ -34,7 +34,7 @@ from store.log.checkpoint import read_checkpoint
 from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
 from tests.rocketmq import RocketBroker, clients
 
-pytestmark = [pytest.mark.crash, pytest.mark.integration]
+pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=2.6)]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["4", "5"]

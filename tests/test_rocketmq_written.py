@@ -24,7 +24,7 @@ import pytest
 from store.topics import merge_topics
 from tests.rocketmq import RocketBroker, clients
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.1)]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ["4", "5"]

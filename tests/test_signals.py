@@ -17,7 +17,7 @@ import pytest
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 from tests.test_job_crash import Producer, job_command, wait_for_line
 
-pytestmark = [pytest.mark.crash, pytest.mark.integration]
+pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=3.6)]
 
 
 def signalled(cmd: list[str], out: Path, *signals: tuple[int, bool], timeout_s: float = 120) -> tuple[int, str]:

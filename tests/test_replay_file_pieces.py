@@ -8,6 +8,8 @@ import base64
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,7 @@ from ingest.replay.export_rows import _read_jsonl, read_export
 from ingest.replay.fast_rows import jsonl_rows
 from ingest.replay.file_pieces import FilePiece, plan_pieces, read_piece, scan_export
 from ingest.replay.files import read_kafka_files
-from tests.test_replay_files import bad_export, good, parquet_export, write_jsonl
+from tests.test_replay_files import TOPIC, bad_export, good, parquet_export, write_jsonl
 
 
 @pytest.mark.unit
@@ -199,3 +201,37 @@ def test_the_scan_of_a_piece_finds_what_reading_it_line_by_line_finds(tmp_path_f
                                                min((x for x in (at, hit) if x is not None), default=None))
     assert {tp: (s.first, s.last, s.from_ts) for tp, s in scan.parts.items()} == spans
     assert [u.reason for u in scan.unplaced] == [u.reason for u in unplaced] and scan.lines == count
+
+
+@pytest.mark.unit
+def test_the_scan_of_a_parquet_row_group_finds_what_reading_all_of_it_finds(tmp_path: Path) -> None:
+    """The scan reads a row group's positions and timestamps only, unless a row has no usable
+    position: that row's dead letter still carries its value."""
+    from ingest.replay.file_pieces import scan_piece
+
+    path = parquet_export(tmp_path / "export", [0, 0, 1, 1, 0, None, 0, -1], [0, 1, 2, 3, 4, 5, -7, 6])
+    clean, bad = (scan_piece(FilePiece(str(path), "parquet", g, g + 1), 1_700_000_000_000, None) for g in (0, 1))
+    assert {tp: (s.first, s.last, s.from_ts) for tp, s in clean.parts.items()} == \
+        {(TOPIC, 0): (0, 1, 0), (TOPIC, 1): (2, 3, 2)}
+    assert not clean.unplaced and clean.error is None
+    assert [u.raw for u in bad.unplaced] == [b"v5", b"v6", b"v7"]
+    assert [u.reason.split(": ", 1)[1] for u in bad.unplaced] == [
+        "partition is missing", f"offset -7 is not a Kafka offset (0 to {2**63 - 1})",
+        f"partition -1 is not a Kafka partition (0 to {2**31 - 1})"]
+
+
+@pytest.mark.unit
+def test_the_scan_refuses_a_parquet_column_it_does_not_read_when_it_can_never_be_the_kafka_column(
+        tmp_path: Path) -> None:
+    """Keys, values and headers are left to the batches, but a key column of integers is refused
+    by the scan, before anything is written, as reading the whole row group would refuse it."""
+    from ingest.replay.file_pieces import scan_piece
+
+    table = pa.table({"key": pa.array([1, 2], pa.int64()), "value": [b"a", b"b"], "topic": [TOPIC] * 2,
+                      "partition": pa.array([0, 0], pa.int32()), "offset": pa.array([0, 1], pa.int64()),
+                      "timestamp": pa.array([1_700_000_000_000_000] * 2, pa.timestamp("us", tz="UTC")),
+                      "headers": pa.array([[]] * 2, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))})
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(table, path)
+    scan = scan_piece(FilePiece(str(path), "parquet", 0, 1), None, None)
+    assert scan.error is not None and "column key is int64" in scan.error

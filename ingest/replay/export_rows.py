@@ -24,7 +24,7 @@ import binascii
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,11 +301,18 @@ def parquet_file(path: Path) -> pq.ParquetFile:
     return pf
 
 
-def read_row_group(pf: pq.ParquetFile, path: Path, group: int) -> tuple[pa.Table, list[Unplaced]]:
+def read_row_group(pf: pq.ParquetFile, path: Path, group: int, columns: Sequence[str] | None = None
+                   ) -> tuple[pa.Table, list[Unplaced]]:
+    """The rows of row group ``group`` in ROWS_SCHEMA, and those with no usable position. With
+    ``columns``, only those are read (the others null), but every column's type is still checked
+    against the Kafka column's, so a file that could never be read is refused either way."""
     try:
-        raw = pf.read_row_group(group)
+        raw = pf.read_row_group(group, columns=None if columns is None else
+                                [c for c in columns if c in pf.schema_arrow.names])
     except (OSError, pa.ArrowException) as exc:
         raise ExportFileError(f"--from-files: {path} row group {group} cannot be read ({_short(exc)})") from None
+    if columns is not None:
+        _parquet_rows(pf.schema_arrow.empty_table(), f"{path} row group {group}", path)
     return _parquet_rows(raw, f"{path} row group {group}", path)
 
 

@@ -41,6 +41,10 @@ from ingest.replay.positions import first_of_each_position, one_partition
 PIECE_BYTES = 32 << 20      # a jsonl piece: a task's worth (Spark's default is 128 MiB for many cores)
 PIECES_PER_TASK = 8         # about the most pieces a task reads in a row (task_groups)
 PIECE_COLUMN, ROW_COLUMN = "_piece", "_row"
+# what the scan reads of a parquet row group: the positions, the timestamps (--from / --to) and the one
+# other column whose cast can fail on a value (timestampType to int32); keys, values and headers are
+# left to the batches
+SCAN_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType")
 
 
 @dataclass(frozen=True)
@@ -169,14 +173,21 @@ def _piece_data(path: Path, start: int, stop: int) -> tuple[int, bytes]:
 def _scan_rows(piece: FilePiece, timestamps: bool
                ) -> tuple[pa.Table, list[Unplaced], int, list[tuple[int, int, int]]]:
     """read_piece for the scan, and the piece's line marks (jsonl_lines.line_marks): of a clean jsonl
-    piece only the positions are read (and the timestamps if ``timestamps``; the rest is read by the
-    batches)."""
+    piece only the positions are read (and the timestamps if ``timestamps``), of a parquet row group
+    only SCAN_COLUMNS unless a row has no usable position; the rest is read by the batches."""
     if piece.fmt == "jsonl":
         at, data = _piece_data(Path(piece.path), piece.start, piece.stop)
         rows = jsonl_positions(data, timestamps)
         if rows is not None:
             lines, marks = line_marks(data, at, np.asarray(rows.column("offset")) if one_partition(rows) else None)
             return rows, [], lines, marks
+    if piece.fmt == "parquet":
+        pf, path = parquet_file(Path(piece.path)), Path(piece.path)
+        table, unplaced = read_row_group(pf, path, piece.start, columns=SCAN_COLUMNS)
+        if not unplaced:
+            return table, [], 0, []
+        # a row with no usable position is a dead letter carrying its whole row: read all of it
+        return (*read_row_group(pf, path, piece.start), 0, [])
     return (*read_piece(replace(piece, first_line=1)), [])
 
 

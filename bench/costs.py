@@ -161,7 +161,7 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> dict
         for i, group in enumerate(groups, 1):
             with phases.timing("collect"):
                 table = spooled.resolve(pa.Table.from_batches(group, PACKED_SCHEMA))
-            with phases.timing("check"):     # the spool files' HMACs and records (sink.spool.Spool.check)
+            with phases.timing("check"):     # the spool files' MACs and records (sink.spool.Spool.check)
                 table = spooled.check(table)
             with phases.timing("collect"):
                 table = prepare(table, writer.state.kafka_offsets)

@@ -3,21 +3,24 @@
 The local-mode fast path (sink.spool): a read task writes its encoded batch to a file, the driver maps
 it. Per batch of 50,000 records (100-byte and 1 KiB bodies), in ms:
 - ``task.write``: sink.spool.write (Arrow IPC into memory, O_EXCL|O_NOFOLLOW file of mode 0600, the
-  HMAC-SHA256 of name and bytes), against ``task.write_unchecked``: the IPC stream written straight
+  MAC of name and bytes: keyed BLAKE3), against ``task.write_unchecked``: the IPC stream written straight
   to a file, as the tasks did before the checks (the peer);
 - ``driver.resolve``: Spool.resolve (open O_NOFOLLOW relative to the directory, fstat checks, map,
   unlink), against ``driver.map_unchecked``: map by path and unlink (the peer);
-- ``driver.check``: Spool.check on the writer thread (the HMAC, then store.check_encoded: framing,
-  lengths, BODYCRC, columns against records), and its two parts ``check_hmac`` and ``check_records``
-  (the C pass), beside ``check_records_numpy`` (the checks of a machine without a compiler);
+- ``driver.check``: Spool.check on the writer thread (the MAC, then store.check_encoded: framing,
+  lengths, BODYCRC, columns against records), and its two parts ``check_mac`` and ``check_records``
+  (the C pass), beside ``check_records_numpy`` (the checks of a machine without a compiler) and
+  ``hmac_sha256``: the same bytes' HMAC-SHA256, the MAC the spool used before keyed BLAKE3 (the peer
+  of ``check_mac``; both ends of the hand-over pay one);
 - ``store.write``: CommitLogWriter.write_batch of the same records (append, SYNC flush, commit): the
   write the check runs before, on the same thread.
 Ratios: the checked hand-over (write + resolve + check) over the unchecked one, the check over the
-store write, the C record checks over the numpy ones.
+store write, the C record checks over the numpy ones, the MAC over HMAC-SHA256.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import sys
@@ -93,7 +96,8 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
             resolved, resolve = clock(lambda: spool.resolve(row))
             data = value_buffer(resolved.column("chunk").chunk(0), 0)
             name, mac = os.path.basename(row.column("spool")[0].as_py()), row.column("mac")[0].as_py()
-            _, hmac_ms = clock(lambda: hmac.compare_digest(file_mac(spool.key, name, data), mac))
+            _, mac_ms = clock(lambda: hmac.compare_digest(file_mac(spool.key, name, data), mac))
+            _, sha_ms = clock(lambda: hmac.new(spool.key, name.encode() + b"\0", hashlib.sha256).update(data))
             _, records_ms = clock(lambda: [check_encoded(b) for b in pa.ipc.open_stream(data)])
             _, numpy_ms = clock(lambda: without_kernel(lambda: [check_encoded(b) for b in pa.ipc.open_stream(data)]))
             checked, check = clock(lambda: spool.check(resolved))
@@ -102,7 +106,7 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
             if i:
                 for key, ms in (("task.write_unchecked", write_plain), ("task.write", write_checked),
                                 ("driver.map_unchecked", map_plain), ("driver.resolve", resolve),
-                                ("driver.check", check), ("driver.check_hmac", hmac_ms),
+                                ("driver.check", check), ("driver.check_mac", mac_ms), ("driver.hmac_sha256", sha_ms),
                                 ("driver.check_records", records_ms), ("driver.check_records_numpy", numpy_ms),
                                 ("store.write", store_ms)):
                     figs.setdefault(key, []).append(ms)
@@ -120,6 +124,7 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
     rep.ratio(f"{tag}.ratio.check_vs_store_write", f"{tag}.driver.check_ms", f"{tag}.store.write_ms")
     rep.ratio(f"{tag}.ratio.check_records_c_vs_numpy", f"{tag}.driver.check_records_ms",
               f"{tag}.driver.check_records_numpy_ms")
+    rep.ratio(f"{tag}.ratio.mac_vs_hmac_sha256", f"{tag}.driver.check_mac_ms", f"{tag}.driver.hmac_sha256_ms")
 
 
 def without_kernel(fn: Callable[[], T]) -> T:

@@ -13,8 +13,10 @@ Nothing in the directory is taken on trust (README, "How a batch reaches the dri
   the store's lock), or, when given, a sticky shared one; the driver keeps a descriptor of it and
   opens every file relative to it;
 - a task creates its file with O_EXCL and O_NOFOLLOW, mode 0600, under an unpredictable name, and
-  sends through Spark (not through the file system) the HMAC-SHA256 of the name and the bytes under
-  the run's secret key, which exists only in the driver and in the tasks' options;
+  sends through Spark (not through the file system) the MAC of the name and the bytes under the
+  run's secret key (BLAKE3 in its keyed mode: a pass over every byte at about 2.5x the speed of
+  HMAC-SHA256 here, where both ends of the hand-over pay it), which exists only in the driver and
+  in the tasks' options;
 - the driver opens the file with O_NOFOLLOW and takes it only if it is a regular file of ours with
   one name and mode 0600 (resolve, on Spark's critical path: a few system calls), then, on the
   sink's writer thread before a byte is appended (check), compares the MAC and checks every record
@@ -44,6 +46,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from blake3 import blake3
 
 from sink.batch import ENCODED_SCHEMA
 from sink.packed import CHUNK, MAC, SPOOL, PackedBatchError, packed_row, value_buffer
@@ -79,9 +82,9 @@ class SpoolTarget:
 
 
 def file_mac(key: bytes, name: str, data: object) -> bytes:
-    """HMAC-SHA256 of a spool file's name and bytes under the run's key: ties the bytes to this run
-    and to the row that names them."""
-    mac = hmac.new(key, name.encode() + b"\0", hashlib.sha256)
+    """The keyed BLAKE3 of a spool file's name and bytes under the run's 32-byte key: ties the bytes
+    to this run and to the row that names them."""
+    mac = blake3(name.encode() + b"\0", key=key)
     mac.update(data)  # type: ignore[arg-type]
     return mac.digest()
 
@@ -253,7 +256,7 @@ class Spool:
                 continue
             data = value_buffer(chunk, 0)
             if mac is None or not hmac.compare_digest(file_mac(self.key, os.path.basename(path), data), mac):
-                raise SpoolError(f"spool file {path} is not what this job's task wrote (its HMAC does not match): "
+                raise SpoolError(f"spool file {path} is not what this job's task wrote (its MAC does not match): "
                                  "refused, the batch is not written")
             try:
                 reader = pa.ipc.open_stream(data)

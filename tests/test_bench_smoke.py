@@ -80,10 +80,10 @@ EXPECTED = {
         ["ratio.kafka_vs_tansu_start"]),
     "spool": (
         ["body100.task.write_ms", "body100.task.write_unchecked_ms", "body100.driver.resolve_ms",
-         "body100.driver.check_ms", "body100.driver.check_hmac_ms", "body100.driver.check_records_ms",
+         "body100.driver.check_ms", "body100.driver.check_mac_ms", "body100.driver.hmac_sha256_ms", "body100.driver.check_records_ms",
          "body100.store.write_ms"],
         ["body100.ratio.handover_checked_vs_unchecked", "body100.ratio.check_vs_store_write",
-         "body100.ratio.check_records_c_vs_numpy"]),
+         "body100.ratio.check_records_c_vs_numpy", "body100.ratio.mac_vs_hmac_sha256"]),
     "codecs": (
         ["lz4.kafka_python.mb_per_s", "zstd.cramjam.mb_per_s", "snappy.kafka_python.mb_per_s", "gzip.cramjam.mb_per_s"],
         ["lz4.ratio.kafka_python_vs_cramjam", "zstd.ratio.kafka_python_vs_cramjam"]),

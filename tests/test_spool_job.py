@@ -75,7 +75,7 @@ def test_a_tampered_spool_file_fails_its_batch_and_the_store_ends_with_what_kafk
     cfg = job_config(bootstrap_servers, topics, tmp_path, **overrides)
     tampered = _tamper_with_the_first_file(monkeypatch, how, topics[0], tmp_path / "forged.arrow")
 
-    says = "HMAC does not match" if how == "crafted" else "is a symbolic link"
+    says = "MAC does not match" if how == "crafted" else "is a symbolic link"
     with pytest.raises(Exception, match=says):     # the query fails with the batch's reason
         run_until_caught_up(cfg, spark)
     assert tampered, "a batch came through a spool file"

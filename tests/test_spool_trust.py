@@ -103,7 +103,7 @@ def test_a_link_at_the_automatic_directorys_name_is_refused(store: Path, tmp_pat
     (0o770, None, "writable by other users without the sticky bit"),
     (0o755, NOBODY, "belongs to .*uid 65534"),
     (0o1777, NOBODY, "shared directory owned by .*uid 65534"),
-    (0o1777, None, None),        # like /tmp: files are made O_EXCL, 0600, and checked by owner and HMAC
+    (0o1777, None, None),        # like /tmp: files are made O_EXCL, 0600, and checked by owner and MAC
     (0o1777, 0, None),
     (0o700, None, None),
 ])
@@ -152,22 +152,22 @@ def test_a_file_swapped_for_crafted_records_fails_the_batch(spool: Spool) -> Non
     os.write(fd, forged)
     os.close(fd)
     resolved = spool.resolve(row)          # a regular private file of ours: mapped ...
-    with pytest.raises(SpoolError, match=rf"spool file {path} is not what this job's task wrote \(its HMAC"):
+    with pytest.raises(SpoolError, match=rf"spool file {path} is not what this job's task wrote \(its MAC"):
         spool.check(resolved)              # ... but not the bytes the task sealed
 
 
 def test_a_file_renamed_to_another_rows_name_fails(spool: Spool) -> None:
     row_a, path_a = _written(spool, encoded(0, 5))
     row_b, path_b = _written(spool, encoded(5, 5))
-    os.replace(path_a, path_b)             # b's name now holds a's bytes (the HMAC covers the name)
-    with pytest.raises(SpoolError, match="HMAC does not match"):
+    os.replace(path_a, path_b)             # b's name now holds a's bytes (the MAC covers the name)
+    with pytest.raises(SpoolError, match="MAC does not match"):
         spool.check(spool.resolve(row_b))
 
 
 def test_a_key_of_another_run_does_not_pass(spool: Spool, store: Path) -> None:
     other = SpoolTarget(spool.directory, spool.tag, os.urandom(32))
     row = pa.Table.from_batches([write(encoded(0, 5), other)])
-    with pytest.raises(SpoolError, match="HMAC does not match"):
+    with pytest.raises(SpoolError, match="MAC does not match"):
         spool.check(spool.resolve(row))
 
 

@@ -19,17 +19,17 @@ bytes come out of the pyarrow/numpy paths, slower.
 
 from setuptools import Extension, setup
 
-CRC32 = "store/format/_crc32.h"    # the table CRC two of them share (BODYCRC)
+CRC32 = "store/format/_crc32.h"    # the CRC-32 two of them share (BODYCRC): libdeflate's, found at load (dlopen), or a table
 INDEX_KEYS = "store/index/_index_keys.h"    # the index's key finder, the append's and verify's
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[
     Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
-              depends=[CRC32]),
+              depends=[CRC32], libraries=["dl"]),
     Extension("store.scan._properties_split", ["store/scan/_properties_split.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.scan._record_check", ["store/scan/_record_check.c"], optional=True,
-              extra_compile_args=FLAGS, depends=[CRC32]),
+              extra_compile_args=FLAGS, depends=[CRC32], libraries=["dl"]),
     Extension("store.scan._record_columns", ["store/scan/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),

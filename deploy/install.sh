@@ -18,8 +18,9 @@ python="${PYTHON:-python3}"
 if (( system )); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    # gcc only while pip builds the C kernels (setup.py), removed again below
-    apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini gcc libc6-dev
+    # gcc only while pip builds the C kernels (setup.py), removed again below; libdeflate0's CRC-32 is
+    # what the kernels compute BODYCRC with when it is there (store/format/_crc32.h)
+    apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini libdeflate0 gcc libc6-dev
 fi
 
 # A non-editable install: the image (and the test's venv) must work without the checkout.

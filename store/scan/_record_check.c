@@ -242,8 +242,26 @@ done:
     return result;
 }
 
+/* crc32(data, table) -> the CRC-32 of data, by the table when table is true, else as the checks take
+ * it (libdeflate's when loaded): for the test that holds both to zlib's value */
+static PyObject *crc32(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer data;
+    int table;
+    if (!PyArg_ParseTuple(args, "y*p", &data, &table))
+        return NULL;
+    uint32_t c = table ? crc32_of_table(data.buf, data.len) : crc32_of(data.buf, data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *crc_source(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(unused)) {
+    return PyUnicode_FromString(crc_library != NULL ? "libdeflate" : "table");
+}
+
 static PyMethodDef methods[] = {
     {"check", check, METH_VARARGS, "Check records encoded elsewhere (store/scan/encoded_check.py)."},
+    {"crc32", crc32, METH_VARARGS, "crc32(data, table) -> zlib's CRC-32 of data, by the table or as the checks take it."},
+    {"crc_source", crc_source, METH_NOARGS, "crc_source() -> 'libdeflate' or 'table': what computes BODYCRC here."},
     {"scan", scan, METH_VARARGS, "Walk a segment and check its records (store/scan/record_check.py)."},
     {NULL, NULL, 0, NULL},
 };

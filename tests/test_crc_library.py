@@ -8,13 +8,19 @@ import zlib
 
 import pytest
 
+import store.scan.encoded_check as encoded_check
+
 pytestmark = pytest.mark.unit
 
-record_check = pytest.importorskip("store.scan._record_check")
+
+@pytest.fixture
+def record_check():
+    assert encoded_check.kernel_available(), "setup.py's store/scan/_record_check.c did not build: run `make venv`"
+    return encoded_check._record_check
 
 
 @pytest.mark.parametrize("table", [True, False], ids=["table", "as-the-checks-take-it"])
-def test_the_c_passes_crc_is_zlibs_at_every_length_and_alignment(table: bool) -> None:
+def test_the_c_passes_crc_is_zlibs_at_every_length_and_alignment(record_check, table: bool) -> None:
     rng = random.Random(20261126)
     data = rng.randbytes(1 << 16)
     for n in [*range(0, 70), 100, 255, 1000, 1024, 4095, 4097, 16384, 65000]:
@@ -23,5 +29,5 @@ def test_the_c_passes_crc_is_zlibs_at_every_length_and_alignment(table: bool) ->
             assert record_check.crc32(piece, table) == zlib.crc32(piece), (n, start)
 
 
-def test_it_says_which_crc_computes_bodycrc() -> None:
+def test_it_says_which_crc_computes_bodycrc(record_check) -> None:
     assert record_check.crc_source() in ("libdeflate", "table")

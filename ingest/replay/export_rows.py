@@ -298,21 +298,21 @@ def parquet_file(path: Path) -> pq.ParquetFile:
     if missing:
         raise ExportFileError(f"--from-files: {path} lacks column(s) {', '.join(missing)}; expected the Kafka "
                               "source's columns (key, value, topic, partition, offset, timestamp, headers)")
+    # every column's type against the Kafka column's, from the footer: a reader that reads only some
+    # columns (the scan) still refuses a file whose other columns could never be read
+    _parquet_rows(pf.schema_arrow.empty_table(), str(path), path)
     return pf
 
 
 def read_row_group(pf: pq.ParquetFile, path: Path, group: int, columns: Sequence[str] | None = None
                    ) -> tuple[pa.Table, list[Unplaced]]:
-    """The rows of row group ``group`` in ROWS_SCHEMA, and those with no usable position. With
-    ``columns``, only those are read (the others null), but every column's type is still checked
-    against the Kafka column's, so a file that could never be read is refused either way."""
+    """The rows of row group ``group`` in ROWS_SCHEMA, and those with no usable position; with
+    ``columns``, only those are read (the others null; parquet_file checked every column's type)."""
     try:
         raw = pf.read_row_group(group, columns=None if columns is None else
                                 [c for c in columns if c in pf.schema_arrow.names])
     except (OSError, pa.ArrowException) as exc:
         raise ExportFileError(f"--from-files: {path} row group {group} cannot be read ({_short(exc)})") from None
-    if columns is not None:
-        _parquet_rows(pf.schema_arrow.empty_table(), f"{path} row group {group}", path)
     return _parquet_rows(raw, f"{path} row group {group}", path)
 
 

@@ -182,7 +182,8 @@ def _scan_rows(piece: FilePiece, timestamps: bool
             lines, marks = line_marks(data, at, np.asarray(rows.column("offset")) if one_partition(rows) else None)
             return rows, [], lines, marks
     if piece.fmt == "parquet":
-        pf, path = parquet_file(Path(piece.path)), Path(piece.path)
+        path = Path(piece.path)
+        pf = parquet_file(path)
         table, unplaced = read_row_group(pf, path, piece.start, columns=SCAN_COLUMNS)
         if not unplaced:
             return table, [], 0, []

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from ingest.broker.process import ServerProcess
 from ingest.jvm import classpath, jar_set, java
+from store.topics import is_system_topic, known_queue_counts
 
 # version -> the jar set of deploy/jvm/pom.xml
 JAR_SETS = {"4": "rocketmq4", "5": "rocketmq5"}
@@ -62,6 +64,45 @@ KEEP_FILES_PROPS = ["-Drocketmq.broker.diskSpaceWarningLevelRatio=0.99",
 
 class RocketMQError(RuntimeError):
     """A RocketMQ server or client did not do what the test needs; the message has its log's tail."""
+
+
+GET_ROUTEINFO_BY_TOPIC = 105     # RequestCode; the NameServer answers SUCCESS (0) or TOPIC_NOT_EXIST (17)
+
+
+def topic_route(namesrv: str, topic: str, timeout_s: float = 5.0) -> bytes | None:
+    """The NameServer's route for ``topic`` (TopicRouteData's JSON, as bytes: fastjson writes maps with
+    number keys that Python's json refuses), or None while it has none. One request in RocketMQ's
+    remoting frame: total length, JSON-serialized header length, the header."""
+    header = json.dumps({"code": GET_ROUTEINFO_BY_TOPIC, "language": "JAVA", "version": 0, "opaque": 1,
+                         "flag": 0, "serializeTypeCurrentRPC": "JSON", "extFields": {"topic": topic}}).encode()
+    host, port = namesrv.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+        s.sendall(struct.pack(">ii", 4 + len(header), len(header)) + header)
+        frame = b""
+        while len(frame) < 4 or len(frame) < 4 + struct.unpack_from(">i", frame)[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RocketMQError(f"the NameServer {namesrv} closed the connection mid-answer")
+            frame += chunk
+    header_len = struct.unpack_from(">i", frame, 4)[0] & 0xFFFFFF
+    reply = json.loads(frame[8:8 + header_len])
+    return frame[8 + header_len:] if reply["code"] == 0 else None
+
+
+def wait_for_routes(namesrv: str, topics: Iterable[str], broker: str, timeout_s: float) -> None:
+    """Until the NameServer routes every topic to ``broker`` (host:port). "boot success" comes before
+    a broker's first registration is sure to have landed: RocketMQ 5 registers on a thread of its own,
+    and a registration lost to a slow machine is repeated only after 30 s."""
+    pending = set(topics)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        pending = {t for t in pending if f'"{broker}"'.encode() not in (topic_route(namesrv, t) or b"")}
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise RocketMQError(f"the NameServer {namesrv} has no route to {broker} for "
+                                f"{sorted(pending)[:5]} after {timeout_s:.0f} s")
+        time.sleep(0.5)
 
 
 def free_port_block(offsets: Sequence[int] = (0,)) -> int:
@@ -226,7 +267,9 @@ class RocketBroker:
         proc = ServerProcess(_server_argv(version, home, "org.apache.rocketmq.broker.BrokerStartup", path),
                              home / "broker.log")
         _start(proc, f"the RocketMQ {version} broker on {store}", timeout_s)
-        return cls(version, store, home, port, name, proc, conf)
+        broker = cls(version, store, home, port, name, proc, conf)
+        broker.wait_for_routes()
+        return broker
 
     def stop(self, grace_s: float = 60.0) -> int | None:
         """SIGTERM: the broker's shutdown hook flushes, writes its checkpoint and removes ``abort``."""
@@ -236,6 +279,15 @@ class RocketBroker:
         """Stop (if running) and start again on the same store, home and ports."""
         self.process.stop()
         _start(self.process, f"the RocketMQ {self.version} broker on {self.store}", timeout_s)
+        self.wait_for_routes()
+
+    def wait_for_routes(self, timeout_s: float = 90.0) -> None:
+        """Until its NameServer routes every topic of the store to this broker."""
+        topics = [t for t, n in known_queue_counts(self.store).items() if n > 0 and not is_system_topic(t)]
+        try:
+            wait_for_routes(self.conf["namesrvAddr"], topics, self.address, timeout_s)
+        except RocketMQError as e:
+            raise RocketMQError(f"{e}; the broker's log:\n{self.process.log_tail(4000)}") from None
 
     def kill(self) -> None:
         self.process.kill()

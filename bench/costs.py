@@ -18,6 +18,8 @@ job runs, over topics of the pipeline's workloads (bench/workloads.py) on the em
   faulted in ahead of the writer).
 Spark's own share (the JVM scheduling tasks, moving the spool files' names, toArrow) is not in these
 figures; bench/pipeline.py measures the whole job against Spark's noop sink.
+Each phase's minor page faults are counted beside its CPU (``faults_per_m``): on a VM whose host takes
+freed memory back, a phase that touches new pages pays for each, and that moves its CPU between runs.
 From them: ``executor_cores_per_driver_core`` = read-task CPU / driver CPU, and
 ``store_saturates_msgs_per_s`` = 1e6 / the driver's CPU seconds per million (one driver core), with
 ``store_ceiling_msgs_per_s`` = 1e6 / its busiest thread's (the serial limit however many cores).
@@ -25,6 +27,7 @@ From them: ``executor_cores_per_driver_core`` = read-task CPU / driver CPU, and
 
 from __future__ import annotations
 
+import resource
 import shutil
 import sys
 import threading
@@ -45,40 +48,56 @@ DRIVER_THREADS = {"copy_helper": "commitlog-copy", "index": "dispatch-index-", "
                   "warm_ahead": "segment-warm-ahead"}
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of each live thread, by name (several of one name added up)."""
-    out: dict[str, float] = {}
+def thread_usage() -> dict[str, tuple[float, int]]:
+    """(CPU seconds, minor page faults) so far of each live thread, by name (several of one name added up)."""
+    out: dict[str, tuple[float, int]] = {}
     for t in threading.enumerate():
         if t.ident is None:
             continue
         try:
             secs = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            faults = _thread_faults(t.native_id)
         except OSError:         # ended meanwhile
             continue
-        out[t.name] = out.get(t.name, 0.0) + secs
+        cpu, flt = out.get(t.name, (0.0, 0))
+        out[t.name] = (cpu + secs, flt + faults)
     return out
 
 
+def _thread_faults(tid: int | None) -> int:
+    """A thread's minor page faults (/proc/self/task/<tid>/stat, field 10: minflt)."""
+    with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(b")") + 2:].split()[7])
+
+
+def _own_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
 class Phases:
-    """CPU seconds by phase, from the caller's thread clock; a phase inside another counts for
-    itself only (commit() flushes: that flush is the flush's, not the commit's)."""
+    """CPU seconds and minor page faults by phase, from the caller's thread; a phase inside another
+    counts for itself only (commit() flushes: that flush is the flush's, not the commit's)."""
 
     def __init__(self) -> None:
         self.secs: dict[str, float] = {}
-        self._inner: list[float] = []       # per open phase: the time of the phases inside it
+        self.faults: dict[str, int] = {}
+        self._inner: list[tuple[float, int]] = []   # per open phase: what the phases inside it took
 
     @contextmanager
     def timing(self, name: str) -> Iterator[None]:
-        t0 = time.thread_time()
-        self._inner.append(0.0)
+        t0, f0 = time.thread_time(), _own_faults()
+        self._inner.append((0.0, 0))
         try:
             yield
         finally:
-            elapsed = time.thread_time() - t0
-            inner = self._inner.pop()
-            self.secs[name] = self.secs.get(name, 0.0) + elapsed - inner
+            elapsed, faulted = time.thread_time() - t0, _own_faults() - f0
+            inner_s, inner_f = self._inner.pop()
+            self.secs[name] = self.secs.get(name, 0.0) + elapsed - inner_s
+            self.faults[name] = self.faults.get(name, 0) + faulted - inner_f
             if self._inner:
-                self._inner[-1] += elapsed
+                s, f = self._inner[-1]
+                self._inner[-1] = (s + elapsed, f + faulted)
 
     def wrap(self, obj: Any, method: str, name: str) -> None:
         fn: Callable[..., Any] = getattr(obj, method)
@@ -105,8 +124,8 @@ class TimedEncoder:
             return self.inner.from_records(records, rng)
 
 
-def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any) -> tuple[dict[str, float], list]:
-    """The read tasks' phases over the whole topic; returns (CPU seconds by phase, spool rows in order)."""
+def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any) -> tuple[Phases, list]:
+    """The read tasks' phases over the whole topic; returns (their CPU and faults, spool rows in order)."""
     from ingest.config import JobConfig
     from ingest.encode.message_source import EncodedBatches
     from ingest.job import codec_config, mapping_config
@@ -128,12 +147,12 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any)
             for batch in read_range(KafkaOffsetRange(topic, p, 0, per), params, maker, True, 60_000):
                 with phases.timing("hand_over"):
                     rows.append(spool.write(batch, target))
-    secs = dict(phases.secs)
-    secs["fetch"] = secs.pop("task")
-    return secs, rows
+    for by_phase in (phases.secs, phases.faults):
+        by_phase["fetch"] = by_phase.pop("task")
+    return phases, rows
 
 
-def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> dict[str, float]:
+def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> Phases:
     """The writer's phases over the spooled batches, cut into micro-batches of about ``batch`` records."""
     import pyarrow as pa
 
@@ -157,7 +176,7 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> dict
         phases.wrap(writer.store, "append_encoded", "append")
         phases.wrap(writer.store, "flush", "flush")
         phases.wrap(writer.store, "commit", "commit")
-        before = thread_cpu()
+        before = thread_usage()
         for i, group in enumerate(groups, 1):
             with phases.timing("collect"):
                 table = spooled.resolve(pa.Table.from_batches(group, PACKED_SCHEMA))
@@ -168,14 +187,16 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> dict
             with phases.timing("write_batch"):
                 writer.write_batch(i, "costs", table)
         writer.store.settle_index()
-        after = thread_cpu()
+        after = thread_usage()
     finally:
         writer.close()
-    secs = dict(phases.secs)
-    secs["write_batch_other"] = secs.pop("write_batch")     # dead letters, Kafka offsets, the batch's columns
+    for by_phase in (phases.secs, phases.faults):     # dead letters, Kafka offsets, the batch's columns
+        by_phase["write_batch_other"] = by_phase.pop("write_batch")
     for phase, prefix in DRIVER_THREADS.items():
-        secs[phase] = sum(after[name] - before.get(name, 0.0) for name in after if name.startswith(prefix))
-    return secs
+        threads = [name for name in after if name.startswith(prefix)]
+        phases.secs[phase] = sum(after[t][0] - before.get(t, (0.0, 0))[0] for t in threads)
+        phases.faults[phase] = sum(after[t][1] - before.get(t, (0.0, 0))[1] for t in threads)
+    return phases
 
 
 def _records_in(row: Any) -> int:
@@ -209,17 +230,22 @@ def main(argv: list[str] | None = None) -> int:
                 spool_dir = out / f"spool-{name}-{flush}"
                 spooled = Spool.given(str(spool_dir), f"costs-{name}-{flush}")
                 try:
-                    tasks, rows = read_tasks(broker.bootstrap_servers, topic, p["partitions"], n, spooled.target)
+                    task_phases, rows = read_tasks(broker.bootstrap_servers, topic, p["partitions"], n,
+                                                   spooled.target)
                     with common.scratch(args, f"costs/store-{name}-{flush}") as root:
-                        writer = driver(rows, root, flush, p["batch"], spooled)
+                        driver_phases = driver(rows, root, flush, p["batch"], spooled)
                 finally:
                     spooled.close()
                 shutil.rmtree(spool_dir, ignore_errors=True)
                 tag = f"{name}.{flush}"
-                for phase, secs in sorted(tasks.items()):
-                    rep.add(f"{tag}.read_task.{phase}.cpu_s_per_m", [secs * per_m], "s")
-                for phase, secs in sorted(writer.items()):
-                    rep.add(f"{tag}.driver.{phase}.cpu_s_per_m", [secs * per_m], "s")
+                tasks, writer = task_phases.secs, driver_phases.secs
+                for side, phases in (("read_task", task_phases), ("driver", driver_phases)):
+                    for phase, secs in sorted(phases.secs.items()):
+                        rep.add(f"{tag}.{side}.{phase}.cpu_s_per_m", [secs * per_m], "s")
+                    # new pages each phase touched: on a VM that hands freed memory back to its host,
+                    # these are what moves a phase's CPU between runs (BENCHMARKS.md, "The machine")
+                    for phase, faults in sorted(phases.faults.items()):
+                        rep.add(f"{tag}.{side}.{phase}.faults_per_m", [faults * per_m], "faults")
                 task_total = sum(tasks.values()) * per_m
                 driver_total = sum(writer.values()) * per_m
                 busiest = max(writer["append"] + writer["collect"] + writer["check"] + writer["flush"] + writer["commit"]

@@ -18,8 +18,10 @@ job runs, over topics of the pipeline's workloads (bench/workloads.py) on the em
   faulted in ahead of the writer).
 Spark's own share (the JVM scheduling tasks, moving the spool files' names, toArrow) is not in these
 figures; bench/pipeline.py measures the whole job against Spark's noop sink.
-Each phase's minor page faults are counted beside its CPU (``faults_per_m``): on a VM whose host takes
-freed memory back, a phase that touches new pages pays for each, and that moves its CPU between runs.
+Beside each phase's CPU, the kernel's share of it (``kernel_s_per_m``: page faults, writes into the
+page cache, msync) and its minor page faults (``faults_per_m``; pages a write() or a populating
+madvise takes are not faults, only their kernel time shows): on a VM whose host takes freed memory
+back, a phase that takes new pages pays for each, and that moves its CPU between runs.
 From them: ``executor_cores_per_driver_core`` = read-task CPU / driver CPU, and
 ``store_saturates_msgs_per_s`` = 1e6 / the driver's CPU seconds per million (one driver core), with
 ``store_ceiling_msgs_per_s`` = 1e6 / its busiest thread's (the serial limit however many cores).
@@ -27,6 +29,7 @@ From them: ``executor_cores_per_driver_core`` = read-task CPU / driver CPU, and
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import sys
@@ -34,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,56 +52,68 @@ DRIVER_THREADS = {"copy_helper": "commitlog-copy", "index": "dispatch-index-", "
                   "warm_ahead": "segment-warm-ahead"}
 
 
-def thread_usage() -> dict[str, tuple[float, int]]:
-    """(CPU seconds, minor page faults) so far of each live thread, by name (several of one name added up)."""
-    out: dict[str, tuple[float, int]] = {}
+@dataclass(frozen=True)
+class Usage:
+    """What a thread has used: CPU seconds, of them the kernel's (page faults, writes into the page
+    cache, msync), and minor page faults."""
+
+    cpu: float = 0.0
+    kernel: float = 0.0
+    faults: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.cpu + other.cpu, self.kernel + other.kernel, self.faults + other.faults)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.cpu - other.cpu, self.kernel - other.kernel, self.faults - other.faults)
+
+
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def thread_usage() -> dict[str, Usage]:
+    """Each live thread's usage so far, by name (several of one name added up)."""
+    out: dict[str, Usage] = {}
     for t in threading.enumerate():
         if t.ident is None:
             continue
         try:
             secs = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-            faults = _thread_faults(t.native_id)
+            with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
+                stat = f.read()
         except OSError:         # ended meanwhile
             continue
-        cpu, flt = out.get(t.name, (0.0, 0))
-        out[t.name] = (cpu + secs, flt + faults)
+        fields = stat[stat.rindex(b")") + 2:].split()      # from field 3 (state): minflt is 10, stime 15
+        out[t.name] = out.get(t.name, Usage()) + Usage(secs, int(fields[12]) * TICK_S, int(fields[7]))
     return out
 
 
-def _thread_faults(tid: int | None) -> int:
-    """A thread's minor page faults (/proc/self/task/<tid>/stat, field 10: minflt)."""
-    with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-        stat = f.read()
-    return int(stat[stat.rindex(b")") + 2:].split()[7])
-
-
-def _own_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+def own_usage() -> Usage:
+    """The calling thread's usage so far."""
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return Usage(time.thread_time(), ru.ru_stime, ru.ru_minflt)
 
 
 class Phases:
-    """CPU seconds and minor page faults by phase, from the caller's thread; a phase inside another
-    counts for itself only (commit() flushes: that flush is the flush's, not the commit's)."""
+    """Usage by phase, from the caller's thread; a phase inside another counts for itself only
+    (commit() flushes: that flush is the flush's, not the commit's)."""
 
     def __init__(self) -> None:
-        self.secs: dict[str, float] = {}
-        self.faults: dict[str, int] = {}
-        self._inner: list[tuple[float, int]] = []   # per open phase: what the phases inside it took
+        self.used: dict[str, Usage] = {}
+        self._inner: list[Usage] = []       # per open phase: what the phases inside it used
 
     @contextmanager
     def timing(self, name: str) -> Iterator[None]:
-        t0, f0 = time.thread_time(), _own_faults()
-        self._inner.append((0.0, 0))
+        start = own_usage()
+        self._inner.append(Usage())
         try:
             yield
         finally:
-            elapsed, faulted = time.thread_time() - t0, _own_faults() - f0
-            inner_s, inner_f = self._inner.pop()
-            self.secs[name] = self.secs.get(name, 0.0) + elapsed - inner_s
-            self.faults[name] = self.faults.get(name, 0) + faulted - inner_f
+            spent = own_usage() - start
+            inner = self._inner.pop()
+            self.used[name] = self.used.get(name, Usage()) + spent - inner
             if self._inner:
-                s, f = self._inner[-1]
-                self._inner[-1] = (s + elapsed, f + faulted)
+                self._inner[-1] = self._inner[-1] + spent
 
     def wrap(self, obj: Any, method: str, name: str) -> None:
         fn: Callable[..., Any] = getattr(obj, method)
@@ -147,8 +163,7 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any)
             for batch in read_range(KafkaOffsetRange(topic, p, 0, per), params, maker, True, 60_000):
                 with phases.timing("hand_over"):
                     rows.append(spool.write(batch, target))
-    for by_phase in (phases.secs, phases.faults):
-        by_phase["fetch"] = by_phase.pop("task")
+    phases.used["fetch"] = phases.used.pop("task")
     return phases, rows
 
 
@@ -190,12 +205,10 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> Phas
         after = thread_usage()
     finally:
         writer.close()
-    for by_phase in (phases.secs, phases.faults):     # dead letters, Kafka offsets, the batch's columns
-        by_phase["write_batch_other"] = by_phase.pop("write_batch")
+    # dead letters, Kafka offsets, the batch's columns
+    phases.used["write_batch_other"] = phases.used.pop("write_batch")
     for phase, prefix in DRIVER_THREADS.items():
-        threads = [name for name in after if name.startswith(prefix)]
-        phases.secs[phase] = sum(after[t][0] - before.get(t, (0.0, 0))[0] for t in threads)
-        phases.faults[phase] = sum(after[t][1] - before.get(t, (0.0, 0))[1] for t in threads)
+        phases.used[phase] = sum((after[t] - before.get(t, Usage()) for t in after if t.startswith(prefix)), Usage())
     return phases
 
 
@@ -238,14 +251,15 @@ def main(argv: list[str] | None = None) -> int:
                     spooled.close()
                 shutil.rmtree(spool_dir, ignore_errors=True)
                 tag = f"{name}.{flush}"
-                tasks, writer = task_phases.secs, driver_phases.secs
+                tasks = {k: u.cpu for k, u in task_phases.used.items()}
+                writer = {k: u.cpu for k, u in driver_phases.used.items()}
                 for side, phases in (("read_task", task_phases), ("driver", driver_phases)):
-                    for phase, secs in sorted(phases.secs.items()):
-                        rep.add(f"{tag}.{side}.{phase}.cpu_s_per_m", [secs * per_m], "s")
-                    # new pages each phase touched: on a VM that hands freed memory back to its host,
-                    # these are what moves a phase's CPU between runs (BENCHMARKS.md, "The machine")
-                    for phase, faults in sorted(phases.faults.items()):
-                        rep.add(f"{tag}.{side}.{phase}.faults_per_m", [faults * per_m], "faults")
+                    for phase, u in sorted(phases.used.items()):
+                        rep.add(f"{tag}.{side}.{phase}.cpu_s_per_m", [u.cpu * per_m], "s")
+                        # the kernel's share and the pages faulted: on a VM that hands freed memory
+                        # back to its host, new pages are what moves a phase's CPU between runs
+                        rep.add(f"{tag}.{side}.{phase}.kernel_s_per_m", [u.kernel * per_m], "s")
+                        rep.add(f"{tag}.{side}.{phase}.faults_per_m", [u.faults * per_m], "faults")
                 task_total = sum(tasks.values()) * per_m
                 driver_total = sum(writer.values()) * per_m
                 busiest = max(writer["append"] + writer["collect"] + writer["check"] + writer["flush"] + writer["commit"]

@@ -268,7 +268,11 @@ class RocketBroker:
                              home / "broker.log")
         _start(proc, f"the RocketMQ {version} broker on {store}", timeout_s)
         broker = cls(version, store, home, port, name, proc, conf)
-        broker.wait_for_routes()
+        try:
+            broker.wait_for_routes()
+        except RocketMQError:
+            proc.stop()
+            raise
         return broker
 
     def stop(self, grace_s: float = 60.0) -> int | None:

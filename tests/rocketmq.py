@@ -93,10 +93,10 @@ def wait_for_routes(namesrv: str, topics: Iterable[str], broker: str, timeout_s:
     """Until the NameServer routes every topic to ``broker`` (host:port). "boot success" comes before
     a broker's first registration is sure to have landed: RocketMQ 5 registers on a thread of its own,
     and a registration lost to a slow machine is repeated only after 30 s."""
-    pending = set(topics)
+    pending, named = set(topics), f'"{broker}"'.encode()
     deadline = time.monotonic() + timeout_s
-    while pending:
-        pending = {t for t in pending if f'"{broker}"'.encode() not in (topic_route(namesrv, t) or b"")}
+    while True:
+        pending = {t for t in pending if named not in (topic_route(namesrv, t) or b"")}
         if not pending:
             return
         if time.monotonic() > deadline:

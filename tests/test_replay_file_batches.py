@@ -26,7 +26,7 @@ from ingest.replay.file_pieces import (
     scan_export,
     task_groups,
 )
-from ingest.replay.jsonl_lines import MARK_ROWS, line_marks
+from ingest.replay.jsonl_lines import MARK_ROWS, line_marks, line_starts
 from sink.batch import prepare
 from sink.spool import Spool
 from tests.test_replay_files import TOPIC, good, write_jsonl
@@ -64,6 +64,21 @@ def test_a_piece_of_one_partition_is_marked_every_so_many_lines_at_the_first_byt
     assert line_marks(data, 0, np.arange(50), every=32) == (50, [])                    # too few lines
     assert line_marks(data, 0, None, every=8) == (50, [])                              # more than one partition
     assert line_marks(data[:-1], 0, None) == (50, [])                                  # a last line without "\n"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 16])
+def test_a_line_is_found_at_the_byte_after_the_newline_before_it_whatever_blocks_the_newlines_are_counted_in(
+        block: int) -> None:
+    rng = random.Random(block)
+    lines = [b"x" * rng.choice([0, 1, 5, 90, 300]) + b"\n" for _ in range(400)]
+    data = b"".join(lines) + b"a last line without a newline"
+    every_start = np.concatenate([[0], np.cumsum([len(line) for line in lines])])
+    rows = sorted(rng.sample(range(1, 401), 40)) + [400]
+    assert line_starts(data, rows, block) == [int(every_start[r]) for r in rows]
+    assert line_starts(data, [1, 2, 3], block) == [int(b) for b in every_start[1:4]]
+    with pytest.raises(ValueError, match="line 401 is past the last line"):
+        line_starts(data, [5, 401], block)
 
 
 @pytest.mark.unit

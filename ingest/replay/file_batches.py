@@ -29,7 +29,7 @@ from ingest.replay.file_pieces import (
     PieceScan,
     batch_rows,
     in_ranges,
-    read_piece,
+    piece_rows,
     task_groups,
 )
 from ingest.replay.plan import TopicPartitionKey
@@ -127,7 +127,7 @@ def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[tuple
     for batch in ids:
         for i in batch.column(0).to_pylist():
             for piece, ranges in groups[i]:
-                table, _, _ = read_piece(piece)
+                table = piece_rows(piece)
                 rows = source_order(table if ranges is None else table.filter(in_ranges(table, ranges)))
                 encoded = map_and_encode_batches(iter(rows.to_batches(max_chunksize=ENCODE_ROWS)), mapping, codec)
                 yield from (pack_batches(encoded) if spool is None else spool_batches(encoded, spool))

@@ -146,12 +146,21 @@ def plan_pieces(directory: str | os.PathLike[str], fmt: str, piece_bytes: int | 
 def read_piece(piece: FilePiece) -> tuple[pa.Table, list[Unplaced], int]:
     """(rows in ROWS_SCHEMA, unplaced rows, lines) of one piece, in file order: a clean jsonl piece
     column by column (ingest.replay.fast_rows), any other line by line."""
+    return _read_piece(piece, count_lines=True)
+
+
+def piece_rows(piece: FilePiece) -> pa.Table:
+    """read_piece's rows alone: what a batch reads (the scan took the unplaced rows and the lines)."""
+    return _read_piece(piece, count_lines=False)[0]
+
+
+def _read_piece(piece: FilePiece, count_lines: bool) -> tuple[pa.Table, list[Unplaced], int]:
     path = Path(piece.path)
     if piece.fmt == "jsonl":
         _, data = _piece_data(path, piece.start, piece.stop)
         rows = jsonl_rows(data)
         if rows is not None:
-            return rows, [], line_count(data)
+            return rows, [], line_count(data) if count_lines else 0
         return _read_jsonl(path, piece.start, piece.stop, piece.first_line)
     table, unplaced = read_row_group(parquet_file(path), path, piece.start)
     return table, unplaced, 0
@@ -342,7 +351,7 @@ def _read_pieces(batches: Iterator[pa.RecordBatch], pieces: Sequence[FilePiece],
     """mapInArrow over the piece numbers of ``spark.range``: each piece's rows (of ``ranges``)."""
     for ids in batches:
         for i in ids.column(0).to_pylist():
-            table, _, _ = read_piece(pieces[i])
+            table = piece_rows(pieces[i])
             table, _ = first_of_each_position(table)
             n = table.num_rows
             table = table.append_column(PIECE_COLUMN, pa.array([order[i]] * n, pa.int64())).append_column(

@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: venv jvm spark-archive prometheus test test-fast demo bench-quick clean
 
-# the C passes setup.py builds
-KERNELS := $(wildcard ingest/*/_*.c store/*/_*.c)
+# the C passes setup.py builds, and the headers they share
+KERNELS := $(wildcard ingest/*/_*.c ingest/*/_*.h store/*/_*.c store/*/_*.h)
 
 $(STAMP): pyproject.toml setup.py $(KERNELS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

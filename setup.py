@@ -1,7 +1,7 @@
 """The compiled parts, both optional: without a C compiler the install still succeeds and the same
 bytes come out of the pyarrow/numpy paths, slower.
 
-- ingest/encode/_direct_encode.c: Kafka record batches straight to CommitLog records
+- ingest/encode/_direct_encode.c: Kafka record batches (and Kafka rows in Arrow columns) straight to CommitLog records
   (ingest/encode/direct_encode.py).
 - store/scan/_scan_walk.c: the segment walk along TOTALSIZE (store/scan/walk.py, for record_check.py:
   recovery, verify, the read-back).
@@ -25,7 +25,7 @@ FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers
 
 setup(ext_modules=[
     Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
-              depends=[CRC32], libraries=["dl"]),
+              depends=[CRC32, "ingest/encode/_direct_record.h"], libraries=["dl"]),
     Extension("store.scan._properties_split", ["store/scan/_properties_split.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.scan._record_check", ["store/scan/_record_check.c"], optional=True,

@@ -17,6 +17,11 @@ gives for the whole fetch (tests/test_direct_encode.py). A whole fetch goes the 
 when a batch does not parse, or for settings the kernel does not cover at all (the envelope
 mode, property CRCs). Without a C compiler at install time there is no kernel and every fetch goes
 the general way.
+
+Kafka rows that are already Arrow columns (Spark's own Kafka source, a replayed export: what
+ingest.encode.prepare.map_and_encode_batches is handed) take the same kernel through
+``encode_rows``: it reads each row's key, value and headers from the columns' buffers instead of a
+fetch's bytes, and writes the same records (tests/test_direct_encode_rows.py).
 """
 
 from __future__ import annotations
@@ -25,14 +30,17 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.encode.mapping import (
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
+    PROBLEM,
     RESERVED_PROPERTIES,
     MappingConfig,
     topic_problem,
@@ -70,7 +78,8 @@ log = logging.getLogger(__name__)
 
 FALLBACK_REASONS = {1: "damaged batch", 2: "key not UTF-8 text", 3: "header name not UTF-8 text",
                     4: "header value null, empty or not UTF-8 text", 5: "born-host or DELAY header",
-                    6: "record over a limit", 7: "output buffer too small", 8: "header name reserved or repeated"}
+                    6: "record over a limit", 7: "output buffer too small", 8: "header name reserved or repeated",
+                    9: "a row with a reason of its own or a null field"}
 # TOTALSIZE .. BODYLENGTH without the two hosts: STORETIMESTAMP, RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET and
 # BODYLENGTH follow BORNTIMESTAMP's 8 bytes and the born host
 _HEAD_FIXED = POS_BORNHOST + 8 + 4 + 8 + 4
@@ -182,6 +191,58 @@ class DirectEncoder:
         rest = ArrowChunk(chunk.offset, _sections_of(back, sections, records), chunk.fetch_offset)
         return merge_in_offset_order(direct, general(rest))
 
+    def encode_rows(self, rows: pa.RecordBatch,
+                    general: Callable[[pa.RecordBatch], pa.RecordBatch]) -> pa.RecordBatch | None:
+        """Kafka rows of this partition (Spark's Kafka columns, rising offsets; an optional ``problem``
+        column) as ENCODED_SCHEMA rows, what ingest.encode.prepare.map_and_encode makes of them, or None:
+        map and encode them the general way. As ``encode``: the rows the kernel does not cover (and
+        those with a problem or a null timestamp) are handed to ``general`` and put back in place."""
+        if _kernel is None:
+            return None
+        n = rows.num_rows
+        key, value = _binary_buffers(rows.column("key")), _binary_buffers(rows.column("value"))
+        headers = _header_buffers(rows.column("headers"))
+        offsets = rows.column("offset")
+        if key is None or value is None or headers is None or offsets.null_count:
+            return None
+        raw_ts = rows.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())
+        to_general = np.asarray(raw_ts.is_null()) | np.asarray(rows.column("headers").is_null())
+        if PROBLEM in rows.schema.names:
+            to_general = to_general | np.asarray(rows.column(PROBLEM).is_valid())
+        kafka_offsets = np.asarray(offsets.cast(pa.int64()), np.int64)
+        if n > 1 and not bool(np.all(kafka_offsets[1:] > kafka_offsets[:-1])):
+            return None     # merge_in_offset_order puts handed-back rows back by offset
+        ts_ms = np.asarray(pc.divide(raw_ts, 1000).fill_null(0), np.int64)     # as the mapping divides
+        raw_ts = np.asarray(raw_ts.fill_null(0), np.int64)
+        payload = key[3] + value[3] + headers[-1]
+        capacity = payload + n * self._record_overhead
+        if capacity >= 2**31:
+            return None     # one Arrow binary array; the general path splits a batch this size
+        out = pooled_bytes(capacity)
+        starts, tags_codes, timestamps = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        out_offsets, queue_ids, value_kinds = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int8)
+        back = np.empty((n, 4), np.int64)
+        columns = (*key[:3], *value[:3], *headers[:-1], kafka_offsets, ts_ms, raw_ts,
+                   to_general.astype(np.uint8))
+        done = _kernel.encode_rows(
+            *columns, out, starts, queue_ids, tags_codes, out_offsets, timestamps, value_kinds, back, self.head,
+            self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED, self.born_header, self.max_body,
+            self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id, self.key_hash_queues,
+            (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
+        if isinstance(done, int):
+            self._count(FALLBACK_REASONS.get(-done, str(done)), n, "rows go")
+            return None
+        pos, row, handed_back = done
+        self.direct_records += row
+        direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], out_offsets[:row],
+                             timestamps[:row], value_kinds[:row])
+        if not handed_back:
+            return direct
+        back = back[:handed_back]
+        for code, count in zip(*np.unique(back[:, 3], return_counts=True)):
+            self._count(FALLBACK_REASONS.get(int(code), str(code)), int(count), "records go")
+        return merge_in_offset_order(direct, general(rows.take(pa.array(back[:, 0]))))
+
     def _count(self, reason: str, records: int, what: str) -> None:
         if reason not in self.fallbacks:
             log.info("%s-%d: %s the general way (%s)", self.topic, self.partition, what, reason)
@@ -203,6 +264,42 @@ class DirectEncoder:
         return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type)
                                            for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)
 
+
+
+def _binary_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, Any, np.ndarray, int] | None:
+    """(offsets: int32 per value and one, the bytes, validity: a uint8 per value, how many bytes the
+    values hold) of a binary or string column, or None for another type."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
+        return None
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4) if n else np.zeros(1, np.int32)
+    data = arr.buffers()[2] if n and arr.buffers()[2] is not None else b""
+    valid = np.asarray(arr.is_valid(), dtype=bool).view(np.uint8)
+    return offsets, data, valid, int(offsets[-1] - offsets[0])
+
+
+def _header_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[Any, ...] | None:
+    """(list offsets, name offsets, name bytes, usable header: a uint8 per header (the element and its
+    name not null), value offsets, value bytes, value validity, how many bytes a record's properties
+    take for them at most) of a headers column, or None for a type the kernel does not read."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not pa.types.is_list(arr.type) or not pa.types.is_struct(arr.type.value_type):
+        return None
+    elements = arr.values
+    names = {f.name for f in elements.type}
+    if not {"key", "value"} <= names:
+        return None
+    name, value = _binary_buffers(elements.field("key")), _binary_buffers(elements.field("value"))
+    if name is None or value is None:
+        return None
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4) if n else np.zeros(1, np.int32)
+    usable = (np.asarray(elements.is_valid(), dtype=bool) & name[2].view(bool)).view(np.uint8)
+    # each header becomes name \x01 value \x02
+    return offsets, name[0], name[1], usable, *value[:3], name[3] + value[3] + 2 * len(elements)
 
 
 def _sections_of(back: np.ndarray, sections: list[BatchSection], records: bytes) -> list[BatchSection]:

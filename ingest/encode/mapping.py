@@ -54,6 +54,9 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 
 
+# An optional column of the Kafka rows: a reason found before the mapping (a replayed file's row
+# whose key is not base64, say); a row with one is a dead letter with it, at its offset.
+PROBLEM = "problem"
 KAFKA_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
     ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us")),

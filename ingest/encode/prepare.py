@@ -7,7 +7,8 @@ Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
   Kafka offset ranges in (topic, partition, offset) order and each range is read in offset order, so
   the collected rows are in source order with no shuffle.
 - Any DataFrame of Kafka columns (Spark's own Kafka source, exported files) is sorted by (topic,
-  partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept).
+  partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept), each
+  partition's rows through the same C pass as the message source's where it covers them.
 ``toArrow()`` collects the packed partitions in order (collect_packed) and the sink takes them from
 there: it unpacks them and drops what the store already holds; the store numbers each queue.
 """
@@ -22,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.encode.mapping import MappingConfig, map_kafka_batch
+from ingest.encode.direct_encode import DirectEncoder
+from ingest.encode.mapping import PROBLEM, MappingConfig, map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
 from sink.spool import Spool
@@ -33,9 +35,7 @@ MESSAGE_COLUMNS = ["topic", "queue_id", "flag", "body", "properties", "tags", "s
 # Carried by every row, live or dead: the Kafka coordinates and the record's timestamp.
 CARRIED_COLUMNS = [*COORD_COLUMNS, "raw_timestamp"]
 RAW_SOURCES = {"raw_key": "key", "raw_value": "value", "raw_headers": "headers"}
-# An optional column of the Kafka rows: a reason found before the mapping (a replayed file's row
-# whose key is not base64, say); a row with one is a dead letter with it, at its offset.
-PROBLEM = "problem"
+MAX_RUNS = 64   # partition_runs: more runs than this (and than one per 64 rows) and a batch goes whole
 
 
 def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig,
@@ -98,11 +98,45 @@ def _table(cols: Mapping[str, Any]) -> pa.Table:
 
 def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
                            codec: CodecConfig) -> Iterator[pa.RecordBatch]:
-    """The per-task form (mapInArrow, or a read task of the message source)."""
+    """The per-task form (a ``mapInArrow`` over Kafka columns in source order): each partition's run
+    of rows through the C pass (ingest.encode.direct_encode) where it covers them, the rest mapped
+    and encoded the general way; each run's dead letters follow its live rows."""
+    encoders: dict[tuple[str, int], DirectEncoder | None] = {}
     for batch in batches:
-        out = map_and_encode(batch, mapping, codec)
-        if out.num_rows:
-            yield out
+        for run, tp in partition_runs(batch):
+            out = _encode_run(run, tp, mapping, codec, encoders)
+            if out.num_rows:
+                yield out
+
+
+def partition_runs(batch: pa.RecordBatch) -> list[tuple[pa.RecordBatch, tuple[str, int] | None]]:
+    """``batch`` cut where its (topic, partition) changes, each run with its partition; one run with
+    None (the general way) when a row has no topic or partition, or when the rows change partition
+    too often to be worth a C call a run (out of source order: interleaved partitions)."""
+    n = batch.num_rows
+    topic, partition = batch.column("topic"), batch.column("partition")
+    if n == 0 or topic.null_count or partition.null_count:
+        return [(batch, None)] if n else []
+    uniq = pc.unique(topic)
+    codes = np.asarray(pc.index_in(topic, uniq), np.int64)
+    parts = np.asarray(partition.cast(pa.int64()), np.int64)
+    key = codes << 32 | (parts & 0xFFFFFFFF)
+    cuts = (np.flatnonzero(key[1:] != key[:-1]) + 1).tolist()
+    if len(cuts) > max(MAX_RUNS, n // MAX_RUNS):
+        return [(batch, None)]
+    names = uniq.to_pylist()
+    bounds = [0, *cuts, n]
+    return [(batch.slice(a, b - a), (names[codes[a]], int(parts[a]))) for a, b in zip(bounds, bounds[1:])]
+
+
+def _encode_run(run: pa.RecordBatch, tp: tuple[str, int] | None, mapping: MappingConfig, codec: CodecConfig,
+                encoders: dict[tuple[str, int], DirectEncoder | None]) -> pa.RecordBatch:
+    if tp is not None and tp not in encoders:
+        encoders[tp] = DirectEncoder.for_partition(*tp, mapping, codec)
+    encoder = None if tp is None else encoders[tp]
+    encoded = None if encoder is None else encoder.encode_rows(
+        run, lambda rest: map_and_encode(rest, mapping, codec, vectorized=False))
+    return map_and_encode(run, mapping, codec) if encoded is None else encoded
 
 
 def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,

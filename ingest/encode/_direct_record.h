@@ -1,0 +1,313 @@
+/* One CommitLog record written from a Kafka record's parts, for ingest/encode/_direct_encode.c's two
+ * walkers (a fetch's record batches, Arrow columns of Kafka rows): the refusal reasons, the text checks
+ * the mapping makes (UTF-8, no separator), Java's String.hashCode, the call's buffers and state (Job)
+ * and write_record, which lays a record out as store.batch_codec lays out ingest.mapping's mapping.
+ * Everything is static: the one module that includes it uses all of it.
+ */
+#ifndef COMMITLOG_DIRECT_RECORD_H
+#define COMMITLOG_DIRECT_RECORD_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Why a section was refused; mirrored by FALLBACK_REASONS in direct_encode.py. */
+enum {
+    FB_CORRUPT = 1,        /* does not parse: the whole fetch goes the general way, which reports it */
+    FB_KEY = 2,            /* key not UTF-8 text, or holds a property separator */
+    FB_HEADER_NAME = 3,    /* header name empty, not UTF-8 text, or holds a separator */
+    FB_HEADER_VALUE = 4,   /* header value null, empty, not UTF-8 text, or holds a separator */
+    FB_SPECIAL_HEADER = 5, /* the born-host header or DELAY */
+    FB_LIMIT = 6,          /* body, properties or record over its limit: a dead letter */
+    FB_CAPACITY = 7,       /* the output buffers are too small (a caller bug): the whole fetch */
+    FB_HEADER_KEPT = 8,    /* a header name of ours or repeated: the record keeps its headers as KAFKA_HEADERS */
+    FB_ROW = 9,            /* encode_rows: a row the caller marked for the general way (a reason of its own, a null field) */
+};
+
+/* RocketMQ has no empty body: a null or 0-byte Kafka value is stored as this byte and a property */
+static const uint8_t EMPTY_VALUE_BODY = 0x00;
+enum { VALUE_IN_BODY = 0, VALUE_NULL = 1, VALUE_EMPTY = 2 };   /* sink/batch.py's value_kind */
+
+#define MAX_HEADERS 32     /* more headers than this in one record: handed back (repeats are checked pairwise) */
+
+#include "../../store/format/_crc32.h"     /* crc_init, crc32_of */
+
+static void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* One UTF-8 sequence at p[0..n): its code point and length, or length 0 where Python's strict
+ * decoder refuses it (a stray or missing continuation, an overlong form, a surrogate, > U+10FFFF). */
+static int utf8_next(const uint8_t *p, Py_ssize_t n, uint32_t *cp) {
+    const uint8_t b = p[0];
+    int len;
+    uint32_t c, min;
+    if (b < 0x80) { *cp = b; return 1; }
+    if ((b & 0xE0) == 0xC0) { len = 2; c = b & 0x1F; min = 0x80; }
+    else if ((b & 0xF0) == 0xE0) { len = 3; c = b & 0x0F; min = 0x800; }
+    else if ((b & 0xF8) == 0xF0) { len = 4; c = b & 0x07; min = 0x10000; }
+    else return 0;
+    if (len > n)
+        return 0;
+    for (int k = 1; k < len; k++) {
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+        c = c << 6 | (p[k] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+/* 1 unless the bytes are UTF-8 text with no 0x02 (and no 0x01 when strict): what a property holds as it is. */
+static int odd_bytes(const uint8_t *p, Py_ssize_t n, int strict) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        const uint8_t b = p[i];
+        if (b < 0x80) {
+            if (b == 2 || (strict && b == 1))
+                return 1;
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        const int len = utf8_next(p + i, n - i, &cp);
+        if (!len)
+            return 1;
+        i += len;
+    }
+    return 0;
+}
+
+static int same(const uint8_t *p, Py_ssize_t n, const char *s, Py_ssize_t m) {
+    return n == m && memcmp(p, s, (size_t)n) == 0;
+}
+
+/* Is the name one of the NUL-separated names in ``list``? */
+static int listed(const uint8_t *p, Py_ssize_t n, const uint8_t *list, Py_ssize_t len) {
+    Py_ssize_t i = 0;
+    while (i < len) {
+        Py_ssize_t j = i;
+        while (j < len && list[j])
+            j++;
+        if (j - i == n && memcmp(list + i, p, (size_t)n) == 0)
+            return 1;
+        i = j + 1;
+    }
+    return 0;
+}
+
+/* Java String.hashCode of UTF-8 text (odd_bytes passed it): over its UTF-16 code units, a code point
+ * above U+FFFF counting as its surrogate pair, int32 arithmetic. */
+static int32_t java_hash(const uint8_t *p, Py_ssize_t n) {
+    uint32_t h = 0;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        const int len = p[i] < 0x80 ? (cp = p[i], 1) : utf8_next(p + i, n - i, &cp);
+        if (!len)
+            break;
+        if (cp >= 0x10000) {
+            h = 31u * h + (0xD800u + ((cp - 0x10000u) >> 10));
+            h = 31u * h + (0xDC00u + ((cp - 0x10000u) & 0x3FFu));
+        } else {
+            h = 31u * h + cp;
+        }
+        i += len;
+    }
+    return (int32_t)h;
+}
+
+static const char HEX[] = "0123456789ABCDEF";
+
+typedef struct {
+    Py_buffer records, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, value_kinds, back;
+    Py_buffer head, topic_part, coords_prefix, uniq_prefix, reserved, born_header;
+} Buffers;
+
+static void release(Buffers *b) {
+    Py_buffer *all[] = {&b->records, &b->out, &b->starts, &b->queue_ids, &b->tags_codes, &b->kafka_offsets,
+                        &b->timestamps, &b->value_kinds, &b->back, &b->head, &b->topic_part, &b->coords_prefix, &b->uniq_prefix,
+                        &b->reserved, &b->born_header};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->obj)
+            PyBuffer_Release(all[i]);
+}
+
+#define NEED(n) do { if (o + (Py_ssize_t)(n) > out_end) { status = FB_CAPACITY; goto done; } } while (0)
+
+typedef struct {
+    Buffers b;
+    Py_ssize_t out_pos, row, nback, max_body, max_record, max_props;
+    Py_ssize_t pos_body_crc, pos_queue_id, pos_born_timestamp;   /* store/constants.py's POS_* */
+    long long lo, hi;
+    int queue_id, key_hash_queues;
+    /* the section (one Kafka record batch) being encoded: its bytes in records, its batch fields */
+    Py_ssize_t section, sec_start, sec_end, count;
+    long long base_offset, first_ts, max_ts;
+    int log_append_time;
+} Job;
+
+/* Does any header before ``h`` have this name? */
+static int repeated(const uint8_t *const *names, const Py_ssize_t *lens, int64_t h, const uint8_t *name,
+                    Py_ssize_t len) {
+    for (int64_t k = 0; k < h; k++)
+        if (same(names[k], lens[k], (const char *)name, len))
+            return 1;
+    return 0;
+}
+
+/* One record as a walker finds it: its key, value and headers where they lie (a length of -1: null),
+ * its Kafka offset and its timestamp (milliseconds, and the microseconds the row carries). The
+ * headers are only read when there are at most MAX_HEADERS of them. */
+typedef struct {
+    const uint8_t *key, *value;
+    Py_ssize_t key_len, val_len;
+    int64_t header_count, offset, ts_ms, raw_ts;
+    const uint8_t *names[MAX_HEADERS], *vals[MAX_HEADERS];
+    Py_ssize_t name_lens[MAX_HEADERS], val_lens[MAX_HEADERS];
+} Rec;
+
+/* Writes one record at j->out_pos and its row, or leaves the output as it was and sets *reason to
+ * why the record is handed back. Returns FB_CAPACITY when the output buffers are too small, else 0. */
+static int write_record(Job *j, const Rec *r, int *reason) {
+    uint8_t *out = j->b.out.buf;
+    const Py_ssize_t out_end = j->b.out.len, head_len = j->b.head.len, start = j->out_pos;
+    const Py_ssize_t rows_cap = j->b.starts.len / 8 < j->b.value_kinds.len ? j->b.starts.len / 8 : j->b.value_kinds.len;
+    int status = 0;
+    Py_ssize_t o = start;
+    *reason = 0;
+    if (j->row >= rows_cap) { status = FB_CAPACITY; goto done; }
+    const uint8_t *value = r->val_len > 0 ? r->value : &EMPTY_VALUE_BODY;
+    const Py_ssize_t body_len = r->val_len > 0 ? r->val_len : 1;
+    if (body_len > j->max_body) { *reason = FB_LIMIT; goto done; }
+    if (r->header_count > MAX_HEADERS) { *reason = FB_HEADER_KEPT; goto done; }
+
+    /* head | body | topic part | properties length | properties */
+    NEED(head_len + body_len + j->b.topic_part.len + 2);
+    memcpy(out + o, j->b.head.buf, (size_t)head_len);
+    o += head_len;
+    memcpy(out + o, value, (size_t)body_len);
+    o += body_len;
+    memcpy(out + o, j->b.topic_part.buf, (size_t)j->b.topic_part.len);
+    o += j->b.topic_part.len;
+    const Py_ssize_t props_len_at = o;
+    o += 2;
+    const Py_ssize_t props_at = o;
+
+    int32_t key_hash = 0;
+    if (r->key_len > 0) {
+        if (odd_bytes(r->key, r->key_len, 1)) { *reason = FB_KEY; goto done; }
+        NEED(r->key_len + 6);
+        memcpy(out + o, "KEYS\x01", 5);
+        memcpy(out + o + 5, r->key, (size_t)r->key_len);
+        out[o + 5 + r->key_len] = 0x02;
+        o += r->key_len + 6;
+        if (j->key_hash_queues > 0)
+            key_hash = java_hash(r->key, r->key_len);
+    }
+    const uint8_t *tags = NULL;
+    Py_ssize_t tags_len = 0;
+    for (int64_t h = 0; h < r->header_count; h++) {
+        const uint8_t *name = r->names[h], *val = r->vals[h];
+        const Py_ssize_t name_len = r->name_lens[h], vlen = r->val_lens[h];
+        if (name_len == 0 || odd_bytes(name, name_len, 1)) { *reason = FB_HEADER_NAME; goto done; }
+        if (same(name, name_len, j->b.born_header.buf, j->b.born_header.len) || same(name, name_len, "DELAY", 5)) {
+            *reason = FB_SPECIAL_HEADER; goto done;
+        }
+        if (listed(name, name_len, j->b.reserved.buf, j->b.reserved.len)
+            || repeated(r->names, r->name_lens, h, name, name_len)) {
+            *reason = FB_HEADER_KEPT; goto done;
+        }
+        /* a null or empty value vanishes in RocketMQ's property parser; 0x01 inside a value would
+         * make a DELAY\x01 look-alike for the delay-level scan */
+        if (vlen <= 0 || odd_bytes(val, vlen, 1)) { *reason = FB_HEADER_VALUE; goto done; }
+        NEED(name_len + vlen + 2);
+        memcpy(out + o, name, (size_t)name_len);
+        o += name_len;
+        out[o++] = 0x01;
+        memcpy(out + o, val, (size_t)vlen);
+        o += vlen;
+        out[o++] = 0x02;
+        if (same(name, name_len, "TAGS", 4)) {
+            tags = val;
+            tags_len = vlen;
+        }
+    }
+    if (r->val_len < 0) {
+        /* a tombstone: the one-byte body stands for null */
+        NEED(22);
+        memcpy(out + o, "KAFKA_VALUE_NULL\x01true\x02", 22);
+        o += 22;
+    } else if (r->val_len == 0) {
+        NEED(23);
+        memcpy(out + o, "KAFKA_VALUE_EMPTY\x01true\x02", 23);
+        o += 23;
+    }
+
+    /* KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET (decimal) and UNIQ_KEY (hex) */
+    const int64_t offset = r->offset;
+    char digits[24];
+    int nd = 0;
+    uint64_t u = offset < 0 ? (uint64_t)0 - (uint64_t)offset : (uint64_t)offset;
+    do { digits[nd++] = (char)('0' + u % 10); u /= 10; } while (u);
+    NEED(j->b.coords_prefix.len + nd + 1 + 10 + j->b.uniq_prefix.len + 16 + 1 + 1);
+    memcpy(out + o, j->b.coords_prefix.buf, (size_t)j->b.coords_prefix.len);
+    o += j->b.coords_prefix.len;
+    if (offset < 0)
+        out[o++] = '-';
+    while (nd)
+        out[o++] = (uint8_t)digits[--nd];
+    memcpy(out + o, "\x02UNIQ_KEY\x01", 10);
+    o += 10;
+    memcpy(out + o, j->b.uniq_prefix.buf, (size_t)j->b.uniq_prefix.len);
+    o += j->b.uniq_prefix.len;
+    for (int s = 60; s >= 0; s -= 4)
+        out[o++] = (uint8_t)HEX[((uint64_t)offset >> s) & 0xF];
+    out[o++] = 0x02;
+
+    const Py_ssize_t props_len = o - props_at;
+    const Py_ssize_t total = o - start;
+    if (props_len > j->max_props || total > j->max_record) { *reason = FB_LIMIT; goto done; }
+    out[props_len_at] = (uint8_t)(props_len >> 8);
+    out[props_len_at + 1] = (uint8_t)props_len;
+    const int32_t qid = j->key_hash_queues > 0
+        ? (int32_t)(llabs((long long)key_hash) % j->key_hash_queues) : j->queue_id;
+    uint8_t *rec = out + start;
+    put32(rec, (uint32_t)total);
+    put32(rec + j->pos_body_crc, crc32_of(value, body_len) & 0x7FFFFFFFu);
+    put32(rec + j->pos_queue_id, (uint32_t)qid);
+    put64(rec + j->pos_born_timestamp, (uint64_t)r->ts_ms);
+    put32(rec + head_len - 4, (uint32_t)body_len);
+
+    const Py_ssize_t row = j->row++;
+    ((int64_t *)j->b.starts.buf)[row] = start;
+    ((int32_t *)j->b.queue_ids.buf)[row] = qid;
+    ((int64_t *)j->b.tags_codes.buf)[row] = tags ? java_hash(tags, tags_len) : 0;
+    ((int64_t *)j->b.kafka_offsets.buf)[row] = offset;
+    ((int64_t *)j->b.timestamps.buf)[row] = r->raw_ts;
+    ((int8_t *)j->b.value_kinds.buf)[row] =
+        (int8_t)(r->val_len > 0 ? VALUE_IN_BODY : r->val_len < 0 ? VALUE_NULL : VALUE_EMPTY);
+    j->out_pos = o;
+    return 0;
+done:
+    return status;     /* handed back or out of room: nothing of it stays (out_pos unchanged) */
+}
+
+/* Notes a handed-back record: (where, first, last, reason); 0, or FB_CAPACITY when back is full. */
+static int hand_back(Job *j, int64_t where, int64_t first, int64_t last, int reason) {
+    if (j->nback >= j->b.back.len / 32)
+        return FB_CAPACITY;
+    int64_t *back = (int64_t *)j->b.back.buf + 4 * j->nback++;
+    back[0] = where, back[1] = first, back[2] = last, back[3] = reason;
+    return 0;
+}
+
+#endif

@@ -119,12 +119,16 @@ def test_the_range_is_cut_at_the_fetch_offset_and_at_the_task_end() -> None:
     assert_same(direct, general)
 
 
-@pytest.mark.parametrize("mapping", [
+# settings that change every record's bytes (the queue, the topic, the hosts)
+MAPPINGS = pytest.mark.parametrize("mapping", [
     MappingConfig(queue_mode="key-hash", queue_count=7),
     MappingConfig(topic_map={TOPIC: "OrderTopic"}, born_host="10.1.2.3:4567"),
     MappingConfig(store_host="[2001:db8::1]:10911", born_host="[::1]:1"),
     MappingConfig(broker_groups=2),
 ], ids=["key-hash", "renamed-topic", "ipv6-hosts", "broker-groups"])
+
+
+@MAPPINGS
 def test_mapping_settings_give_the_same_records(mapping: MappingConfig) -> None:
     rnd = random.Random(7)
     direct, general, _ = both_ways(fetched([(0, plain_records(rnd, 400), NONE)]), 0, 400, mapping)

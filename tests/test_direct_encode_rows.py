@@ -15,7 +15,16 @@ from ingest.encode.direct_encode import DirectEncoder
 from ingest.encode.mapping import PROBLEM, MappingConfig
 from ingest.encode.prepare import map_and_encode, map_and_encode_batches, partition_runs
 from store.format.codec import CodecConfig
-from tests.test_direct_encode import _RECORDS, PARTITION, SCHEMA, TOPIC, Record, assert_same, plain_records
+from tests.test_direct_encode import (
+    _RECORDS,
+    MAPPINGS,
+    PARTITION,
+    SCHEMA,
+    TOPIC,
+    Record,
+    assert_same,
+    plain_records,
+)
 
 pytestmark = [pytest.mark.unit]
 
@@ -51,12 +60,7 @@ def test_plain_rows_are_encoded_exactly_as_the_general_path_does() -> None:
     assert direct.num_rows == 600 and encoder.direct_records > 300
 
 
-@pytest.mark.parametrize("mapping", [
-    MappingConfig(queue_mode="key-hash", queue_count=7),
-    MappingConfig(topic_map={TOPIC: "OrderTopic"}, born_host="10.1.2.3:4567"),
-    MappingConfig(store_host="[2001:db8::1]:10911", born_host="[::1]:1"),
-    MappingConfig(broker_groups=2),
-], ids=["key-hash", "renamed-topic", "ipv6-hosts", "broker-groups"])
+@MAPPINGS
 def test_mapping_settings_give_the_same_records(mapping: MappingConfig) -> None:
     direct, general, _ = both_ways(kafka_rows(plain_records(random.Random(7), 400)), mapping)
     assert_same(direct, general)

@@ -162,32 +162,16 @@ class DirectEncoder:
         capacity = sum(len(s.records) for s in sections) + rows * self._record_overhead
         if capacity >= 2**31:
             return None     # one Arrow binary array; a fetch this size is the general path's to split
-        out = pooled_bytes(capacity)
-        starts, kafka_offsets = np.empty(rows, np.int64), np.empty(rows, np.int64)
-        tags_codes, timestamps = np.empty(rows, np.int64), np.empty(rows, np.int64)
-        queue_ids = np.empty(rows, np.int32)
-        value_kinds = np.empty(rows, np.int8)
-        back = np.empty((rows, 4), np.int64)
         fields = np.array([(s.count, s.base_offset, s.first_timestamp, s.max_timestamp, s.log_append_time,
                             len(s.records)) for s in sections], np.int64).reshape(-1, 6)
         records = sections[0].records if len(sections) == 1 else b"".join(s.records for s in sections)
-        done = _kernel.encode_fetch(
-            records, fields, chunk.fetch_offset, until_offset, out, starts, queue_ids, tags_codes, kafka_offsets,
-            timestamps, value_kinds, back, self.head, self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED,
-            self.born_header, self.max_body, self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id,
-            self.key_hash_queues, (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
-        if isinstance(done, int):
-            self._count(FALLBACK_REASONS.get(-done, str(done)), rows, "a fetch goes")
+        done = self._run(_kernel.encode_fetch, (records, fields, chunk.fetch_offset, until_offset), rows, capacity,
+                         "a fetch goes")
+        if done is None:
             return None
-        pos, row, handed_back = done
-        self.direct_records += row
-        direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
-                             timestamps[:row], value_kinds[:row])
-        if not handed_back:
+        direct, back = done
+        if not len(back):
             return direct
-        back = back[:handed_back]
-        for code, count in zip(*np.unique(back[:, 3], return_counts=True)):
-            self._count(FALLBACK_REASONS.get(int(code), str(code)), int(count), "records go")
         rest = ArrowChunk(chunk.offset, _sections_of(back, sections, records), chunk.fetch_offset)
         return merge_in_offset_order(direct, general(rest))
 
@@ -196,7 +180,8 @@ class DirectEncoder:
         """Kafka rows of this partition (Spark's Kafka columns, rising offsets; an optional ``problem``
         column) as ENCODED_SCHEMA rows, what ingest.encode.prepare.map_and_encode makes of them, or None:
         map and encode them the general way. As ``encode``: the rows the kernel does not cover (and
-        those with a problem or a null timestamp) are handed to ``general`` and put back in place."""
+        those with a problem, a null timestamp or null headers) are handed to ``general`` and put back in
+        place."""
         if _kernel is None:
             return None
         n = rows.num_rows
@@ -218,30 +203,42 @@ class DirectEncoder:
         capacity = payload + n * self._record_overhead
         if capacity >= 2**31:
             return None     # one Arrow binary array; the general path splits a batch this size
+        columns = (*key[:3], *value[:3], *headers[:-1], kafka_offsets, ts_ms, raw_ts, to_general.astype(np.uint8))
+        done = self._run(_kernel.encode_rows, columns, n, capacity, "rows go")
+        if done is None:
+            return None
+        direct, back = done
+        if not len(back):
+            return direct
+        return merge_in_offset_order(direct, general(rows.take(pa.array(back[:, 0]))))
+
+    def _run(self, kernel: Callable[..., Any], inputs: tuple[Any, ...], rows: int, capacity: int,
+             what: str) -> tuple[pa.RecordBatch, np.ndarray] | None:
+        """``kernel(*inputs, the outputs for ``rows`` records in ``capacity`` bytes, this partition's
+        constants)``: (the records it encoded, an entry per record it handed back), or None when it
+        refused them all (counted as ``what`` the general way)."""
         out = pooled_bytes(capacity)
-        starts, tags_codes, timestamps = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-        out_offsets, queue_ids, value_kinds = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int8)
-        back = np.empty((n, 4), np.int64)
-        columns = (*key[:3], *value[:3], *headers[:-1], kafka_offsets, ts_ms, raw_ts,
-                   to_general.astype(np.uint8))
-        done = _kernel.encode_rows(
-            *columns, out, starts, queue_ids, tags_codes, out_offsets, timestamps, value_kinds, back, self.head,
+        starts, kafka_offsets = np.empty(rows, np.int64), np.empty(rows, np.int64)
+        tags_codes, timestamps = np.empty(rows, np.int64), np.empty(rows, np.int64)
+        queue_ids = np.empty(rows, np.int32)
+        value_kinds = np.empty(rows, np.int8)
+        back = np.empty((rows, 4), np.int64)
+        done = kernel(
+            *inputs, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, value_kinds, back, self.head,
             self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED, self.born_header, self.max_body,
             self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id, self.key_hash_queues,
             (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
         if isinstance(done, int):
-            self._count(FALLBACK_REASONS.get(-done, str(done)), n, "rows go")
+            self._count(FALLBACK_REASONS.get(-done, str(done)), rows, what)
             return None
         pos, row, handed_back = done
         self.direct_records += row
-        direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], out_offsets[:row],
+        direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
                              timestamps[:row], value_kinds[:row])
-        if not handed_back:
-            return direct
         back = back[:handed_back]
         for code, count in zip(*np.unique(back[:, 3], return_counts=True)):
             self._count(FALLBACK_REASONS.get(int(code), str(code)), int(count), "records go")
-        return merge_in_offset_order(direct, general(rows.take(pa.array(back[:, 0]))))
+        return direct, back
 
     def _count(self, reason: str, records: int, what: str) -> None:
         if reason not in self.fallbacks:

@@ -109,6 +109,17 @@ def test_a_slice_of_the_columns_is_read_from_its_own_first_row() -> None:
     assert direct.column("kafka_offset").to_pylist() == list(range(37, 77))
 
 
+def test_columns_of_spark_s_large_variable_types_are_read_as_the_usual_ones() -> None:
+    rows = kafka_rows([(b"k%d" % i, b"body", [("TAGS", "T"), ("trace", b"t%d" % i)]) for i in range(50)])
+    large = {"key": pa.large_binary(), "value": pa.large_binary(),
+             "headers": pa.large_list(pa.struct([("key", pa.large_string()), ("value", pa.large_binary())]))}
+    wide = pa.RecordBatch.from_arrays([rows.column(f.name).cast(large.get(f.name, f.type)) for f in rows.schema],
+                                      names=rows.schema.names)
+    direct, _, encoder = both_ways(wide)
+    assert_same(direct, map_and_encode(rows, MappingConfig(), CodecConfig()))
+    assert encoder.direct_records == 50
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=_RECORDS, key_hash=st.booleans(), start=st.integers(0, 3))
 def test_any_rows_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool, start: int) -> None:

@@ -268,6 +268,11 @@ def _binary_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, Any, n
     values hold) of a binary or string column, or None for another type."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
+        try:    # Spark's large variable types (spark.sql.execution.arrow.useLargeVarTypes): 32-bit offsets
+            arr = arr.cast(pa.string() if pa.types.is_large_string(arr.type) else pa.binary())
+        except pa.ArrowInvalid:
+            return None     # over 2 GiB: the general path's
     if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
         return None
     n = len(arr)
@@ -283,6 +288,11 @@ def _header_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[Any, ...] | None:
     take for them at most) of a headers column, or None for a type the kernel does not read."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_large_list(arr.type):
+        try:
+            arr = arr.cast(pa.list_(arr.type.value_field))
+        except pa.ArrowInvalid:
+            return None
     if not pa.types.is_list(arr.type) or not pa.types.is_struct(arr.type.value_type):
         return None
     elements = arr.values

@@ -109,6 +109,19 @@ def test_a_slice_of_the_columns_is_read_from_its_own_first_row() -> None:
     assert direct.column("kafka_offset").to_pylist() == list(range(37, 77))
 
 
+def test_headers_whose_elements_start_inside_their_child_array_are_read_from_there() -> None:
+    rows = kafka_rows([(b"k%d" % i, b"v%d" % i, [("h%d" % j, b"x%d" % j) for j in range(i % 3)]) for i in range(30)])
+    headers = rows.column("headers")
+    padding = pa.array([{"key": "zz", "value": b"zz"}] * 5, headers.type.value_type)
+    child = pa.concat_arrays([padding, headers.values]).slice(5)
+    moved = pa.ListArray.from_arrays(headers.offsets, child)
+    assert moved.values.offset == 5 and moved.equals(headers)
+    direct, general, encoder = both_ways(pa.RecordBatch.from_arrays(
+        [moved if name == "headers" else rows.column(name) for name in rows.schema.names], schema=rows.schema))
+    assert_same(direct, general)
+    assert encoder.direct_records == 30
+
+
 def test_columns_of_spark_s_large_variable_types_are_read_as_the_usual_ones() -> None:
     rows = kafka_rows([(b"k%d" % i, b"body", [("TAGS", "T"), ("trace", b"t%d" % i)]) for i in range(50)])
     large = {"key": pa.large_binary(), "value": pa.large_binary(),

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Why a section was refused; mirrored by FALLBACK_REASONS in direct_encode.py. */
+/* Why a record was handed back, or (FB_CORRUPT, FB_CAPACITY) a whole call refused; mirrored by
+ * FALLBACK_REASONS in direct_encode.py. */
 enum {
     FB_CORRUPT = 1,        /* does not parse: the whole fetch goes the general way, which reports it */
     FB_KEY = 2,            /* key not UTF-8 text, or holds a property separator */
@@ -20,7 +21,7 @@ enum {
     FB_HEADER_VALUE = 4,   /* header value null, empty, not UTF-8 text, or holds a separator */
     FB_SPECIAL_HEADER = 5, /* the born-host header or DELAY */
     FB_LIMIT = 6,          /* body, properties or record over its limit: a dead letter */
-    FB_CAPACITY = 7,       /* the output buffers are too small (a caller bug): the whole fetch */
+    FB_CAPACITY = 7,       /* the output buffers are too small (a caller bug): the whole call */
     FB_HEADER_KEPT = 8,    /* a header name of ours or repeated: the record keeps its headers as KAFKA_HEADERS */
     FB_ROW = 9,            /* encode_rows: a row the caller marked for the general way (a reason of its own, a null field) */
 };

@@ -63,6 +63,7 @@ from store.format import (
     HostAddress,
     Message,
     binary_from,
+    binary_parts,
     encode_message,
     pooled_bytes,
 )
@@ -197,13 +198,12 @@ class DirectEncoder:
         kafka_offsets = np.asarray(offsets.cast(pa.int64()), np.int64)
         if n > 1 and not bool(np.all(kafka_offsets[1:] > kafka_offsets[:-1])):
             return None     # merge_in_offset_order puts handed-back rows back by offset
-        ts_ms = np.asarray(pc.divide(raw_ts, 1000).fill_null(0), np.int64)     # as the mapping divides
-        raw_ts = np.asarray(raw_ts.fill_null(0), np.int64)
-        payload = key[3] + value[3] + headers[-1]
-        capacity = payload + n * self._record_overhead
+        capacity = key[3] + value[3] + headers[-1] + n * self._record_overhead
         if capacity >= 2**31:
             return None     # one Arrow binary array; the general path splits a batch this size
-        columns = (*key[:3], *value[:3], *headers[:-1], kafka_offsets, ts_ms, raw_ts, to_general.astype(np.uint8))
+        ts_ms = np.asarray(pc.divide(raw_ts, 1000).fill_null(0), np.int64)     # as the mapping divides
+        columns = (*key[:3], *value[:3], *headers[:-1], kafka_offsets, ts_ms,
+                   np.asarray(raw_ts.fill_null(0), np.int64), to_general.astype(np.uint8))
         done = self._run(_kernel.encode_rows, columns, n, capacity, "rows go")
         if done is None:
             return None
@@ -263,23 +263,21 @@ class DirectEncoder:
 
 
 
-def _binary_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, Any, np.ndarray, int] | None:
+def _binary_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """(offsets: int32 per value and one, the bytes, validity: a uint8 per value, how many bytes the
-    values hold) of a binary or string column, or None for another type."""
+    values hold) of a binary or string column (Spark's large variable types too), or None for
+    another type or over 2 GiB."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
-        try:    # Spark's large variable types (spark.sql.execution.arrow.useLargeVarTypes): 32-bit offsets
-            arr = arr.cast(pa.string() if pa.types.is_large_string(arr.type) else pa.binary())
-        except pa.ArrowInvalid:
-            return None     # over 2 GiB: the general path's
-    if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
+    t = arr.type
+    if not (pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t)
+            or pa.types.is_large_string(t)):
         return None
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4) if n else np.zeros(1, np.int32)
-    data = arr.buffers()[2] if n and arr.buffers()[2] is not None else b""
+    offsets, data = binary_parts(arr)
+    if offsets[-1] >= 2**31:
+        return None
     valid = np.asarray(arr.is_valid(), dtype=bool).view(np.uint8)
-    return offsets, data, valid, int(offsets[-1] - offsets[0])
+    return offsets.astype(np.int32), data, valid, int(offsets[-1] - offsets[0])
 
 
 def _header_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[Any, ...] | None:
@@ -288,25 +286,18 @@ def _header_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[Any, ...] | None:
     take for them at most) of a headers column, or None for a type the kernel does not read."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    if pa.types.is_large_list(arr.type):
-        try:
-            arr = arr.cast(pa.list_(arr.type.value_field))
-        except pa.ArrowInvalid:
-            return None
-    if not pa.types.is_list(arr.type) or not pa.types.is_struct(arr.type.value_type):
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)) \
+            or not pa.types.is_struct(arr.type.value_type) \
+            or not {"key", "value"} <= {f.name for f in arr.type.value_type}:
         return None
     elements = arr.values
-    names = {f.name for f in elements.type}
-    if not {"key", "value"} <= names:
-        return None
     name, value = _binary_buffers(elements.field("key")), _binary_buffers(elements.field("value"))
     if name is None or value is None:
         return None
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4) if n else np.zeros(1, np.int32)
     usable = (np.asarray(elements.is_valid(), dtype=bool) & name[2].view(bool)).view(np.uint8)
     # each header becomes name \x01 value \x02
-    return offsets, name[0], name[1], usable, *value[:3], name[3] + value[3] + 2 * len(elements)
+    return (np.asarray(arr.offsets, np.int32), name[0], name[1], usable, *value[:3],
+            name[3] + value[3] + 2 * len(elements))
 
 
 def _sections_of(back: np.ndarray, sections: list[BatchSection], records: bytes) -> list[BatchSection]:

@@ -18,7 +18,7 @@ _LAZY = {
     "encode_message": "store.format.codec", "decode_message": "store.format.codec",
     "HostAddress": "store.format.hosts", "tags_code": "store.format.properties",
     "encode_valid_rows": "store.format.batch_codec", "binary_from": "store.format.batch_columns",
-    "pooled_bytes": "store.format.batch_columns",
+    "pooled_bytes": "store.format.batch_columns", "binary_parts": "store.format.batch_columns",
 }
 
 

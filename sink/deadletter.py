@@ -53,7 +53,8 @@ class DeadLetterLog:
                 "topic": r["kafka_topic"], "partition": r["kafka_partition"], "offset": r["kafka_offset"],
                 "timestampUs": r["raw_timestamp"], "reason": r["dead_reason"], "batchId": batch_id,
                 "keyBase64": _b64(r["raw_key"]), "valueBase64": _b64(r["raw_value"]),
-                "headers": [{"key": h["key"], "valueBase64": _b64(h["value"])} for h in r["raw_headers"] or []],
+                "headers": [None if h is None else {"key": h["key"], "valueBase64": _b64(h["value"])}
+                            for h in r["raw_headers"] or []],
             }, ensure_ascii=False))
         data = ("\n".join(lines) + "\n").encode("utf-8")
         os.pwrite(self._fd, data, self.size)

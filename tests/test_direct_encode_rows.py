@@ -96,6 +96,18 @@ def test_rows_with_a_reason_of_their_own_or_no_timestamp_are_the_general_paths()
     assert general.column("dead_reason").to_pylist()[-1] == "line 3: key is not base64"
 
 
+def test_a_null_header_is_handed_back_and_becomes_the_general_paths_dead_letter() -> None:
+    rows = kafka_rows([(b"k%d" % i, b"body", [("h", b"1")]) for i in range(4)])
+    headers = pa.array([[{"key": "h", "value": b"1"}], [None], [{"key": None, "value": b"1"}], []],
+                       rows.schema.field("headers").type)
+    rows = rows.set_column(rows.schema.get_field_index("headers"), rows.schema.field("headers"), headers)
+    direct, general, _ = both_ways(rows)
+    assert_same(direct, general)
+    assert general.column("dead_reason").to_pylist()[-2:] == [
+        "header 0 is null (a Kafka header has a name and a value or null value)",
+        "header 0 has a null name (a Kafka header's name is text)"]
+
+
 def test_timestamps_before_1970_and_between_milliseconds_are_divided_as_the_mapping_divides() -> None:
     records = [(b"k", b"v", [])] * 4
     direct, general, _ = both_ways(kafka_rows(records, timestamps=[-1_500, -1, 999, 1_001]))

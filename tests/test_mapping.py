@@ -183,6 +183,27 @@ def test_bad_records_are_dead_letters_with_a_reason_and_the_raw_record(record: d
     assert row["raw_value"] == record.get("value", b"v")
 
 
+@pytest.mark.parametrize("vectorized", [True, False], ids=["vectorized", "per-row"])
+def test_a_null_header_or_a_header_without_a_name_makes_a_dead_letter_not_a_crash(vectorized: bool) -> None:
+    # Kafka sends neither; a parquet export from another tool may hold both (a null list element,
+    # a null name): a record that cannot be Kafka's goes to the dead letters, as it came
+    at = KAFKA_SCHEMA.get_field_index("headers")
+    # the null element's fields hold a name and a value of their own, which are not a header's
+    elements = pa.StructArray.from_arrays([pa.array(["x", "a"]), pa.array([b"0", b"1"])], names=["key", "value"],
+                                          mask=pa.array([True, False]))
+    null_header = pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()), elements).cast(KAFKA_SCHEMA.field(at).type)
+    rows = pa.concat_batches([
+        kafka_rows({"offset": 0}),
+        kafka_rows({"offset": 1}).set_column(at, KAFKA_SCHEMA.field(at), null_header),
+        kafka_rows({"offset": 2, "headers": [{"key": "ok", "value": b"1"}, {"key": None, "value": b"x"}]}),
+    ])
+    out = map_kafka_batch(rows, MappingConfig(), vectorized).to_pylist()
+    assert [r["dead_reason"] for r in out] == [
+        None, "header 0 is null (a Kafka header has a name and a value or null value)",
+        "header 1 has a null name (a Kafka header's name is text)"]
+    assert out[1]["raw_headers"] == [None, {"key": "a", "value": b"1"}]
+
+
 def test_envelope_sets_rocketmq_fields() -> None:
     env = {"topic": "Payments", "tags": "paid", "keys": ["a", "b"], "flag": 7,
            "properties": {"region": "eu"}, "body": "hello"}

@@ -60,6 +60,15 @@ def test_dead_letters_beyond_the_commit_are_cut_on_open(tmp_path: Path) -> None:
     assert letters[0]["reason"] == "too big" and letters[0]["valueBase64"] == "/w=="
 
 
+def test_a_dead_letter_keeps_a_null_header_as_null(tmp_path: Path) -> None:
+    dead = dead_rows(5)
+    headers = pa.array([[None, {"key": "h", "value": b"\xff"}]], HEADER_TYPE)
+    log = DeadLetterLog(tmp_path, 0)
+    log.append(dead.set_column(dead.schema.get_field_index("raw_headers"), "raw_headers", headers), batch_id=0)
+    log.close()
+    assert read_dead_letters(tmp_path)[0]["headers"] == [None, {"key": "h", "valueBase64": "/w=="}]
+
+
 def test_a_dead_letter_file_shorter_than_committed_is_an_error(tmp_path: Path) -> None:
     DeadLetterLog(tmp_path, 0).close()
     with pytest.raises(OSError, match="committed"):

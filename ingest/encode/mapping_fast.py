@@ -116,10 +116,11 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
     parent = np.asarray(pc.list_parent_indices(headers), dtype=np.int64)
     names = flat.field("key").cast(pa.string())
     vals = flat.field("value").cast(pa.binary())
-    # what only the per-row path maps: a header whose name=value property would lose something
+    # what only the per-row path maps: a null header, a header whose name=value property would lose something
     # (it then writes KAFKA_HEADERS), the born-host header, and null or empty values (a one-byte
     # body and KAFKA_VALUE_NULL or KAFKA_VALUE_EMPTY)
-    bad_elem = (rows_with_bytes(vals, lambda b: (b >= 0x80) | (b == 2))
+    bad_elem = (np.asarray(flat.is_null(), dtype=bool)     # a null header: its fields are not its own
+                | rows_with_bytes(vals, lambda b: (b >= 0x80) | (b == 2))
                 | np.asarray(pc.fill_null(pc.match_substring_regex(names, "[\\x01\\x02]"), True))
                 | np.asarray(pc.fill_null(pc.equal(pc.binary_length(names), 0), True))
                 | np.asarray(pc.fill_null(pc.equal(names, born_host_header), False))

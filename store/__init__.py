@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from store.message_store import AppendResult, MessageStore
     from store.reader import StoreReader
     from store.index.service import IndexConfig
+    from store.index.shipped import batch_index_keys
     from store.log.segment_queue import segment_size_on_disk
     from store.retention import RetentionConfig
     from store.scan.encoded_check import check_encoded
@@ -54,7 +55,7 @@ _LAZY = {
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
     "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.scan.encoded_check",
-    "OpenReport": "store.usage", "StoreUsage": "store.usage",
+    "OpenReport": "store.usage", "StoreUsage": "store.usage", "batch_index_keys": "store.index.shipped",
 }
 
 
@@ -68,7 +69,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult", "CodecConfig", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "IndexConfig", "Message", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
+    "IndexConfig", "Message", "batch_index_keys", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",

@@ -146,7 +146,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         """Append a pre-encoded batch. Topics are checked before anything is written; a batch
         carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError).
         The consume-queue units are written behind (store.log.dispatch), so the batch's columns
-        must stay as they are until the next flush; the index too, from the commit log's bytes."""
+        must stay as they are until the next flush; the index too (its keys, when the batch brings
+        them, else the commit log's bytes)."""
         self._check_writable()
         for topic in batch.topic_names:
             check_topic_name(topic)
@@ -159,7 +160,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 started = time.perf_counter()
                 self._cover_index(ts)
                 try:
-                    self._index.submit(out.physical_offsets)     # indexed behind, from the commit log
+                    # indexed behind: the keys the batch brought, else found in the commit log
+                    self._index.submit(out.physical_offsets, ts, batch.key_hashes, batch.key_counts)
                 except (StoreError, OSError, ValueError) as e:   # an earlier batch's index failed
                     raise self._dispatch_failed(e, "building the index") from e
                 self._index_seconds += time.perf_counter() - started

@@ -56,8 +56,10 @@ from store.format.crc import crc32_many
 from store.format.properties import java_parse_int, parse_delay_property, string_to_properties, tags_code
 
 PIECE_MIN_BYTES = 1 << 20       # records of a batch left in their buffers when these are this large on average
-__all__ = ["MESSAGE_TABLE_SCHEMA", "OPTIONAL_COLUMNS", "EncodedBatch", "encode_batch", "encode_batch_to_arrow",
-           "validate_batch"]
+# from_arrow's optional column of each record's index keys (list<int32>, store.index.shipped)
+INDEX_KEYS_COLUMN = "index_keys"
+__all__ = ["INDEX_KEYS_COLUMN", "MESSAGE_TABLE_SCHEMA", "OPTIONAL_COLUMNS", "EncodedBatch", "encode_batch",
+           "encode_batch_to_arrow", "validate_batch"]
 
 
 
@@ -79,6 +81,11 @@ class EncodedBatch:
     delay_levels: np.ndarray
     queue_offsets: np.ndarray | None
     pieces: tuple[tuple[int, np.ndarray], ...] = ()
+    # The records' index keys when they came with the batch (store.index.shipped: found and hashed
+    # where the batch was encoded): every key in record order, and a count per record. None: the
+    # store's index finds them in the commit log.
+    key_hashes: np.ndarray | None = None
+    key_counts: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -122,7 +129,8 @@ class EncodedBatch:
         elif records.null_count:
             raise InvalidMessageError(f"column record has {records.null_count} null rows")
         starts, sizes, data, pieces = _record_bytes(records)
-        meta = table.select([name for name in table.schema.names if name != "record"])
+        key_hashes, key_counts = _index_keys(table, rows)
+        meta = table.select([name for name in table.schema.names if name not in ("record", INDEX_KEYS_COLUMN)])
         if rows is not None:
             starts, sizes, meta = starts[rows], sizes[rows], meta.take(pa.array(rows))
             pieces = tuple((int(np.searchsorted(rows, first)), d) for first, d in pieces)
@@ -137,7 +145,23 @@ class EncodedBatch:
             topic_names=topics.dictionary.to_pylist(), topic_index=int_column(topics.indices, np.int32),
             queue_ids=int_column(cols["queue_id"], np.int32), sys_flags=int_column(cols["sys_flag"], np.int32),
             tags_codes=int_column(cols["tags_code"], np.int64), delay_levels=int_column(cols["delay_level"], np.int32),
-            queue_offsets=queue_offsets, pieces=pieces)
+            queue_offsets=queue_offsets, pieces=pieces, key_hashes=key_hashes, key_counts=key_counts)
+
+
+def _index_keys(table: pa.Table | pa.RecordBatch, rows: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(key hashes, key counts) of the ``INDEX_KEYS_COLUMN`` of ``table`` (its ``rows``), or Nones when
+    it has none or a row of them lacks its keys."""
+    if INDEX_KEYS_COLUMN not in table.schema.names:
+        return None, None
+    col = table.column(INDEX_KEYS_COLUMN)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if rows is not None:
+        col = col.take(pa.array(rows))
+    if col.null_count or not pa.types.is_integer(col.type.value_type):
+        return None, None
+    hashes = np.asarray(pc.list_flatten(col).cast(pa.int32()), dtype=np.int32)
+    return hashes, np.asarray(pc.list_value_length(col).fill_null(0), dtype=np.int32)
 
 
 def _record_bytes(records: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:

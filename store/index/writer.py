@@ -1,8 +1,8 @@
-"""The store's index, fed by its appends: the keys of each appended batch are read from its records
-in the commit log (store.index.build finds and hashes them for the whole batch at once, in C) and
-put into the IndexService, on a thread behind the append (the store's index dispatcher); settled
-and flushed before every commit point, so that each covers it, and trimmed back to the commit point
-after a crash."""
+"""The store's index, fed by its appends: the keys of each appended batch, as the batch brought them
+(store.index.shipped) or else read from its records in the commit log (store.index.build finds and
+hashes them for the whole batch at once, in C), are put into the IndexService on a thread behind the
+append (the store's index dispatcher); settled and flushed before every commit point, so that each
+covers it, and trimmed back to the commit point after a crash."""
 
 from __future__ import annotations
 
@@ -53,11 +53,15 @@ class IndexWriter:
         self._segments = segments
         self._behind = DispatchService(self._index_appended, f"index-{self.root.name}")
 
-    def submit(self, physical_offsets: np.ndarray) -> None:
-        """Index the records just appended at ``physical_offsets`` (ascending), behind the caller;
-        raises the failure of an earlier batch instead."""
+    def submit(self, physical_offsets: np.ndarray, store_timestamp: int, key_hashes: np.ndarray | None = None,
+               key_counts: np.ndarray | None = None) -> None:
+        """Index the records just appended at ``physical_offsets`` (ascending, one append's
+        ``store_timestamp``), behind the caller: their keys as the batch brought them (``key_hashes``,
+        ``key_counts``: store.index.shipped), else found in the commit log. Raises the failure of an
+        earlier batch instead."""
         assert self._behind is not None, "start() first"
-        self._behind.submit(physical_offsets=physical_offsets)
+        self._behind.submit(physical_offsets=physical_offsets, store_timestamp=store_timestamp,
+                            key_hashes=key_hashes, key_counts=key_counts)
 
     def settle(self) -> None:
         """Wait until every record submitted is indexed; raises a failure of any of them."""
@@ -68,7 +72,11 @@ class IndexWriter:
     def failure(self) -> Exception | None:
         return self._behind.failure if self._behind is not None else None
 
-    def _index_appended(self, physical_offsets: np.ndarray) -> None:
+    def _index_appended(self, physical_offsets: np.ndarray, store_timestamp: int, key_hashes: np.ndarray | None,
+                        key_counts: np.ndarray | None) -> None:
+        if key_hashes is not None and key_counts is not None:
+            self.service.put_shipped(key_hashes, key_counts, physical_offsets, store_timestamp)
+            return
         assert self._segments is not None
         offsets, i = physical_offsets, 0
         while i < len(offsets):

@@ -71,6 +71,17 @@ def encode(table: pa.Table) -> Any:
     return encode_batch(table)
 
 
+def with_index_keys(b: Any) -> Any:
+    """The EncodedBatch ``b`` carrying its records' index keys, as the read tasks ship them
+    (store.index.shipped)."""
+    from dataclasses import replace
+
+    from store import batch_index_keys
+
+    hashes, counts = batch_index_keys(np.asarray(b.data, np.uint8), b.offsets)
+    return replace(b, key_hashes=hashes, key_counts=counts)
+
+
 def batch_bytes(b: Any) -> np.ndarray:
     """The records of an EncodedBatch, back to back, as one uint8 array."""
     end = int(b.offsets[-1]) + int(b.sizes[-1]) if len(b) else 0

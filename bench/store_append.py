@@ -4,8 +4,12 @@ and against Apache RocketMQ's own store, on the same messages?
 Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable flush per batch):
 - ``py_append_encoded``: MessageStore.append_encoded of pre-encoded batches (+ flush per batch in SYNC),
   index off;
-- ``py_append_encoded_index``: the same with the index on (its keys found, hashed and put behind the
-  append, on the store's index thread; timed until the index holds every batch);
+- ``py_append_encoded_index``: the same with the index on, the batches carrying their records' index
+  keys as the job's read tasks ship them (store.index.shipped: found and hashed where the batch is
+  encoded, not timed, as the encoding is not); the store's index thread puts them behind the append
+  (timed until the index holds every batch);
+- ``py_append_encoded_index_found``: the index on, batches without keys: the index thread finds and
+  hashes them in the commit log first (a store user who hands the store bare batches);
 - ``py_append_table``: MessageStore.append_table (encode_batch, body CRCs included, + append);
 - ``py_append_commit`` (SYNC only): append_encoded + commit per batch, what the sink does;
 - ``rocketmq4_*`` / ``rocketmq5_*``: RocketMQ's DefaultMessageStore (rocketmq-store 4.9.7 and 5.3.3)
@@ -64,15 +68,18 @@ def open_warm_store(root: Path, segment_size: int, flush: str, first: object, in
     return store
 
 
-def run_py(args, batches, tables, first, segment_size: int, flush: str, mode: str) -> float:
+def run_py(args, batches, tables, first, segment_size: int, flush: str, mode: str, keyed: list | None = None) -> float:
     """One timed run of the store; returns seconds."""
     with common.scratch(args, f"store_append/store-{mode}-{flush}") as root:
-        store = open_warm_store(root, segment_size, flush, first, index=mode == "encoded_index")
+        store = open_warm_store(root, segment_size, flush, first, index=mode.startswith("encoded_index"))
         try:
             t0 = time.perf_counter()
             # In SYNC mode append_* returns only once the batch is durable (one flush per batch).
-            if mode in ("encoded", "encoded_index"):
+            if mode in ("encoded", "encoded_index_found"):
                 for b in batches:
+                    store.append_encoded(b)
+            elif mode == "encoded_index":
+                for b in keyed:
                     store.append_encoded(b)
             elif mode == "table":
                 for t in tables:
@@ -173,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             rep.log(f"== {n:,} messages, {body}-byte bodies, batches of {batch:,}")
             tables = [records.message_table(min(batch, n - s), body, common.SEED, s) for s in range(0, n, batch)]
             batches = [records.encode(t) for t in tables]
+            keyed = [records.with_index_keys(b) for b in batches]     # as the read tasks ship them
             # the warm-up batch (before timing) creates the segment and every queue's directory
             first_table = records.message_table(records.QUEUES, body, common.SEED + 1)
             first = records.encode(first_table)
@@ -195,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
 
             for flush in ("async", "sync"):
                 p = f"{flush}.{tag}"
-                modes = ["encoded", "encoded_index", "table"] + (["commit"] if flush == "sync" else [])
+                modes = ["encoded", "encoded_index", "encoded_index_found", "table"] + \
+                    (["commit"] if flush == "sync" else [])
                 for mode in modes:
-                    secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode),
-                                         runs, warmup=warmup)
+                    secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode,
+                                                        keyed), runs, warmup=warmup)
                     figure(f"{p}.py_append_{mode}", secs)
                 pretouched_file(target, size)
                 if flush == "async":
@@ -216,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                 target.unlink(missing_ok=True)
                 rep.ratio(f"{p}.ratio.index_on_vs_off", f"{p}.py_append_encoded_index.msgs_per_s",
                           f"{p}.py_append_encoded.msgs_per_s")
+                rep.ratio(f"{p}.ratio.index_found_on_vs_off", f"{p}.py_append_encoded_index_found.msgs_per_s",
+                          f"{p}.py_append_encoded.msgs_per_s")
             if not args.quick or body == cases[0][0]:   # --quick: a store's open and close take seconds
                 rocketmq_peer(rep, out, tag, tables, first_table, data, total, batch, segment_size, runs, warmup)
             data.unlink(missing_ok=True)
-            del tables, batches, chunks
+            del tables, batches, keyed, chunks
     rep.finish()
     return 0
 

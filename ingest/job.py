@@ -123,7 +123,7 @@ def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str],
                                "(spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
         return fmt, kafka_options
     return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg),
-                                      None if spool is None else spool.target)
+                                      None if spool is None else spool.target, index_keys=cfg.message_index)
 
 
 def codec_config(cfg: JobConfig) -> CodecConfig:
@@ -266,7 +266,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         fmt, reader_options = source_reader(cfg, spark, options, spool)
         df = observe_batches(spark.readStream.format(fmt).options(**reader_options).load())
         sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg),
-                                                spool=spool),
+                                                spool=spool, index_keys=cfg.message_index),
                                 checkpoint_dir=cfg.checkpoint or None, on_batch=_both(metrics.batch, on_batch),
                                 overlap=overlap_writes(cfg), check=None if spool is None else spool.check)
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")

@@ -17,11 +17,16 @@ import pyarrow.compute as pc
 
 from sink.packed import CHUNK, unpack
 from sink.state import tp_key
+from store import INDEX_KEYS_COLUMN
 
 # The Kafka record's coordinates: which partition offset a row is, for exactly once and dead letters.
 COORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
-# What the store needs of a live row: the encoded record and how to dispatch it.
-RECORD_COLUMNS = ("record", "topic", "queue_id", "sys_flag", "tags_code", "delay_level")
+# What the store needs of a live row: the encoded record, how to dispatch it and, when the read task
+# found them (a store with its index on), the record's index keys (store.batch_index_keys), which
+# the store's writer then only puts. A batch with a row whose keys are null has its keys found by
+# the store.
+INDEX_KEYS = INDEX_KEYS_COLUMN
+RECORD_COLUMNS = ("record", "topic", "queue_id", "sys_flag", "tags_code", "delay_level", INDEX_KEYS)
 # Dead rows only: why, and the Kafka record as it came (key, value, headers, timestamp).
 RAW_COLUMNS = ("raw_key", "raw_value", "raw_headers", "raw_timestamp")
 # Live rows: what the body holds, for the counts of the batch log line. A Kafka null or 0-byte
@@ -35,7 +40,7 @@ ENCODED_SCHEMA = pa.schema([
     ("tags_code", pa.int64()), ("delay_level", pa.int32()),
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
     (VALUE_KIND, pa.int8()), ("dead_reason", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
-    ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()),
+    ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()), (INDEX_KEYS, pa.list_(pa.int32())),
 ])
 assert set(RECORD_COLUMNS) | set(COORD_COLUMNS) | set(RAW_COLUMNS) | {VALUE_KIND, "dead_reason"} \
     == set(ENCODED_SCHEMA.names)

@@ -32,7 +32,7 @@ from store.errors import (
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
-    from store.format.batch_codec import EncodedBatch, encode_batch
+    from store.format.batch_codec import INDEX_KEYS_COLUMN, EncodedBatch, encode_batch
     from store.format.codec import CodecConfig, DecodedMessage, Message
     from store.format.hosts import HostAddress
     from store.log.commit_point import CommitPoint, read_commit_point
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 # `commitlog verify`, does not pay for pyarrow and the writer's modules at start.
 _LAZY = {
     "EncodedBatch": "store.format.batch_codec", "encode_batch": "store.format.batch_codec",
+    "INDEX_KEYS_COLUMN": "store.format.batch_codec",
     "CodecConfig": "store.format.codec", "DecodedMessage": "store.format.codec", "Message": "store.format.codec",
     "HostAddress": "store.format.hosts", "CommitPoint": "store.log.commit_point",
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
@@ -68,7 +69,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AppendResult", "CodecConfig", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
+    "AppendResult", "CodecConfig", "INDEX_KEYS_COLUMN", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
     "IndexConfig", "Message", "batch_index_keys", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",

@@ -29,7 +29,13 @@ EXPECTED = {
          "async.body100.ratio.py_encoded_vs_rocketmq4_batch", "sync.body100.ratio.py_encoded_vs_rocketmq5_batch",
          "async.body100.ratio.py_encoded_index_vs_rocketmq4_batch_index",
          "sync.body100.ratio.py_encoded_index_vs_rocketmq5_batch_index", "sync.body100.ratio.py_table_vs_rocketmq4_batch",
-         "async.body100.ratio.py_encoded_vs_rocketmq5_single", "sync.body100.ratio.rocketmq4_batch_index_on_vs_off"]),
+         "async.body100.ratio.py_encoded_vs_rocketmq5_single", "sync.body100.ratio.rocketmq4_batch_index_on_vs_off",
+         "async.body100.ratio.index_on_vs_off", "async.body1024.ratio.index_found_on_vs_off"]),
+    "index_bound": (
+        ["body100.append_off.wall_ms", "body100.append_on_shipped.cpu_ns_per_msg", "body100.index_alone.cpu_ns_per_msg",
+         "body1024.put_only.cpu_ns_per_msg", "body100.bound_found", "body1024.bound_shipped", "body100.measured_shipped"],
+        ["body100.ratio.measured_vs_bound_found", "body1024.ratio.measured_shipped_vs_bound_shipped",
+         "body100.ratio.bound_shipped_vs_target"]),
     "roll": (
         ["prealloc.roll.p99_ms", "prealloc.inside.p99_ms", "no_prealloc.roll.max_ms", "prealloc.msgs_per_s"],
         ["prealloc.ratio.roll_p99_vs_inside_p99", "no_prealloc.ratio.roll_p99_vs_inside_p99",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -11,8 +12,10 @@ import pytest
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import encode_and_pack, map_and_encode, map_and_encode_batches
 from sink import CommitLogWriter
-from sink.batch import ENCODED_SCHEMA, drop_held, prepare
-from store import StoreConfig
+from sink.batch import ENCODED_SCHEMA, INDEX_KEYS, RECORD_COLUMNS, drop_held, prepare
+from store import EncodedBatch, StoreConfig
+from store.index.build import record_keys
+from store.index.service import IndexService
 from store.format.codec import CodecConfig, decode_message
 from tests.test_mapping import kafka_rows
 
@@ -79,3 +82,32 @@ def test_a_packed_batch_is_unpacked_and_trimmed_by_the_sink() -> None:
     packed = pa.Table.from_batches(list(encode_and_pack(iter([batch]), MappingConfig(), CodecConfig())))
     out = prepare(packed, {"orders/1": 4})
     assert out.schema == ENCODED_SCHEMA and out.column("kafka_offset").to_pylist() == [4, 5]
+
+
+def test_a_task_ships_each_live_records_index_keys_and_the_writer_puts_them(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = kafka_rows(*[{"offset": i, "partition": 0, "value": b"v%d" % i, "key": b"k%d" % (i % 4)} for i in range(9)],
+                       {"offset": 9, "partition": 0, "value": b"x", "topic": "bad topic"},
+                       {"offset": 10, "partition": 0, "value": b"y", "key": "clé".encode()})
+    plain = prepare(pa.Table.from_batches(list(encode_and_pack(iter([batch]), MappingConfig(), CodecConfig()))), {})
+    keyed = prepare(pa.Table.from_batches(list(encode_and_pack(iter([batch]), MappingConfig(), CodecConfig(),
+                                                               index_keys=True))), {})
+    assert plain.column(INDEX_KEYS).null_count == plain.num_rows       # the store finds them
+    rows = keyed.to_pylist()
+    for row in rows:
+        if row["record"] is None:
+            assert row[INDEX_KEYS] == []                                 # a dead letter is not appended
+        else:
+            record = np.frombuffer(row["record"], np.uint8)
+            assert row[INDEX_KEYS] == record_keys(record, np.array([0])).key_hash.tolist()
+            assert len(row[INDEX_KEYS]) == 2                            # its UNIQ_KEY and its key
+    live = np.flatnonzero(np.asarray(keyed.column("record").is_valid()))
+    assert EncodedBatch.from_arrow(keyed.select(list(RECORD_COLUMNS)), live).key_hashes is not None
+    found = {}
+    for name, table in (("found", plain), ("shipped", keyed)):
+        if name == "shipped":       # no record is read back from the commit log for its keys
+            monkeypatch.setattr(IndexService, "put_records", lambda *a: pytest.fail("keys found, not shipped"))
+        with CommitLogWriter(tmp_path / name, StoreConfig(segment_size=1 << 20, flush_mode="sync")) as w:
+            w.write_batch(0, None, table)
+            found[name] = [[o for o, _ in w.store.messages_by_key("orders", k)] for k in ("k0", "k3", "clé")]
+    assert found["shipped"] == found["found"] and [len(offsets) for offsets in found["found"]] == [3, 2, 1]

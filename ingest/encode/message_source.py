@@ -27,6 +27,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from ingest.encode.direct_encode import DirectEncoder
+from ingest.encode.index_keys import with_index_keys
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import map_and_encode
 from ingest.kafka.fetch import ArrowChunk
@@ -49,20 +50,23 @@ SPOOL_SECRET_OPTION = "commitlog.spoolSecret"
 _SPOOL_OPTIONS = (SPOOL_OPTION, SPOOL_TAG_OPTION, SPOOL_SECRET_OPTION)
 
 
-def prepare_option(mapping: MappingConfig, codec: CodecConfig) -> str:
-    """The ``commitlog.prepare`` option value: the mapping and codec settings as JSON."""
-    return json.dumps({"mapping": dataclasses.asdict(mapping), "codec": dataclasses.asdict(codec)})
+def prepare_option(mapping: MappingConfig, codec: CodecConfig, index_keys: bool = False) -> str:
+    """The ``commitlog.prepare`` option value: the mapping and codec settings as JSON, and whether
+    the tasks find each record's index keys (ingest.encode.index_keys: the store's index is on)."""
+    return json.dumps({"mapping": dataclasses.asdict(mapping), "codec": dataclasses.asdict(codec),
+                       "index_keys": bool(index_keys)})
 
 
-def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig, CodecConfig]:
-    """(the Kafka source's options, mapping, codec) from this source's options."""
+def _settings(options: Mapping[str, str]) -> tuple[dict[str, str], MappingConfig, CodecConfig, bool]:
+    """(the Kafka source's options, mapping, codec, index keys) from this source's options."""
     ours = (PREPARE_OPTION, *(o.lower() for o in _SPOOL_OPTIONS), "includeheaders")
     kafka = {k: v for k, v in options.items() if str(k).lower() not in ours}
     kafka["includeHeaders"] = "true"   # the mapping reads the headers
     raw = next((v for k, v in options.items() if str(k).lower() == PREPARE_OPTION), None)
     try:
         spec = json.loads(raw) if raw is not None else {}
-        return kafka, MappingConfig(**spec.get("mapping", {})), CodecConfig(**spec.get("codec", {}))
+        return (kafka, MappingConfig(**spec.get("mapping", {})), CodecConfig(**spec.get("codec", {})),
+                bool(spec.get("index_keys", False)))
     except (ValueError, TypeError, AttributeError) as exc:
         raise KafkaOptionError(f"option '{PREPARE_OPTION}' is not the JSON prepare_option() writes: {exc}") from exc
 
@@ -114,7 +118,7 @@ class _Encoding:
     streaming: bool
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        kafka, self.mapping, self.codec = _settings(options)
+        kafka, self.mapping, self.codec, self.index_keys = _settings(options)
         self.spool = spool_target(options)
         super().__init__(parse_options(kafka, streaming=self.streaming), kafka_schema(True))  # type: ignore[call-arg]
 
@@ -123,6 +127,8 @@ class _Encoding:
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batches = super().read(partition)  # type: ignore[misc]
+        if self.index_keys:
+            batches = with_index_keys(batches)
         return pack_batches(batches) if self.spool is None else spool_batches(batches, self.spool)
 
 
@@ -168,9 +174,10 @@ def spool_target(options: Mapping[str, str]) -> SpoolTarget | None:
 
 
 def source_options(kafka_options: Mapping[str, str], mapping: MappingConfig, codec: CodecConfig,
-                   spool: SpoolTarget | None = None) -> dict[str, Any]:
+                   spool: SpoolTarget | None = None, index_keys: bool = False) -> dict[str, Any]:
     """``kafka_options`` plus the prepare option (and the spool's, if the batches are to come back
-    through files): what ``format("kafka-rocketmq")`` takes."""
+    through files): what ``format("kafka-rocketmq")`` takes. ``index_keys``: the tasks ship each
+    record's index keys (for a store whose index is on)."""
     spooled = {} if spool is None else {SPOOL_OPTION: spool.directory, SPOOL_TAG_OPTION: spool.tag,
                                         SPOOL_SECRET_OPTION: spool.key.hex()}
-    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec), **spooled}
+    return {**kafka_options, PREPARE_OPTION: prepare_option(mapping, codec, index_keys), **spooled}

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.encode.direct_encode import DirectEncoder
+from ingest.encode.index_keys import with_index_keys
 from ingest.encode.mapping import PROBLEM, MappingConfig, map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
@@ -93,7 +94,9 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
 
 
 def _table(cols: Mapping[str, Any]) -> pa.Table:
-    return pa.table({f.name: cols[f.name].cast(f.type) for f in ENCODED_SCHEMA}, schema=ENCODED_SCHEMA)
+    n = len(next(iter(cols.values())))
+    return pa.table({f.name: cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type)
+                     for f in ENCODED_SCHEMA}, schema=ENCODED_SCHEMA)
 
 
 def map_and_encode_batches(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
@@ -139,23 +142,27 @@ def _encode_run(run: pa.RecordBatch, tp: tuple[str, int] | None, mapping: Mappin
     return map_and_encode(run, mapping, codec) if encoded is None else encoded
 
 
-def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig,
-                    codec: CodecConfig) -> Iterator[pa.RecordBatch]:
-    """map_and_encode_batches, each result packed into one row (sink.packed): what a ``mapInArrow``
-    over Kafka columns hands Spark (the message source's read tasks pack what they encode alike)."""
-    return pack_batches(map_and_encode_batches(batches, mapping, codec))
+def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig, codec: CodecConfig,
+                    index_keys: bool = False) -> Iterator[pa.RecordBatch]:
+    """map_and_encode_batches (with each record's index keys when ``index_keys``), each result packed
+    into one row (sink.packed): what a ``mapInArrow`` over Kafka columns hands Spark (the message
+    source's read tasks pack what they encode alike)."""
+    encoded = map_and_encode_batches(batches, mapping, codec)
+    return pack_batches(with_index_keys(encoded) if index_keys else encoded)
 
 
-def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool: Spool | None = None) -> pa.Table:
+def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool: Spool | None = None,
+                   index_keys: bool = False) -> pa.Table:
     """The Spark part of a micro-batch, independent of the store's state (so the next batch can be
     read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
     batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
-    encoded by the executors. Returns the packed batches on the driver (sink.packed), in order; those
+    encoded by the executors (each record's index keys found with it when ``index_keys``: the
+    message source's tasks take that from their options). Returns the packed batches on the driver (sink.packed), in order; those
     the tasks left in the ``spool`` mapped in (still to be checked: sink.spool.Spool.check), and the
     directory swept of the rest."""
     if CHUNK not in df.columns:
         df = df.orderBy("topic", "partition", "offset").mapInArrow(
-            partial(encode_and_pack, mapping=mapping, codec=codec), packed_spark_schema())
+            partial(encode_and_pack, mapping=mapping, codec=codec, index_keys=index_keys), packed_spark_schema())
     table = df.toArrow()
     if spool is not None:
         table = spool.resolve(table)

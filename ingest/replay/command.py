@@ -243,7 +243,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
             load = kafka_batch_loader(cfg, spark, spool)
         else:
             load = partial(file_batch, spark, export, mapping=mapping_config(cfg), codec=codec_config(cfg),
-                           spool=None if spool is None else spool.target)
+                           spool=None if spool is None else spool.target, index_keys=cfg.message_index)
         notes += apply_store_offsets(plan, writer.state.kafka_offsets)
         for note in notes:
             log.warning("%s", note)
@@ -278,7 +278,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
         sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None, on_batch=after_batch,
                                 check=None if spool is None else spool.check)
-        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool=spool)
+        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool=spool,
+                          index_keys=cfg.message_index)
         with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
             summary.complete = _write_batches(
                 (reader.submit(collect, load(sub_ranges(start, until)))

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.encode.mapping import MappingConfig
+from ingest.encode.index_keys import with_index_keys
 from ingest.encode.prepare import map_and_encode_batches
 from ingest.replay.file_pieces import (
     ExportScan,
@@ -43,11 +44,11 @@ ENCODE_ROWS = 100_000       # rows mapped and encoded at a time (a jsonl piece o
 
 
 def file_batch(spark: Any, scan: ExportScan, ranges: Ranges | None, mapping: MappingConfig, codec: CodecConfig,
-               spool: SpoolTarget | None = None) -> Any:
+               spool: SpoolTarget | None = None, index_keys: bool = False) -> Any:
     """The batch of ``ranges`` (every row when None) as a DataFrame ingest.encode.prepare.collect_packed
     takes: packed and in source order from the reading tasks when its pieces allow (module docstring),
-    else the pieces' Kafka columns."""
-    task = batch_task(scan, ranges, mapping, codec, spool, spark.sparkContext.defaultParallelism)
+    with each record's index keys when ``index_keys``, else the pieces' Kafka columns."""
+    task = batch_task(scan, ranges, mapping, codec, spool, spark.sparkContext.defaultParallelism, index_keys)
     if task is None:
         return batch_rows(spark, scan, ranges)
     function, tasks = task
@@ -57,7 +58,8 @@ def file_batch(spark: Any, scan: ExportScan, ranges: Ranges | None, mapping: Map
 
 
 def batch_task(scan: ExportScan, ranges: Ranges | None, mapping: MappingConfig, codec: CodecConfig,
-               spool: SpoolTarget | None, cores: int) -> tuple[Callable[..., Iterator[pa.RecordBatch]], int] | None:
+               spool: SpoolTarget | None, cores: int, index_keys: bool = False
+               ) -> tuple[Callable[..., Iterator[pa.RecordBatch]], int] | None:
     """(the mapInArrow function over task numbers, how many tasks) of the batch of ``ranges``, or None
     when its pieces interleave (the general way)."""
     which = list(range(len(scan.pieces))) if ranges is None else scan.pieces_for(ranges)
@@ -67,7 +69,7 @@ def batch_task(scan: ExportScan, ranges: Ranges | None, mapping: MappingConfig, 
     groups = task_groups([_rows_in(scan.scans[i], ranges) for i in order], cores)
     task = partial(encode_pieces, groups=[[(narrowed(scan, order[k], ranges), _kept(scan.scans[order[k]], ranges))
                                            for k in g] for g in groups],
-                   mapping=mapping, codec=codec, spool=spool)
+                   mapping=mapping, codec=codec, spool=spool, index_keys=index_keys)
     return task, len(groups)
 
 
@@ -121,13 +123,17 @@ def piece_order(scan: ExportScan, which: Sequence[int], ranges: Ranges | None) -
 
 
 def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[tuple[FilePiece, Ranges | None]]],
-                  mapping: MappingConfig, codec: CodecConfig, spool: SpoolTarget | None) -> Iterator[pa.RecordBatch]:
+                  mapping: MappingConfig, codec: CodecConfig, spool: SpoolTarget | None,
+                  index_keys: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow over the group numbers of ``spark.range``: each piece of the group, in order, its rows
-    of its ranges (all of them when None) in source order, mapped, encoded and packed (or spooled)."""
+    of its ranges (all of them when None) in source order, mapped, encoded (with each record's index
+    keys when ``index_keys``) and packed (or spooled)."""
     for batch in ids:
         for i in batch.column(0).to_pylist():
             for piece, ranges in groups[i]:
                 table = piece_rows(piece)
                 rows = source_order(table if ranges is None else table.filter(in_ranges(table, ranges)))
                 encoded = map_and_encode_batches(iter(rows.to_batches(max_chunksize=ENCODE_ROWS)), mapping, codec)
+                if index_keys:
+                    encoded = with_index_keys(encoded)
                 yield from (pack_batches(encoded) if spool is None else spool_batches(encoded, spool))

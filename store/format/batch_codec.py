@@ -30,6 +30,7 @@ from store.format.batch_columns import (
     fixed_binary,
     fixed_rows,
     gather_binary,
+    index_keys_column,
     int_column,
     limit_error,
     limit_mask,
@@ -129,7 +130,7 @@ class EncodedBatch:
         elif records.null_count:
             raise InvalidMessageError(f"column record has {records.null_count} null rows")
         starts, sizes, data, pieces = _record_bytes(records)
-        key_hashes, key_counts = _index_keys(table, rows)
+        key_hashes, key_counts = index_keys_column(table, INDEX_KEYS_COLUMN, rows)
         meta = table.select([name for name in table.schema.names if name not in ("record", INDEX_KEYS_COLUMN)])
         if rows is not None:
             starts, sizes, meta = starts[rows], sizes[rows], meta.take(pa.array(rows))
@@ -146,22 +147,6 @@ class EncodedBatch:
             queue_ids=int_column(cols["queue_id"], np.int32), sys_flags=int_column(cols["sys_flag"], np.int32),
             tags_codes=int_column(cols["tags_code"], np.int64), delay_levels=int_column(cols["delay_level"], np.int32),
             queue_offsets=queue_offsets, pieces=pieces, key_hashes=key_hashes, key_counts=key_counts)
-
-
-def _index_keys(table: pa.Table | pa.RecordBatch, rows: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(key hashes, key counts) of the ``INDEX_KEYS_COLUMN`` of ``table`` (its ``rows``), or Nones when
-    it has none or a row of them lacks its keys."""
-    if INDEX_KEYS_COLUMN not in table.schema.names:
-        return None, None
-    col = table.column(INDEX_KEYS_COLUMN)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if rows is not None:
-        col = col.take(pa.array(rows))
-    if col.null_count or not pa.types.is_integer(col.type.value_type):
-        return None, None
-    hashes = np.asarray(pc.list_flatten(col).cast(pa.int32()), dtype=np.int32)
-    return hashes, np.asarray(pc.list_value_length(col).fill_null(0), dtype=np.int32)
 
 
 def _record_bytes(records: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:

@@ -248,3 +248,20 @@ def rows_containing(arr: pa.Array, marker: bytes) -> np.ndarray:
     rows = np.searchsorted(offs, starts, side="right") - 1
     inside = starts + len(marker) <= offs[rows + 1]
     return np.unique(rows[inside])
+
+
+def index_keys_column(table: pa.Table | pa.RecordBatch, name: str, rows: np.ndarray | None
+                      ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(key hashes, key counts) of the list column ``name`` of ``table`` (its ``rows``): every key in
+    row order and how many each row has; Nones when there is no such column or a row has no list."""
+    if name not in table.schema.names:
+        return None, None
+    col = table.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if rows is not None:
+        col = col.take(pa.array(rows))
+    if col.null_count or not pa.types.is_integer(col.type.value_type):
+        return None, None
+    hashes = np.asarray(pc.list_flatten(col).cast(pa.int32()), dtype=np.int32)
+    return hashes, np.asarray(pc.list_value_length(col).fill_null(0), dtype=np.int32)

@@ -8,12 +8,13 @@ job runs, over topics of the pipeline's workloads (bench/workloads.py) on the em
 - read tasks, one partition range after another (ingest.kafka.read.read_range with the job's
   encoder, ingest.encode.message_source.EncodedBatches): ``fetch`` (kafka-python's poll and the
   fetch response cut into record-batch sections), ``decode+encode`` (the C pass from fetched bytes to
-  CommitLog records, or Kafka columns and the mapping for what it hands back), ``hand_over`` (the
-  batch written to a spool file, sink.spool, local mode's way);
+  CommitLog records, or Kafka columns and the mapping for what it hands back), ``index_keys`` (each
+  record's index keys found and hashed for the batch, ingest.encode.index_keys, the index being on),
+  ``hand_over`` (the batch written to a spool file, sink.spool, local mode's way);
 - the driver, micro-batches of ``batch`` records (sink.CommitLogWriter.write_batch on a fresh store):
   ``collect`` (the spool files mapped in, sink.batch.prepare), ``append`` (MessageStore.append_encoded
   on the caller's thread), ``copy_helper`` (the commit log's second copying thread, which also writes
-  the consume queues), ``index`` (the index thread: keys found, hashed, put), ``flush`` (the msyncs, on
+  the consume queues), ``index`` (the index thread: the keys the batch brings put), ``flush`` (the msyncs, on
   the caller's thread and the flush service's), ``commit`` (the commit point), ``warm_ahead`` (pages
   faulted in ahead of the writer).
 Spark's own share (the JVM scheduling tasks, moving the spool files' names, toArrow) is not in these
@@ -143,6 +144,7 @@ class TimedEncoder:
 def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any) -> tuple[Phases, list]:
     """The read tasks' phases over the whole topic; returns (their CPU and faults, spool rows in order)."""
     from ingest.config import JobConfig
+    from ingest.encode.index_keys import add_index_keys
     from ingest.encode.message_source import EncodedBatches
     from ingest.job import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange
@@ -161,6 +163,9 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any)
                                             codec_config(cfg)), phases)
         with phases.timing("task"):
             for batch in read_range(KafkaOffsetRange(topic, p, 0, per), params, maker, True, 60_000):
+                if cfg.message_index:
+                    with phases.timing("index_keys"):
+                        batch = add_index_keys(batch)
                 with phases.timing("hand_over"):
                     rows.append(spool.write(batch, target))
     phases.used["fetch"] = phases.used.pop("task")

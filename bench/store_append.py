@@ -162,7 +162,10 @@ def rocketmq_peer(rep: common.Report, out: Path, tag: str, tables: list, first_t
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    ap = common.parser(__doc__.splitlines()[0])
+    ap.add_argument("--no-peers", action="store_true",
+                    help="leave RocketMQ's store out (most of a full run's 45 minutes): our figures and ceilings only")
+    args = ap.parse_args(argv)
     runs = common.runs_of(args, quick_default=1)
     warmup = 0 if args.quick else 1
     cases = QUICK_CASES if args.quick else FULL_CASES
@@ -227,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{p}.py_append_encoded.msgs_per_s")
                 rep.ratio(f"{p}.ratio.index_found_on_vs_off", f"{p}.py_append_encoded_index_found.msgs_per_s",
                           f"{p}.py_append_encoded.msgs_per_s")
-            if not args.quick or body == cases[0][0]:   # --quick: a store's open and close take seconds
+            # --quick: the peer at the first size only (a store's open and close take seconds)
+            if not args.no_peers and (not args.quick or body == cases[0][0]):
                 rocketmq_peer(rep, out, tag, tables, first_table, data, total, batch, segment_size, runs, warmup)
             data.unlink(missing_ok=True)
             del tables, batches, keyed, chunks

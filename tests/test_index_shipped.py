@@ -63,6 +63,21 @@ def test_shipped_keys_make_the_index_the_commit_log_makes(tmp_path: Path) -> Non
         assert len(store.messages_by_key("T", "U00000007", uniq=True)) == 1
 
 
+def test_keys_shipped_before_the_store_writes_each_record_s_crc_property_are_its_keys(tmp_path: Path) -> None:
+    # enabledAppendPropCRC: the store writes a CRC32 property into space the encoder left
+    # at the end of the properties; the keys are found before it is there
+    codec = CodecConfig(enabled_append_prop_crc=True)
+    batches = [encode_messages([keyed(i) for i in range(b * 60, b * 60 + 60)], codec) for b in range(3)]
+    found, shipped = ([], [])
+    for name, out, bs in (("found", found, batches), ("shipped", shipped, [with_keys(b) for b in batches])):
+        with MessageStore.open(tmp_path / name, StoreConfig(segment_size=SEG, index=SMALL, codec=codec)) as store:
+            for k, b in enumerate(bs):
+                store.append_encoded(b, store_timestamp=T0 + k)
+            store.commit()
+        out += [p.read_bytes() for p in sorted((tmp_path / name / "index").iterdir())]
+    assert shipped == found and len(found) > 1
+
+
 def test_the_numpy_put_of_shipped_keys_gives_the_same_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     batches = [encode_messages([keyed(i) for i in range(b * 90, b * 90 + 90)], CodecConfig()) for b in range(4)]
     c = index_after(tmp_path / "c", [with_keys(b) for b in batches])

@@ -7,7 +7,6 @@
  *   find as Java would are left to the caller.
  * put_items: IndexFile.putKey for a run of keys, in order: each item linked to the newest one of
  *   its slot, the slot pointed at it, the header's counters moved as RocketMQ moves them.
- * put_counted: put_items for keys hashed where their records were encoded, a count per record.
  * index_records: both at once, a few hundred keys at a time (the way the append's index is built):
  *   each key's slot is asked for when the key is found and written once the few hundred are found.
  */
@@ -212,66 +211,6 @@ done:
     return result;
 }
 
-/* put_counted(file, slot_num, index_num, header, hash, counts, phy, ts, first, key, skip)
- *   -> (header, status, next, skip)
- * Keys found and hashed where the records were encoded (store/index/shipped.py): record i has
- * counts[i] keys, in order in ``hash``, and lies at phy[i]; every record's STORETIMESTAMP is ``ts``
- * (one append's). From record ``first``, whose keys start at hash[key] and whose first ``skip`` are
- * in already, each key is put in order: status DONE, or FULL with the record ``next`` having ``skip``
- * keys in (the caller goes on in a new file from there). */
-static PyObject *put_counted(PyObject *Py_UNUSED(self), PyObject *args) {
-    Py_buffer file, hash, counts, phy;
-    long long slot_num, index_num, ts;
-    Py_ssize_t first, key, skip;
-    Index ix;
-    if (!PyArg_ParseTuple(args, "w*LL" HEADER_FORMAT "y*y*y*Lnnn", &file, &slot_num, &index_num, &ix.begin_ts,
-                          &ix.end_ts, &ix.begin_phy, &ix.end_phy, &ix.slot_count, &ix.index_count, &hash, &counts,
-                          &phy, &ts, &first, &key, &skip))
-        return NULL;
-    PyObject *result = NULL;
-    const Py_ssize_t n = counts.len / 4, keys = hash.len / 4;
-    if (!open_index(&ix, &file, slot_num, index_num))
-        goto done;
-    if (phy.len / 8 != n || first < 0 || first > n || key < 0 || skip < 0 || key + skip > keys) {
-        PyErr_SetString(PyExc_ValueError, "put_counted: arrays of different lengths, or first, key or skip out of range");
-        goto done;
-    }
-    const uint32_t *hs = hash.buf;
-    const int32_t *cs = counts.buf;
-    const int64_t *ps = phy.buf;
-    int status = DONE, bad = 0;
-    Py_ssize_t i = first, k = key, next = n, next_skip = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (; i < n && status == DONE; i++) {
-        const Py_ssize_t end = k + cs[i];
-        if (cs[i] < 0 || end > keys) {
-            bad = 1;
-            break;
-        }
-        for (Py_ssize_t j = k + (i == first ? skip : 0); j < end; j++) {
-            if (j + LAG < keys)
-                __builtin_prefetch(slot_of(&ix, hs[j + LAG]), 1);
-            if (!put_key(&ix, slot_of(&ix, hs[j]), hs[j], ps[i], ts)) {
-                status = FULL, next = i, next_skip = j - k;
-                break;
-            }
-        }
-        k = end;
-    }
-    Py_END_ALLOW_THREADS
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "put_counted: the key counts do not add up to the keys given");
-        goto done;
-    }
-    result = Py_BuildValue(HEADER_FORMAT "inn", HEADER_OUT(ix), status, next, next_skip);
-done:
-    PyBuffer_Release(&file);
-    PyBuffer_Release(&hash);
-    PyBuffer_Release(&counts);
-    PyBuffer_Release(&phy);
-    return result;
-}
-
 typedef struct {
     uint8_t *slot;
     uint32_t hash;
@@ -359,7 +298,6 @@ done:
 static PyMethodDef methods[] = {
     {"find_keys", find_keys, METH_VARARGS, "The index keys of many records, hashed (store/index/build.py)."},
     {"put_items", put_items, METH_VARARGS, "IndexFile.putKey for many keys (store/index/file.py)."},
-    {"put_counted", put_counted, METH_VARARGS, "IndexFile.putKey for keys hashed with their batch (store/index/shipped.py)."},
     {"index_records", index_records, METH_VARARGS, "Many records' keys put into an IndexFile (store/index/file.py)."},
     {NULL, NULL, 0, NULL},
 };

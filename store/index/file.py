@@ -167,36 +167,6 @@ class IndexFile:
         self._write_header()
         return status, nxt, skip
 
-    def put_counted(self, key_hashes: np.ndarray, key_counts: np.ndarray, phy_offsets: np.ndarray,
-                    store_timestamp: int, first: int, key: int, skip: int) -> tuple[int, int, int]:
-        """Put the keys of records ``first``.. (record i: ``key_counts[i]`` keys in ``key_hashes``, at
-        ``phy_offsets[i]``; the first record's keys from ``key_hashes[key]`` on, its first ``skip``
-        in already), all of one append's ``store_timestamp``: (status, next record, its keys in),
-        status 0 when every key is in, 1 when the file filled up (the C pass, else numpy)."""
-        n = len(key_counts)
-        if _index_build is not None:
-            h = self.header
-            header, status, nxt, skip = _index_build.put_counted(
-                self._mm, self.max_hash_slot_num, self.max_index_num,
-                (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
-                 h.index_count), key_hashes, key_counts, phy_offsets, store_timestamp, first, key, skip)
-            self.header = IndexHeader(*header)
-            self._write_header()
-            return status, nxt, skip
-        counts = np.asarray(key_counts[first:], dtype=np.int64)
-        phy = np.repeat(np.asarray(phy_offsets[first:], dtype=np.int64), counts)[skip:]
-        hashes = np.asarray(key_hashes[key + skip:key + int(counts.sum())], dtype=np.int64)
-        take = min(len(hashes), self.room)
-        if take == 0:
-            return (0, n, 0) if len(hashes) == 0 else (1, first, skip)
-        self._put_numpy(hashes[:take], phy[:take], np.full(take, store_timestamp, np.int64))
-        if take == len(hashes):
-            return 0, n, 0
-        done = skip + take                       # of the keys from record ``first`` on
-        ends = np.cumsum(counts)
-        nxt = int(np.searchsorted(ends, done, side="right"))
-        return 1, first + nxt, done - (int(ends[nxt - 1]) if nxt else 0)
-
     def _put_numpy(self, key_hashes: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
         """put with numpy: the chains of the batch linked at once (each key's previous item is the
         one before it in its slot, within the batch or from the slot)."""

@@ -113,22 +113,17 @@ class IndexService:
         record i's ``key_counts[i]`` keys, in order in ``key_hashes``, at ``phy_offsets[i]``, all of
         one append's ``store_timestamp``; the same puts as put_records of those records. Returns
         how many keys were put."""
-        hashes = np.ascontiguousarray(key_hashes, dtype=np.int32)
-        counts = np.ascontiguousarray(key_counts, dtype=np.int32)
-        phy = np.ascontiguousarray(phy_offsets, dtype=np.int64)
-        if len(counts) != len(phy) or int(counts.sum()) != len(hashes) or (len(counts) and int(counts.min()) < 0):
-            raise ValueError(f"shipped index keys do not match their records: {len(hashes)} keys, counts for "
-                             f"{len(counts)} records adding up to {int(counts.sum())}, {len(phy)} offsets")
-        first_key = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-        first, skip = 0, 0
-        while first < len(counts):
-            if not self.files or self.files[-1].is_full:
-                self._new_file()
-            last = self.files[-1]
-            status, first, skip = last.put_counted(hashes, counts, phy, store_timestamp, first,
-                                                   int(first_key[first]), skip)
+        counts = np.asarray(key_counts, dtype=np.int64)
+        if len(counts) != len(phy_offsets) or int(counts.sum()) != len(key_hashes) or \
+                (len(counts) and int(counts.min()) < 0):
+            raise ValueError(f"shipped index keys do not match their records: {len(key_hashes)} keys, counts for "
+                             f"{len(counts)} records adding up to {int(counts.sum())}, {len(phy_offsets)} offsets")
+        if len(counts) and (not self.files or self.files[-1].is_full):
+            self._new_file()        # as put_records: a batch of records has a file, keys or none
             self._dirty.add(len(self.files) - 1)
-        return len(hashes)
+        self.put_hashes(key_hashes, np.repeat(np.asarray(phy_offsets, dtype=np.int64), counts),
+                        np.full(len(key_hashes), store_timestamp, dtype=np.int64))
+        return len(key_hashes)
 
     def put_records(self, buf: np.ndarray, starts: np.ndarray, base: int) -> int:
         """Index the records at ``starts`` of ``buf`` (``base``: the offset of buf[0]), in order, as

@@ -27,16 +27,15 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from ingest.encode.direct_encode import DirectEncoder
-from ingest.encode.index_keys import with_index_keys
 from ingest.encode.mapping import MappingConfig
-from ingest.encode.prepare import map_and_encode
+from ingest.encode.prepare import hand_over, map_and_encode
 from ingest.kafka.fetch import ArrowChunk
 from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.options import KafkaOptionError, parse_options
 from ingest.kafka.read import BatchMaker, KafkaColumns
 from ingest.kafka.source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
-from sink.packed import pack_batches, packed_spark_schema
-from sink.spool import SpoolTarget, spool_batches
+from sink.packed import packed_spark_schema
+from sink.spool import SpoolTarget
 from store.format import CodecConfig
 
 SHORT_NAME = "kafka-rocketmq"
@@ -126,10 +125,7 @@ class _Encoding:
         return EncodedBatches(super().batch_maker(), self.mapping, self.codec)  # type: ignore[misc, arg-type]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        batches = super().read(partition)  # type: ignore[misc]
-        if self.index_keys:
-            batches = with_index_keys(batches)
-        return pack_batches(batches) if self.spool is None else spool_batches(batches, self.spool)
+        return hand_over(super().read(partition), self.spool, self.index_keys)  # type: ignore[misc]
 
 
 class MessageBatchReader(_Encoding, KafkaBatchReader):

@@ -28,7 +28,7 @@ from ingest.encode.index_keys import with_index_keys
 from ingest.encode.mapping import PROBLEM, MappingConfig, map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
-from sink.spool import Spool
+from sink.spool import Spool, SpoolTarget, spool_batches
 from store.format import CodecConfig, encode_valid_rows
 
 MESSAGE_COLUMNS = ["topic", "queue_id", "flag", "body", "properties", "tags", "sys_flag", "born_timestamp",
@@ -142,13 +142,21 @@ def _encode_run(run: pa.RecordBatch, tp: tuple[str, int] | None, mapping: Mappin
     return map_and_encode(run, mapping, codec) if encoded is None else encoded
 
 
+def hand_over(batches: Iterator[pa.RecordBatch], spool: SpoolTarget | None,
+              index_keys: bool) -> Iterator[pa.RecordBatch]:
+    """A task's encoded batches as it hands them to the driver: with each record's index keys when
+    ``index_keys`` (the store's index is on), each packed into one row (sink.packed), or written to
+    a ``spool`` file whose name and MAC make the row (sink.spool)."""
+    if index_keys:
+        batches = with_index_keys(batches)
+    return pack_batches(batches) if spool is None else spool_batches(batches, spool)
+
+
 def encode_and_pack(batches: Iterator[pa.RecordBatch], mapping: MappingConfig, codec: CodecConfig,
                     index_keys: bool = False) -> Iterator[pa.RecordBatch]:
-    """map_and_encode_batches (with each record's index keys when ``index_keys``), each result packed
-    into one row (sink.packed): what a ``mapInArrow`` over Kafka columns hands Spark (the message
-    source's read tasks pack what they encode alike)."""
-    encoded = map_and_encode_batches(batches, mapping, codec)
-    return pack_batches(with_index_keys(encoded) if index_keys else encoded)
+    """map_and_encode_batches, handed over packed: what a ``mapInArrow`` over Kafka columns hands
+    Spark (the message source's read tasks hand what they encode over alike)."""
+    return hand_over(map_and_encode_batches(batches, mapping, codec), None, index_keys)
 
 
 def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool: Spool | None = None,
@@ -157,9 +165,9 @@ def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool: S
     read while this one is written): ``df`` is either the message source's (packed ENCODED_SCHEMA
     batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
     encoded by the executors (each record's index keys found with it when ``index_keys``: the
-    message source's tasks take that from their options). Returns the packed batches on the driver (sink.packed), in order; those
-    the tasks left in the ``spool`` mapped in (still to be checked: sink.spool.Spool.check), and the
-    directory swept of the rest."""
+    message source's tasks take that from their options). Returns the packed batches on the driver
+    (sink.packed), in order; those the tasks left in the ``spool`` mapped in (still to be checked:
+    sink.spool.Spool.check), and the directory swept of the rest."""
     if CHUNK not in df.columns:
         df = df.orderBy("topic", "partition", "offset").mapInArrow(
             partial(encode_and_pack, mapping=mapping, codec=codec, index_keys=index_keys), packed_spark_schema())

@@ -22,8 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.encode.mapping import MappingConfig
-from ingest.encode.index_keys import with_index_keys
-from ingest.encode.prepare import map_and_encode_batches
+from ingest.encode.prepare import hand_over, map_and_encode_batches
 from ingest.replay.file_pieces import (
     ExportScan,
     FilePiece,
@@ -35,8 +34,8 @@ from ingest.replay.file_pieces import (
 )
 from ingest.replay.plan import TopicPartitionKey
 from ingest.replay.positions import source_order
-from sink.packed import pack_batches, packed_spark_schema
-from sink.spool import SpoolTarget, spool_batches
+from sink.packed import packed_spark_schema
+from sink.spool import SpoolTarget
 from store.format import CodecConfig
 
 Ranges = Mapping[TopicPartitionKey, tuple[int, int]]
@@ -134,6 +133,4 @@ def encode_pieces(ids: Iterator[pa.RecordBatch], groups: Sequence[Sequence[tuple
                 table = piece_rows(piece)
                 rows = source_order(table if ranges is None else table.filter(in_ranges(table, ranges)))
                 encoded = map_and_encode_batches(iter(rows.to_batches(max_chunksize=ENCODE_ROWS)), mapping, codec)
-                if index_keys:
-                    encoded = with_index_keys(encoded)
-                yield from (pack_batches(encoded) if spool is None else spool_batches(encoded, spool))
+                yield from hand_over(encoded, spool, index_keys)

@@ -264,4 +264,4 @@ def index_keys_column(table: pa.Table | pa.RecordBatch, name: str, rows: np.ndar
     if col.null_count or not pa.types.is_integer(col.type.value_type):
         return None, None
     hashes = np.asarray(pc.list_flatten(col).cast(pa.int32()), dtype=np.int32)
-    return hashes, np.asarray(pc.list_value_length(col).fill_null(0), dtype=np.int32)
+    return hashes, np.asarray(pc.list_value_length(col), dtype=np.int32)

@@ -172,14 +172,13 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
     tags: str | None = None
     born: bytes | None = None
     headers = list(headers or [])
+    seen: dict[str, int] = {}
     for i, h in enumerate(headers):
         # Kafka has neither; an export file written by other tools may (parquet allows both)
         if h is None:
             raise _Dead(f"header {i} is null (a Kafka header has a name and a value or null value)")
         if h["key"] is None:
             raise _Dead(f"header {i} has a null name (a Kafka header's name is text)")
-    seen: dict[str, int] = {}
-    for h in headers:
         seen[h["key"]] = seen.get(h["key"], 0) + 1
     lossy = False
     for h in headers:

@@ -74,7 +74,10 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                               mlock=config.mlock)
         self._segments = self._log.queue
         self._cq: ConsumeQueueStore = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
-        self._flusher = FlushService(self._log, mode=config.flush_mode,
+        # held by the index thread while it puts keys, by the flush while it starts writeback: a
+        # page cleaned while another CPU runs a thread of ours costs that CPU an interrupt
+        self._writeback_gate = threading.Lock()
+        self._flusher = FlushService(self._log, mode=config.flush_mode, gate=self._writeback_gate,
                                      interval_ms=config.flush_interval_ms,
                                      least_pages=config.flush_least_pages,
                                      thorough_interval_ms=config.flush_thorough_interval_ms)
@@ -84,7 +87,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         self._retention: Any = None
         self._dispatcher: DispatchService | None = None
         self._topics = TopicsPublisher(root)
-        self._index = IndexWriter(root, config.index) if config.index.enabled else None
+        self._index = IndexWriter(root, config.index, self._writeback_gate) if config.index.enabled else None
         self._index_seconds = 0.0
         self._open_report = OpenReport(False, "empty", 0, 0, 0, 0)
 

@@ -186,3 +186,32 @@ def test_a_writer_killed_while_creating_an_index_file_leaves_none_the_next_open_
             assert len(reopened.messages_by_key("T", f"k{i}")) == 1, i
     finally:
         reopened.close()
+
+
+def test_puts_hold_the_writeback_gate_a_few_thousand_keys_at_a_time(tmp_path: Path) -> None:
+    """The commit log's flush takes the gate while it starts writeback (store.log.segment): the
+    index thread must let go of it between short puts, and put the same bytes as without it."""
+    class Gate:
+        holds = 0
+
+        def __enter__(self) -> None:
+            Gate.holds += 1
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    n = 2 * index_service.GATE_KEYS + 5
+    rng = np.random.default_rng(7)
+    hashes = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int64).astype(np.int32)
+    phy, ts = np.arange(n, dtype=np.int64) * 100, np.full(n, 1_700_000_000_000, dtype=np.int64)
+    config = IndexConfig(max_hash_slot_num=1024, max_index_num=4 * n)
+    gated = IndexService(tmp_path / "gated", config, gate=Gate())
+    plain = IndexService(tmp_path / "plain", config)
+    for service in (gated, plain):
+        service.put_hashes(hashes, phy, ts)
+        service.flush()
+    assert Gate.holds == 3
+    assert [p.read_bytes() for p in sorted((tmp_path / "gated").iterdir())] == \
+        [p.read_bytes() for p in sorted((tmp_path / "plain").iterdir())]
+    gated.close()
+    plain.close()

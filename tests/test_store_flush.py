@@ -6,10 +6,13 @@ import errno
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from store import FlushError, Message, MessageStore, StoreConfig, StoreReadOnlyError
+from store.log import segment as segment_module
 from store.log.segment import Segment
 
 pytestmark = pytest.mark.unit
@@ -44,9 +47,9 @@ def test_sync_flush_returns_durable_and_shares_flushes_between_waiting_appends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_flush = Segment.flush
 
-    def slow_flush(self: Segment, upto: int | None = None) -> int:
+    def slow_flush(self: Segment, upto: int | None = None, gate: Any = None) -> int:
         time.sleep(0.005)                   # a disk that takes a while: appends pile up
-        return real_flush(self, upto)
+        return real_flush(self, upto, gate)
 
     monkeypatch.setattr(Segment, "flush", slow_flush)
     threads, appends, errors = 8, 15, []
@@ -68,6 +71,56 @@ def test_sync_flush_returns_durable_and_shares_flushes_between_waiting_appends(
         assert s.flush_count < threads * appends / 2     # group commit shared them
 
 
+class CountingGate:
+    """A writeback gate that counts its holds and says whether it is held."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holds = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.holds += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+@pytest.mark.parametrize("has_call", [True, False])
+def test_a_flush_hands_its_pages_to_the_disk_a_step_at_a_time_under_the_gate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_call: bool) -> None:
+    if not has_call:                     # not Linux: the msync does it all, the gate is never taken
+        monkeypatch.setattr(segment_module, "_SYNC_FILE_RANGE", None)
+    step = segment_module._WRITEBACK_STEP
+    seg = Segment.create(tmp_path, 0, 3 * step, warm=False)
+    try:
+        data = np.arange(2 * step + 4096, dtype=np.uint64).view(np.uint8)[:2 * step + 100]
+        seg.buf[:len(data)] = data
+        seg.wrote = len(data)
+        gate = CountingGate()
+        assert seg.flush(gate=gate) == len(data)
+        expect = 3 if has_call and segment_module._SYNC_FILE_RANGE is not None else 0
+        assert gate.holds == expect
+        assert not gate.lock.locked()
+        with open(seg.path, "rb") as f:
+            assert f.read(len(data)) == data.tobytes()
+        assert seg.flush(gate=gate) == len(data) and gate.holds == expect     # nothing left: no step
+    finally:
+        seg.close()
+
+
+def test_the_flush_and_the_index_share_the_store_writeback_gate(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_interval_ms=10_000)) as s:
+        assert s._flusher.gate is not None
+        assert s._index is not None and s._index.service.gate is s._flusher.gate
+        with s._flusher.gate:             # a flush starting writeback: the index thread waits
+            s.append([Message(topic="F", body=b"x", properties="KEYS\x01k1\x02")])
+            time.sleep(0.05)
+            assert s._index.service.query("F", "k1", 10) == []
+        s.settle_index()
+        assert s._index.service.query("F", "k1", 10) == [0]
+
+
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_a_failed_flush_is_reported_and_makes_the_store_read_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
@@ -76,7 +129,7 @@ def test_a_failed_flush_is_reported_and_makes_the_store_read_only(
     s.append(msgs(20))
     cp = s.commit(metadata={"ok": 1})
 
-    def broken(self: Segment, upto: int | None = None) -> int:
+    def broken(self: Segment, upto: int | None = None, gate: Any = None) -> int:
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(Segment, "flush", broken)

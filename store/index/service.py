@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from store.index.hashing import index_key_hashes
 
 log = logging.getLogger(__name__)
 NAME_DIGITS = 17                 # yyyyMMddHHmmssSSS
+GATE_KEYS = 16_384               # keys put per hold of the writeback gate: well under a millisecond
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,14 @@ def file_name(millis: int) -> str:
 
 
 class IndexService:
-    """The IndexFiles of one store's index/ directory."""
+    """The IndexFiles of one store's index/ directory. A writer's puts hold ``gate`` (the store's
+    writeback gate), GATE_KEYS keys at a time: the commit log's flush takes it while it hands pages
+    to the disk (store.log.segment.Segment.flush), and the index thread sleeps through that."""
 
-    def __init__(self, directory: Path, config: IndexConfig, *, read_only: bool = False) -> None:
+    def __init__(self, directory: Path, config: IndexConfig, *, read_only: bool = False,
+                 gate: AbstractContextManager[Any] | None = None) -> None:
         self.directory = Path(directory)
+        self.gate = gate if gate is not None else nullcontext()
         self.config = config
         self.read_only = read_only
         self.files: list[IndexFile] = []
@@ -102,8 +109,9 @@ class IndexService:
             if not self.files or self.files[-1].is_full:
                 self._new_file()
             last = self.files[-1]
-            take = min(last.room, n - done)
-            last.put(hashes[done:done + take], phy[done:done + take], ts[done:done + take])
+            take = min(last.room, n - done, GATE_KEYS)
+            with self.gate:
+                last.put(hashes[done:done + take], phy[done:done + take], ts[done:done + take])
             self._dirty.add(len(self.files) - 1)
             done += take
 
@@ -140,7 +148,8 @@ class IndexService:
                 self._new_file()
             last = self.files[-1]
             before = last.header.index_count
-            status, first, skip = last.put_records(buf, starts, first, skip, base)
+            with self.gate:
+                status, first, skip = last.put_records(buf, starts, first, skip, base)
             self._dirty.add(len(self.files) - 1)
             put += last.header.index_count - before
             if status == RECORD_LEFT:

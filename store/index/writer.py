@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ class IndexWriter:
     """index/ of one store, written by its one writer. The geometry it was built with
     (config/messageIndex.json) wins over the configured one: changing it takes a reindex."""
 
-    def __init__(self, root: Path, config: IndexConfig) -> None:
+    def __init__(self, root: Path, config: IndexConfig, gate: AbstractContextManager[Any] | None = None) -> None:
         self.root = Path(root)
         self.directory = self.root / INDEX_DIR
         self.existed = bool(index_file_names(self.directory))
@@ -40,7 +41,7 @@ class IndexWriter:
                          "reindex` changes them)", self.root, self.settings.max_hash_slot_num,
                          self.settings.max_index_num)
             config = self.settings.config()
-        self.service = IndexService(self.directory, config)
+        self.service = IndexService(self.directory, config, gate=gate)
         if self.service.files:
             self.service.files[-1].reserve()     # the one the next keys go into
         self._segments: SegmentQueue | None = None

@@ -16,9 +16,10 @@ import struct
 import threading
 from collections import deque
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -289,16 +290,17 @@ class CommitLog:
     def dirty_bytes(self) -> int:
         return self.max_offset - self.flushed_offset
 
-    def flush(self, least_pages: int = 0) -> int:
-        """msync what was written and not flushed (if at least ``least_pages`` pages are dirty).
-        Returns the flushed offset. OSError propagates (the store then goes read-only)."""
+    def flush(self, least_pages: int = 0, gate: AbstractContextManager[Any] | None = None) -> int:
+        """msync what was written and not flushed (if at least ``least_pages`` pages are dirty);
+        ``gate``: the store's writeback gate (Segment.flush). Returns the flushed offset. OSError
+        propagates (the store then goes read-only)."""
         with self._flush_lock:
             if least_pages > 0 and self.dirty_bytes() < least_pages * OS_PAGE_SIZE:
                 return self.flushed_offset
             segs = self.queue.snapshot()
             targets = [(s, s.wrote) for s in segs if s.flushed < s.wrote]
             for seg, upto in targets:
-                seg.flush(upto)
+                seg.flush(upto, gate)
             # The flushed offset is the end of the flushed prefix: a segment read before a
             # concurrent roll published its BLANK may still be short of its end.
             flushed = self.flushed_offset

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager
+from typing import Any
 
 from store.errors import FlushError
 from store.log.commitlog import CommitLog
@@ -24,8 +26,10 @@ log = logging.getLogger(__name__)
 
 class FlushService:
     def __init__(self, commitlog: CommitLog, *, mode: str = "async", interval_ms: int = 500,
-                 least_pages: int = 4, thorough_interval_ms: int = 10_000) -> None:
+                 least_pages: int = 4, thorough_interval_ms: int = 10_000,
+                 gate: AbstractContextManager[Any] | None = None) -> None:
         self.commitlog = commitlog
+        self.gate = gate            # held by the store's background threads: Segment.flush
         self.mode = mode
         self.interval_s = interval_ms / 1000
         self.least_pages = least_pages
@@ -70,7 +74,7 @@ class FlushService:
         self.check()
         try:
             before = self.commitlog.flushed_offset
-            done = self.commitlog.flush(least_pages)
+            done = self.commitlog.flush(least_pages, self.gate)
             if done != before:
                 self.flush_count += 1
             return done

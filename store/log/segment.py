@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,9 @@ def _load_libc() -> ctypes.CDLL | None:
 # mmap.madvise() hold it, so a background flush or pre-touch of a segment (hundreds of ms per
 # GiB) would stall the appending thread for as long (bench/roll.py).
 _LIBC = _load_libc()
+_SYNC_FILE_RANGE = getattr(_LIBC, "sync_file_range", None)   # Linux only
+_SYNC_FILE_RANGE_WRITE = 2
+_WRITEBACK_STEP = 8 << 20     # bytes handed to the disk per hold of the writeback gate
 
 
 @contextmanager
@@ -222,15 +226,18 @@ class Segment:
         return self.size - self.wrote
 
     # --- durability ------------------------------------------------------------------------
-    def flush(self, upto: int | None = None) -> int:
+    def flush(self, upto: int | None = None, gate: AbstractContextManager[Any] | None = None) -> int:
         """msync the written bytes not yet flushed, up to position ``upto`` (default: all
         written). Returns the new flushed position. An OSError (EIO, ENOSPC) propagates: the
         caller must treat the store as failed, since a retried msync can report success for
-        pages the kernel already dropped."""
+        pages the kernel already dropped. With a ``gate`` (the store's writeback gate), the
+        pages are first handed to the disk under it (_start_writeback); the msync then waits."""
         end = self.wrote if upto is None else min(upto, self.wrote)
         if end <= self.flushed:
             return self.flushed
         start = self.flushed - self.flushed % mmap.PAGESIZE
+        if gate is not None:
+            self._start_writeback(start, end, gate)
         if _LIBC is None or not self._address:
             self._mm.flush(start, end - start)
         elif _LIBC.msync(ctypes.c_void_p(self._address + start), ctypes.c_size_t(end - start), _MS_SYNC) != 0:
@@ -238,6 +245,23 @@ class Segment:
             raise OSError(err, f"msync of {self.path} [{start}, {end}): {os.strerror(err)}")
         self.flushed = end
         return end
+
+    def _start_writeback(self, start: int, end: int, gate: AbstractContextManager[Any]) -> None:
+        """Start the writeback of ``[start, end)`` a step at a time, each step with ``gate`` held.
+        Cleaning a page write-protects it, and every CPU then running a thread of this process takes
+        an interrupt for it to drop its copy of the mapping (a TLB shootdown; on a VM each one is a
+        VM exit): the store's background threads (the index's puts) hold the gate while they work,
+        so they sleep through these steps and take none. The msync that follows writes back
+        whatever is still dirty and waits for the disk, as without a gate. Where the call is
+        missing or refused, the msync does it all."""
+        if _SYNC_FILE_RANGE is None:
+            return
+        for a in range(start, end, _WRITEBACK_STEP):
+            with gate:
+                rc = _SYNC_FILE_RANGE(self._fd, ctypes.c_int64(a), ctypes.c_int64(min(_WRITEBACK_STEP, end - a)),
+                                      _SYNC_FILE_RANGE_WRITE)
+            if rc != 0:
+                return
 
     def _libc_call(self, name: str, start: int, length: int, *args: int) -> bool:
         """``name(address + start, length, *args)`` with the GIL released; False if it failed."""

@@ -35,6 +35,7 @@ class StoreConfig:
     codec: CodecConfig = field(default_factory=CodecConfig)
     retention: "RetentionConfig | Any | None" = None
     mlock: bool = False                                  # mlock segments where RLIMIT_MEMLOCK allows
+    drop_cache_behind: bool = True                       # a commit hands the page cache it covers back
     index: IndexConfig = field(default_factory=IndexConfig)   # messageIndexEnable, maxHashSlotNum, maxIndexNum
 
     def __post_init__(self) -> None:

@@ -291,6 +291,9 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                                  f"last durable commit point stays {self._last_commit.offset}; "
                                  f"the store refuses writes until reopened") from e
             self._last_commit = cp
+            if self.config.drop_cache_behind:
+                # everything below the commit point is durable and indexed: nothing here reads it again
+                self._log.drop_behind(end)
             return cp
 
     # --- closing -------------------------------------------------------------------------------

@@ -315,6 +315,14 @@ class CommitLog:
                 self.flushed_store_timestamp = self._ts_marks.popleft()[1]
             return flushed
 
+    def drop_behind(self, offset: int) -> None:
+        """Hand back the page-cache pages of the flushed records below ``offset`` (Segment.drop_behind)."""
+        for seg in self.queue.snapshot():
+            if seg.base_offset >= offset:
+                break
+            if seg.dropped < seg.size:
+                seg.drop_behind(offset - seg.base_offset)
+
     def close(self) -> None:
         self.writer.close()
         self.queue.close()

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 # Linux 5.14+: fault every page in writable, without writing a byte ourselves.
 _MADV_POPULATE_WRITE = 23
+_MADV_DONTNEED = 4
 _MS_SYNC = 4
 # Bytes per readahead request: the kernel clamps each POSIX_FADV_WILLNEED to a few readahead
 # windows, so asking for a whole GiB at once reads only its first MiBs.
@@ -139,6 +140,7 @@ class Segment:
         self.read_only = read_only
         self.wrote = 0
         self.flushed = 0
+        self.dropped = 0        # bytes from the start whose pages were handed back (drop_behind)
         flags = os.O_RDONLY if read_only else os.O_RDWR
         self._fd = os.open(self.path, flags)
         try:
@@ -245,6 +247,26 @@ class Segment:
             raise OSError(err, f"msync of {self.path} [{start}, {end}): {os.strerror(err)}")
         self.flushed = end
         return end
+
+    def drop_behind(self, upto: int) -> None:
+        """Hand the page-cache pages of the flushed bytes below ``upto`` back to the kernel (whole
+        pages; never a locked segment's). The writer never reads them again, and the pages it takes
+        next for the bytes ahead then come from these instead of memory the system has not used
+        yet, which costs several times more on a VM (BENCHMARKS.md, "The machine"). A reader finds
+        the bytes on disk. Advice only: a refusal changes nothing."""
+        end = min(upto, self.flushed)
+        end -= end % mmap.PAGESIZE
+        if end <= self.dropped or self._locked or self.read_only:
+            return
+        start = self.dropped
+        # the mapping lets go of the pages first: the page cache keeps a page that is still mapped
+        self._libc_call("madvise", start, end - start, _MADV_DONTNEED)
+        if hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
+            except OSError as e:
+                log.debug("dropping the pages of %s behind the writer refused: %s", self.path, e)
+        self.dropped = end
 
     def _start_writeback(self, start: int, end: int, gate: AbstractContextManager[Any]) -> None:
         """Start the writeback of ``[start, end)`` a step at a time, each step with ``gate`` held.

@@ -61,6 +61,7 @@ class JobConfig:
     message_index: bool = True               # messageIndexEnable: index/ written with the appends
     max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
+    drop_cache_behind: bool = True           # a commit hands the page cache of what it covers back
     skip_preflight: bool = False
     spool_dir: str = "auto"                  # auto | off | a directory the executors share (sink.spool)
     broker_group: str | None = None          # "K/N": this job writes broker group K of N (ingest.broker_groups)
@@ -256,6 +257,10 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="serve Prometheus metrics on this port (default: off; see README, 'Watching a job')")
     p.add_argument("--metrics-host", default=S,
                    help="the address the metrics port binds (default 127.0.0.1; 0.0.0.0 for every interface)")
+    p.add_argument("--drop-cache-behind", choices=["true", "false"], default=S,
+                   help="after each commit, hand the commit log's page cache below it back to the kernel "
+                        "(default true: the job never reads it again, and new pages cost more than reused ones); "
+                        "false keeps it cached for readers of the fresh data")
     p.add_argument("--skip-preflight", action="store_true", default=S,
                    help="do not check that the store path is persistent and lockable")
     if streaming:
@@ -282,7 +287,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         if name in cli:
             cli[name] = dict(values.get(name, {}), **dict(cli[name]))
     values.update(cli)
-    for flag in ("fail_on_data_loss", "message_index"):
+    for flag in ("fail_on_data_loss", "message_index", "drop_cache_behind"):
         if flag in values and isinstance(values[flag], str):
             values[flag] = values[flag] == "true"
     if values.get("master") in ("none", ""):

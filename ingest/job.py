@@ -49,7 +49,7 @@ def store_config(cfg: JobConfig) -> StoreConfig:
                                     disk_full_ratio=max(0.90, cfg.disk_max_used_space_ratio))
     return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
                        consume_queue_units=cfg.consume_queue_units, retention=retention,
-                       codec=codec_config(cfg),
+                       codec=codec_config(cfg), drop_cache_behind=cfg.drop_cache_behind,
                        index=IndexConfig(cfg.message_index, cfg.max_hash_slot_num, cfg.max_index_num))
 
 

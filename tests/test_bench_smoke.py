@@ -36,6 +36,9 @@ EXPECTED = {
          "body1024.put_only.cpu_ns_per_msg", "body100.bound_found", "body1024.bound_shipped", "body100.measured_shipped"],
         ["body100.ratio.measured_vs_bound_found", "body1024.ratio.measured_shipped_vs_bound_shipped",
          "body100.ratio.bound_shipped_vs_target"]),
+    "page_cache": (
+        ["drop.msgs_per_s", "keep.msgs_per_s", "drop.cpu_s_per_gb", "keep.cpu_s_per_gb", "write_fdatasync.mb_per_s"],
+        ["ratio.drop_vs_keep", "ratio.cpu_keep_vs_drop", "ratio.drop_vs_write_fdatasync"]),
     "roll": (
         ["prealloc.roll.p99_ms", "prealloc.inside.p99_ms", "no_prealloc.roll.max_ms", "prealloc.msgs_per_s"],
         ["prealloc.ratio.roll_p99_vs_inside_p99", "no_prealloc.ratio.roll_p99_vs_inside_p99",

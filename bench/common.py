@@ -303,6 +303,19 @@ def work_dir(path: Path, keep: bool) -> Iterator[Path]:
                 pass
 
 
+def write_fdatasync(fd: int, chunks: Sequence[Any]) -> None:
+    """Write ``chunks`` one after another from the start of ``fd``, an fdatasync after each: the
+    disk's speed for a batch a flush, the ceiling of a SYNC writer."""
+    pos = 0
+    for c in chunks:
+        view = memoryview(c)
+        while view:
+            n = os.pwrite(fd, view, pos)
+            pos += n
+            view = view[n:]
+        os.fdatasync(fd)
+
+
 def drop_file_cache(path: str | os.PathLike[str]) -> None:
     """Evict a file's clean pages from the page cache (no root needed), for cold-read figures."""
     fd = os.open(path, os.O_RDONLY)

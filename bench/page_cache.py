@@ -56,11 +56,7 @@ def run_write_fdatasync(args, chunks: list) -> tuple[float, float]:
         fd = os.open(root / "data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             c0, t0 = cpu_seconds(), time.perf_counter()
-            for c in chunks:
-                view = memoryview(c)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fdatasync(fd)
+            common.write_fdatasync(fd, chunks)
             return time.perf_counter() - t0, cpu_seconds() - c0
         finally:
             os.close(fd)

@@ -130,14 +130,7 @@ def run_write_fdatasync(path: Path, chunks: list[np.ndarray]) -> float:
     fd = os.open(path, os.O_WRONLY)
     try:
         t0 = time.perf_counter()
-        pos = 0
-        for c in chunks:
-            view = memoryview(c)
-            while view:
-                n = os.pwrite(fd, view, pos)
-                pos += n
-                view = view[n:]
-            os.fdatasync(fd)
+        common.write_fdatasync(fd, chunks)
         elapsed = time.perf_counter() - t0
     finally:
         os.close(fd)

@@ -320,8 +320,7 @@ class CommitLog:
         for seg in self.queue.snapshot():
             if seg.base_offset >= offset:
                 break
-            if seg.dropped < seg.size:
-                seg.drop_behind(offset - seg.base_offset)
+            seg.drop_behind(offset - seg.base_offset)      # a no-op for the pages already handed back
 
     def close(self) -> None:
         self.writer.close()

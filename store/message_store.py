@@ -306,10 +306,15 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         self._closed = True
         if self._retention is not None:
             self._retention.stop()
-        self._flusher.stop()
-        self._cq.abandon()
+        # the work behind the appends ends first: a consume-queue unit or an index item still being
+        # written must not land in a file unmapped under it (a killed writer's writes are in the
+        # page cache too)
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
         if self._index is not None:
             self._index.close(flush=False)
+        self._flusher.stop()
+        self._cq.abandon()
         for seg in self._segments.segments:
             seg.close()
         self._lock.release()

@@ -224,3 +224,27 @@ def test_a_failed_dispatch_makes_the_store_read_only_and_a_reopen_rebuilds_the_u
         assert s2.queue_range("F", 0) == (0, 20)
         s2.append(msgs(3, 3))
         assert s2.commit().queue_offsets == {("F", 0): 23}
+
+
+def test_a_store_let_go_as_a_killed_writer_first_lets_the_units_in_flight_land(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """abandon() closes the consume-queue files: a unit still being written behind the append would
+    land in whatever file took their place (a test caught one in the next store's index file)."""
+    from store.queue.consume_queue import ConsumeQueueStore
+
+    landed: list[float] = []
+    dispatch = ConsumeQueueStore.dispatch
+
+    def slow(self: ConsumeQueueStore, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.2)
+        dispatch(self, *args, **kwargs)
+        landed.append(time.monotonic())
+
+    monkeypatch.setattr(ConsumeQueueStore, "dispatch", slow)
+    s = MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG))
+    s.append(msgs(10))
+    s.abandon()
+    assert landed, "abandon() returned before the units in flight were written"
+    monkeypatch.undo()
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as again:
+        assert again.committed_offset == 0

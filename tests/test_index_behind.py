@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from store import MessageStore, StoreConfig
+from store import MessageStore, StoreConfig, batch_index_keys
 from store.errors import FlushError, StoreReadOnlyError
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, Message
@@ -215,3 +216,41 @@ def test_puts_hold_the_writeback_gate_a_few_thousand_keys_at_a_time(tmp_path: Pa
         [p.read_bytes() for p in sorted((tmp_path / "plain").iterdir())]
     gated.close()
     plain.close()
+
+
+def test_shipped_keys_hold_the_gate_a_few_thousand_keys_at_a_time_and_split_records_between_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Gate:
+        holds = 0
+
+        def __enter__(self) -> None:
+            Gate.holds += 1
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(index_service, "GATE_KEYS", 5)      # 3 keys a record: holds end inside records
+    b = batch(0, 40)
+    hashes, counts = batch_index_keys(np.asarray(b.data, np.uint8), b.offsets)
+    config = IndexConfig(max_hash_slot_num=16, max_index_num=50)       # and fills a file mid-record
+    gated = IndexService(tmp_path / "gated", config, gate=Gate())
+    gated.put_shipped(hashes, counts, np.asarray(b.offsets, np.int64) + 1000, 1_700_000_000_000)
+    gated.flush()
+    plain = IndexService(tmp_path / "plain", config)
+    plain.put_hashes(hashes, np.repeat(np.asarray(b.offsets, np.int64) + 1000, counts),
+                     np.full(len(hashes), 1_700_000_000_000, dtype=np.int64))
+    plain.flush()
+    assert len(hashes) == 120 and Gate.holds == 10 + 10 + 5      # files of 49 keys, 49 and 22: 5 a hold
+    assert [p.read_bytes() for p in sorted((tmp_path / "gated").iterdir())] == \
+        [p.read_bytes() for p in sorted((tmp_path / "plain").iterdir())]
+    gated.close()
+    plain.close()
+
+
+@pytest.mark.skipif(index_file._index_build is None, reason="the C put is not built")
+def test_the_c_put_refuses_key_counts_past_the_keys_it_was_given(tmp_path: Path) -> None:
+    f = index_file.IndexFile(tmp_path / "f", 16, 50, create=True, start=index_file.IndexHeader())
+    with pytest.raises(ValueError, match="add up to more keys"):
+        f.put_shipped(np.array([1, 2, 3], np.int32), np.array([2, 2], np.int32), np.array([0, 90], np.int64),
+                      1_700_000_000_000, (0, 0, 0), 100)
+    f.close()

@@ -22,7 +22,8 @@
 #define SLOT_SIZE 4
 #define ITEM_SIZE 20
 #define PREFETCH_RECORDS 6  /* records ahead whose first and last bytes are asked for */
-#define LAG 32              /* put_items: keys ahead whose slot is asked for */
+#define LAG 256             /* put_items, put_shipped: keys ahead whose slot is asked for; a slot is
+                               a miss to memory, and beside the append's copy a slow one */
 #define CHUNK 256           /* index_records: keys found, their slots asked for, before they are put */
 
 enum { DONE = 0, FULL = 1, LEFT = 2 };
@@ -211,6 +212,100 @@ done:
     return result;
 }
 
+/* ``n`` keys of one record (hashes hs[0..n)) stored at ``phy``, ``ts``, into a file past its first
+ * item with room for them: put_key's work, with what every key of the record shares worked out
+ * once, the slot of the key ``lag`` ahead asked for (``ahead`` keys readable past hs[n - 1]) */
+static void put_run(Index *ix, const uint32_t *hs, Py_ssize_t n, Py_ssize_t ahead, int64_t phy, int64_t ts) {
+    int64_t diff = (ts - ix->begin_ts) / 1000;
+    diff = diff > INT32_MAX ? INT32_MAX : diff < 0 ? 0 : diff;
+    const uint32_t t = __builtin_bswap32((uint32_t)diff);
+    const uint64_t ph = __builtin_bswap64((uint64_t)phy);
+    int64_t count = ix->index_count, fresh = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (k + LAG < n + ahead)
+            __builtin_prefetch(slot_of(ix, hs[k + LAG]), 1);
+        uint8_t *slot = slot_of(ix, hs[k]);
+        int64_t prev = (int32_t)be32(slot);
+        if (prev <= 0 || prev > count)
+            prev = 0;
+        fresh += prev == 0;
+        uint8_t *item = ix->items + ITEM_SIZE * count;
+        const uint32_t h = __builtin_bswap32(hs[k]), pv = __builtin_bswap32((uint32_t)prev),
+                       c = __builtin_bswap32((uint32_t)count), counted = __builtin_bswap32((uint32_t)(count + 1));
+        memcpy(item, &h, 4);
+        memcpy(item + 4, &ph, 8);
+        memcpy(item + 12, &t, 4);
+        memcpy(item + 16, &pv, 4);
+        memcpy(ix->header + HEADER_INDEX_COUNT, &counted, 4); /* before the slot points at it: see put_key */
+        memcpy(slot, &c, 4);
+        count++;
+    }
+    ix->slot_count += fresh;
+    ix->index_count = count;
+    ix->end_phy = phy;
+    ix->end_ts = ts;
+}
+
+/* put_shipped(file, slot_num, index_num, header, hash, counts, phy, ts, first, skip, at, most)
+ *   -> (header, next, skip, at)
+ * put_items for keys shipped with their records (store/index/shipped.py), without a key's offset
+ * and timestamp spelled out: record i has counts[i] (int32) keys, in order in ``hash``, all at
+ * phy[i] (int64); every one is stored at ``ts``. From record ``first``'s key ``skip`` (the key
+ * hash[at]) on, puts at most ``most`` keys, while the file has room; returns the header after them
+ * and where it stopped (the record, its keys already in, the key). The caller writes the header. */
+static PyObject *put_shipped(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer file, hash, counts, phy;
+    long long slot_num, index_num, ts;
+    Py_ssize_t i, j, k, most;
+    Index ix;
+    if (!PyArg_ParseTuple(args, "w*LL" HEADER_FORMAT "y*y*y*Lnnnn", &file, &slot_num, &index_num, &ix.begin_ts,
+                          &ix.end_ts, &ix.begin_phy, &ix.end_phy, &ix.slot_count, &ix.index_count, &hash, &counts,
+                          &phy, &ts, &i, &j, &k, &most))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = counts.len / 4, keys = hash.len / 4;
+    if (!open_index(&ix, &file, slot_num, index_num))
+        goto done;
+    if (phy.len / 8 != n || i < 0 || i > n || j < 0 || k < 0 || k > keys) {
+        PyErr_SetString(PyExc_ValueError, "put_shipped: not one offset per record, or a start out of range");
+        goto done;
+    }
+    const int32_t *cs = counts.buf;
+    const uint32_t *hs = hash.buf;
+    const int64_t *ps = phy.buf;
+    int over = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (i < n && most > 0 && ix.index_count < ix.index_num) {
+        if (j >= cs[i]) {
+            i++, j = 0;
+            continue;
+        }
+        Py_ssize_t run = cs[i] - j;
+        run = run < most ? run : most;
+        run = run < ix.index_num - ix.index_count ? run : ix.index_num - ix.index_count;
+        if (run > keys - k) {
+            over = 1;
+            break;
+        }
+        if (ix.index_count <= 1) /* the file's first item sets beginTimestamp, which put_run measures from */
+            run = put_key(&ix, slot_of(&ix, hs[k]), hs[k], ps[i], ts);
+        else
+            put_run(&ix, hs + k, run, keys - k - run, ps[i], ts);
+        j += run, k += run, most -= run;
+    }
+    Py_END_ALLOW_THREADS
+    if (over)
+        PyErr_SetString(PyExc_ValueError, "put_shipped: the key counts add up to more keys than were given");
+    else
+        result = Py_BuildValue(HEADER_FORMAT "nnn", HEADER_OUT(ix), i, j, k);
+done:
+    PyBuffer_Release(&file);
+    PyBuffer_Release(&hash);
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&phy);
+    return result;
+}
+
 typedef struct {
     uint8_t *slot;
     uint32_t hash;
@@ -298,6 +393,7 @@ done:
 static PyMethodDef methods[] = {
     {"find_keys", find_keys, METH_VARARGS, "The index keys of many records, hashed (store/index/build.py)."},
     {"put_items", put_items, METH_VARARGS, "IndexFile.putKey for many keys (store/index/file.py)."},
+    {"put_shipped", put_shipped, METH_VARARGS, "put_items for keys shipped with their records (store/index/file.py)."},
     {"index_records", index_records, METH_VARARGS, "Many records' keys put into an IndexFile (store/index/file.py)."},
     {NULL, NULL, 0, NULL},
 };

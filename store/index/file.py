@@ -61,6 +61,11 @@ def index_file_names(directory: Path) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
 
 
+def put_kernel_available() -> bool:
+    """Whether keys are put in C (store/index/_index_build.c was built)."""
+    return _index_build is not None
+
+
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
     return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num + INDEX_ITEM_SIZE * max_index_num
 
@@ -135,6 +140,22 @@ class IndexFile:
             return
         self._put_numpy(np.asarray(key_hashes, dtype=np.int64), np.asarray(phy_offsets, dtype=np.int64),
                         np.asarray(store_timestamps, dtype=np.int64))
+
+    def put_shipped(self, key_hashes: np.ndarray, key_counts: np.ndarray, phy_offsets: np.ndarray,
+                    store_timestamp: int, start: tuple[int, int, int], most: int) -> tuple[int, int, int]:
+        """Put keys shipped with their records (store.index.shipped), in C: record i's
+        ``key_counts[i]`` keys, in order in ``key_hashes``, at ``phy_offsets[i]``, all stored at
+        ``store_timestamp``; from ``start`` (record, its keys already in, the key) on, at most
+        ``most`` keys while the file has room. Returns where it stopped, the same triple."""
+        assert _index_build is not None
+        h = self.header
+        header, *stop = _index_build.put_shipped(
+            self._mm, self.max_hash_slot_num, self.max_index_num,
+            (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
+             h.index_count), key_hashes, key_counts, phy_offsets, store_timestamp, *start, most)
+        self.header = IndexHeader(*header)
+        self._write_header()
+        return tuple(stop)  # type: ignore[return-value]
 
     def warm_slots(self) -> None:
         """Fault the hash slots in, once, when the file is new: keys reach them in random order, so

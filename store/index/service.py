@@ -19,7 +19,7 @@ import numpy as np
 
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
 from store.index.build import RECORD_LEFT, build_kernel_available, decoded_keys, record_keys
-from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader, index_file_names
+from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader, index_file_names, put_kernel_available
 from store.index.hashing import index_key_hashes
 
 log = logging.getLogger(__name__)
@@ -129,9 +129,21 @@ class IndexService:
         if len(counts) and (not self.files or self.files[-1].is_full):
             self._new_file()        # as put_records: a batch of records has a file, keys or none
             self._dirty.add(len(self.files) - 1)
-        self.put_hashes(key_hashes, np.repeat(np.asarray(phy_offsets, dtype=np.int64), counts),
-                        np.full(len(key_hashes), store_timestamp, dtype=np.int64))
-        return len(key_hashes)
+        if not put_kernel_available():
+            self.put_hashes(key_hashes, np.repeat(np.asarray(phy_offsets, dtype=np.int64), counts),
+                            np.full(len(key_hashes), store_timestamp, dtype=np.int64))
+            return len(key_hashes)
+        hashes = np.ascontiguousarray(key_hashes, dtype=np.int32)
+        counts32 = np.ascontiguousarray(counts, dtype=np.int32)
+        phy = np.ascontiguousarray(phy_offsets, dtype=np.int64)
+        at = (0, 0, 0)
+        while at[2] < len(hashes):
+            if self.files[-1].is_full:
+                self._new_file()
+            with self.gate:
+                at = self.files[-1].put_shipped(hashes, counts32, phy, store_timestamp, at, GATE_KEYS)
+            self._dirty.add(len(self.files) - 1)
+        return len(hashes)
 
     def put_records(self, buf: np.ndarray, starts: np.ndarray, base: int) -> int:
         """Index the records at ``starts`` of ``buf`` (``base``: the offset of buf[0]), in order, as

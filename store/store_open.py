@@ -95,7 +95,7 @@ class StoreOpening:
         self._dispatcher = DispatchService(lambda **units: self._cq.dispatch(**units), self.root.name,
                                            self._log.writer.executor)
         if self._index is not None:
-            self._index.start(self._segments)
+            self._index.start(self._segments, self._log.writer.executor)
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()

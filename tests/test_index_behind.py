@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -254,3 +255,26 @@ def test_the_c_put_refuses_key_counts_past_the_keys_it_was_given(tmp_path: Path)
         f.put_shipped(np.array([1, 2, 3], np.int32), np.array([2, 2], np.int32), np.array([0, 90], np.int64),
                       1_700_000_000_000, (0, 0, 0), 100)
     f.close()
+
+
+def test_the_index_is_put_on_the_commit_log_s_copy_helper_when_it_has_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two cores, two threads: the keys are put between the helper's shares of the copies, not on a
+    third thread competing with both."""
+    threads: set[str] = set()
+    put = IndexService.put_shipped
+
+    def watched(self: IndexService, *args: object) -> int:
+        threads.add(threading.current_thread().name)
+        return put(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(IndexService, "put_shipped", watched)
+    b = batch(0, 30)
+    hashes, counts = batch_index_keys(np.asarray(b.data, np.uint8), b.offsets)
+    with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as store:
+        helper = store._log.writer.executor
+        store.append_encoded(replace(b, key_hashes=hashes, key_counts=counts))
+        store.commit()
+        assert len(store.messages_by_key("T", "k7")) == 1
+    expected = "commitlog-copy" if helper is not None else "dispatch-index"
+    assert len(threads) == 1 and threads.pop().startswith(expected)

@@ -1,13 +1,14 @@
 """The store's index, fed by its appends: the keys of each appended batch, as the batch brought them
 (store.index.shipped) or else read from its records in the commit log (store.index.build finds and
-hashes them for the whole batch at once, in C), are put into the IndexService on a thread behind the
-append (the store's index dispatcher); settled and flushed before every commit point, so that each
-covers it, and trimmed back to the commit point after a crash."""
+hashes them for the whole batch at once, in C), are put into the IndexService behind the append, on
+the commit log's copy helper (the store's dispatcher); settled and flushed before every commit point,
+so that each covers it, and trimmed back to the commit point after a crash."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,15 @@ class IndexWriter:
         self._behind: DispatchService | None = None
 
     # --- behind the append -----------------------------------------------------------------------
-    def start(self, segments: SegmentQueue) -> None:
-        """Index what is appended to ``segments`` from now on, on a thread of its own: the C pass
-        runs without the GIL beside the next batch's copy (RocketMQ's dispatcher does this work)."""
+    def start(self, segments: SegmentQueue, executor: ThreadPoolExecutor | None = None) -> None:
+        """Index what is appended to ``segments`` from now on, behind the appends (RocketMQ's
+        dispatcher does this work): on ``executor``, the commit log's copy helper, as the
+        consume-queue units are, or without one on a thread of its own. The C pass runs without
+        the GIL beside the next batch's copy; on the helper it runs where the copy's second thread
+        would, so that two cores run two threads: a third, for the index alone, cost the copies
+        their share of both cores and the puts their cache (BENCHMARKS.md, "Store append")."""
         self._segments = segments
-        self._behind = DispatchService(self._index_appended, f"index-{self.root.name}")
+        self._behind = DispatchService(self._index_appended, f"index-{self.root.name}", executor)
 
     def submit(self, physical_offsets: np.ndarray, store_timestamp: int, key_hashes: np.ndarray | None = None,
                key_counts: np.ndarray | None = None) -> None:

@@ -1,11 +1,12 @@
 """Work done behind the commit log, batch by batch in append order (RocketMQ's ReputMessageService):
-the consume-queue units, and the index (store.index.writer, on a thread of its own).
+the consume-queue units, and the index (store.index.writer), each its own service.
 
 An append returns once its records are in the commit log; the consume-queue units are written
 behind it, in append order, while the caller goes on. The work runs on the commit log's helper
 thread (store.log.record_patch) when there is one: that thread is idle while the next append numbers
-its queues, and then takes its share of the copy once the units are written, so the two cores run
-two threads, not three (a thread of its own for the units competed with both copying threads).
+its queues, and then takes its share of the copy once the units (and the index's keys) are written,
+so the two cores run two threads, not three (a thread of its own for the units, or for the index,
+competed with both copying threads).
 ``drain()`` waits until every submitted batch is dispatched: the store calls it before a flush
 (so before every commit) and before a read by queue. A failure is kept and raised by the next
 submit or drain; the units are then missing, and only a reopen, which redispatches from the commit

@@ -5,6 +5,7 @@ whichever pass (C or numpy) built them."""
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 from dataclasses import replace
@@ -278,3 +279,20 @@ def test_the_index_is_put_on_the_commit_log_s_copy_helper_when_it_has_one(
         assert len(store.messages_by_key("T", "k7")) == 1
     expected = "commitlog-copy" if helper is not None else "dispatch-index"
     assert len(threads) == 1 and threads.pop().startswith(expected)
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").exists(),
+                    reason="no MADV_HUGEPAGE here")
+def test_a_writer_maps_its_index_files_asking_for_huge_pages_and_a_reader_does_not(tmp_path: Path) -> None:
+    def advised(path: Path) -> bool:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.endswith(str(path)))
+        flags = next(line for line in lines[at:] if line.startswith("VmFlags:"))
+        return "hg" in flags.split()
+
+    writer = index_file.IndexFile(tmp_path / "w", 1024, 4096, create=True)
+    assert advised(tmp_path / "w")
+    writer.close()
+    reader = index_file.IndexFile(tmp_path / "w", 1024, 4096, read_only=True)
+    assert not advised(tmp_path / "w")
+    reader.close()

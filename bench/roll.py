@@ -45,6 +45,7 @@ def one_run(args, batch, first, segment_size: int, rolls: int, prealloc: bool, r
         store = MessageStore.open(root, cfg)
         try:
             store.append_encoded(first)        # creates (and, with prealloc, pre-touches) the first segment
+            store.settle_index()               # and the first IndexFile's items, behind the append
             seg_index = store.max_offset // segment_size
             n_rolls = 0
             period = len(batch) / rate if rate else 0.0

@@ -6,9 +6,9 @@ Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable f
   index off;
 - ``py_append_encoded_index``: the same with the index on, the batches carrying their records' index
   keys as the job's read tasks ship them (store.index.shipped: found and hashed where the batch is
-  encoded, not timed, as the encoding is not); the store's index thread puts them behind the append
-  (timed until the index holds every batch);
-- ``py_append_encoded_index_found``: the index on, batches without keys: the index thread finds and
+  encoded, not timed, as the encoding is not); the store puts them behind the append, on the copy's
+  helper thread (timed until the index holds every batch);
+- ``py_append_encoded_index_found``: the index on, batches without keys: the store finds and
   hashes them in the commit log first (a store user who hands the store bare batches);
 - ``py_append_table``: MessageStore.append_table (encode_batch, body CRCs included, + append);
 - ``py_append_commit`` (SYNC only): append_encoded + commit per batch, what the sink does;
@@ -19,7 +19,10 @@ Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable f
   (bench/rocketmq_store.py);
 - ceilings: ``mmap_copy`` (bulk copy of the same bytes into a pre-touched mapping, memory speed)
   and ``write_fdatasync`` (write + fdatasync per batch, disk speed).
-Segments are pre-touched before timing; the data fits one segment, rolls are bench/roll.py's.
+Segments are pre-touched before timing (``warm_first_segment``), and so are the items of the first
+IndexFile, made when the warm-up batch is indexed: page faults are in neither side of a ratio (on this
+VM a new page costs up to 9 us: BENCHMARKS.md, "Page cache behind the writer"). The data fits one
+segment and one IndexFile; rolls are bench/roll.py's.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ class StoreConfig:
     flush_thorough_interval_ms: int = FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS
     consume_queue_units: int = DEFAULT_CONSUME_QUEUE_UNITS
     preallocate: bool = True                             # create + pre-fault the next segment early
-    warm_first_segment: bool = False                     # pre-fault a new store's first segment at open
+    warm_first_segment: bool = False                     # pre-fault a new store's first segment (at open)
+                                                         # and first IndexFile's items (when it is made)
     codec: CodecConfig = field(default_factory=CodecConfig)
     retention: "RetentionConfig | Any | None" = None
     mlock: bool = False                                  # mlock segments where RLIMIT_MEMLOCK allows

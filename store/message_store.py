@@ -74,7 +74,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                               mlock=config.mlock)
         self._segments = self._log.queue
         self._cq: ConsumeQueueStore = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
-        # held by the index thread while it puts keys, by the flush while it starts writeback: a
+        # held by the index while it puts keys, by the flush while it starts writeback: a
         # page cleaned while another CPU runs a thread of ours costs that CPU an interrupt
         self._writeback_gate = threading.Lock()
         self._flusher = FlushService(self._log, mode=config.flush_mode, gate=self._writeback_gate,
@@ -87,7 +87,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         self._retention: Any = None
         self._dispatcher: DispatchService | None = None
         self._topics = TopicsPublisher(root)
-        self._index = IndexWriter(root, config.index, self._writeback_gate) if config.index.enabled else None
+        self._index = IndexWriter(root, config.index, self._writeback_gate, warm_first=config.warm_first_segment) \
+            if config.index.enabled else None
         self._index_seconds = 0.0
         self._open_report = OpenReport(False, "empty", 0, 0, 0, 0)
 
@@ -196,7 +197,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         return self._flush_files()
 
     def _flush_files(self, index: bool = True) -> int:
-        off = self._flusher.flush()     # the index thread catches up meanwhile
+        off = self._flusher.flush()     # the index catches up behind the appends meanwhile
         idx = self._index if index else None
         if idx is not None:
             started = time.perf_counter()

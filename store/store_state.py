@@ -70,7 +70,7 @@ class StoreState:
 
     @property
     def index_seconds(self) -> float:
-        """Time the writer spent on index/ since the open: handing batches to the index thread, waiting
+        """Time the writer spent on index/ since the open: handing batches to the index behind it, waiting
         for it before a commit point, and flushing the index (part of append and flush)."""
         return self._index_seconds
 

@@ -296,3 +296,63 @@ def test_a_writer_maps_its_index_files_asking_for_huge_pages_and_a_reader_does_n
     reader = index_file.IndexFile(tmp_path / "w", 1024, 4096, read_only=True)
     assert not advised(tmp_path / "w")
     reader.close()
+
+
+def test_warm_first_faults_the_first_index_file_in_and_a_flush_writes_only_what_was_put(tmp_path: Path) -> None:
+    """warm_first_segment: the first IndexFile's items are faulted in when it is made, as the
+    first segment is at open; the flushes still write only the header, the slots and the items
+    put (the zeros faulted in ahead are not theirs to write)."""
+    from tests.test_store_drop_behind import resident_pages
+
+    class Flushes:
+        def __init__(self, mm: mmap.mmap) -> None:
+            self.mm, self.calls = mm, []
+
+        def __len__(self) -> int:
+            return len(self.mm)
+
+        def flush(self, *args: int) -> None:
+            self.calls.append(args)
+            self.mm.flush(*args)
+
+    config = IndexConfig(max_hash_slot_num=1024, max_index_num=1_000_000)    # 20 MB of items
+    service = IndexService(tmp_path / "index", config, warm_first=True)
+    phy = np.arange(10, dtype=np.int64) * 100
+    service.put_hashes(np.arange(10, dtype=np.int32), phy, np.full(10, 1_700_000_000_000, dtype=np.int64))
+    (first,) = service.files
+    size = first.path.stat().st_size
+    pages = resident_pages(first.path, size)
+    assert pages.all(), f"{int((pages == 0).sum())} of {len(pages)} pages not faulted in"
+    spy = Flushes(first._mm)
+    first._mm = spy  # type: ignore[assignment]
+    first.flush()
+    items_end = 40 + 4 * 1024 + 20 * 11
+    assert spy.calls == [(0, -(-items_end // mmap.PAGESIZE) * mmap.PAGESIZE)]
+    first._mm = spy.mm
+    second = service._new_file()        # not the directory's first: left to its puts
+    assert resident_pages(second.path, size).sum() < len(pages) // 2
+    service.close()
+
+
+def test_a_repaired_index_file_flushes_whole(tmp_path: Path) -> None:
+    """repair() zeroes the items a crash left past the count: those pages are written too."""
+    f = index_file.IndexFile(tmp_path / "f", 16, 5000, create=True, start=index_file.IndexHeader())
+    f.put(np.arange(3000, dtype=np.int32), np.arange(3000, dtype=np.int64), np.full(3000, 1, dtype=np.int64))
+    f.header.index_count = 3
+    f.repair()
+    calls: list[tuple[int, ...]] = []
+
+    class Spy:
+        def __len__(self) -> int:
+            return len(real)
+
+        def flush(self, *args: int) -> None:
+            calls.append(args)
+
+    real = f._mm
+    f._mm = Spy()  # type: ignore[assignment]
+    f.flush()
+    f.flush()
+    f._mm = real
+    assert calls == [(0, len(real)), (0, -(-(40 + 4 * 16 + 20 * 3) // mmap.PAGESIZE) * mmap.PAGESIZE)]
+    f.close()

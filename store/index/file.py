@@ -113,9 +113,10 @@ class IndexFile:
         if not read_only:
             _ask_for_huge_pages(self._mm)
         self.read_only = read_only
+        self._items_offset = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num
+        self._flush_whole = False
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=max_hash_slot_num, offset=INDEX_HEADER_SIZE)
-        self._items = np.frombuffer(self._mm, dtype=_ITEM, count=max_index_num,
-                                    offset=INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num)
+        self._items = np.frombuffer(self._mm, dtype=_ITEM, count=max_index_num, offset=self._items_offset)
         # A new file starts from the previous one's end (RocketMQ: the first put's timeDiff is
         # measured against it) until its own first put.
         self.header = start if create and start is not None else IndexHeader.unpack(self._mm)
@@ -185,6 +186,18 @@ class IndexFile:
             self._mm.madvise(_MADV_POPULATE_WRITE, start, length)
         except (OSError, ValueError):    # before Linux 5.14
             int(self._slots.view(np.uint8)[::mmap.PAGESIZE].sum())
+
+    def warm_items(self) -> bool:
+        """Fault every item page in now, as ``warm_first_segment`` does a new store's first segment
+        (a fault per page later, on the puts, is the cost moved here); False where the kernel
+        cannot (before Linux 5.14), which leaves the puts to fault their own pages. The pages stay
+        out of the flushes until items are put in them (``flush``)."""
+        start = self._items_offset - self._items_offset % mmap.PAGESIZE
+        try:
+            self._mm.madvise(_MADV_POPULATE_WRITE, start, len(self._mm) - start)
+        except (OSError, ValueError):
+            return False
+        return True
 
     def put_records(self, buf: np.ndarray, starts: np.ndarray, first: int, skip: int, base: int
                     ) -> tuple[int, int, int]:
@@ -286,6 +299,7 @@ class IndexFile:
             np.maximum.at(slots, hashes % self.max_hash_slot_num, np.arange(1, n, dtype=np.int64))
         self._slots[:] = slots
         self._items[n:] = np.zeros(1, dtype=_ITEM)
+        self._flush_whole = True        # the zeroed items past the count too
         self.header.hash_slot_count = int(np.count_nonzero(slots))
         self._write_header()
 
@@ -302,8 +316,16 @@ class IndexFile:
         self._mm[:INDEX_HEADER_SIZE] = self.header.pack()
 
     def flush(self) -> None:
-        if not self.read_only:
-            self._mm.flush()
+        """msync the header, the slots and the items put so far; pages past them hold nothing
+        written (zeros faulted in ahead, ``warm_items``) unless a repair zeroed them."""
+        if self.read_only:
+            return
+        end = len(self._mm)
+        if not self._flush_whole:
+            written = self._items_offset + INDEX_ITEM_SIZE * max(self.header.index_count, 1)
+            end = min(end, -(-written // mmap.PAGESIZE) * mmap.PAGESIZE)
+        self._mm.flush(0, end)
+        self._flush_whole = False
 
     # --- reading -----------------------------------------------------------------------------
     def query(self, key_hash: int, begin_ms: int, end_ms: int, max_num: int) -> list[int]:

@@ -65,12 +65,13 @@ def file_name(millis: int) -> str:
 class IndexService:
     """The IndexFiles of one store's index/ directory. A writer's puts hold ``gate`` (the store's
     writeback gate), GATE_KEYS keys at a time: the commit log's flush takes it while it hands pages
-    to the disk (store.log.segment.Segment.flush), and the index thread sleeps through that."""
+    to the disk (store.log.segment.Segment.flush), and the puts wait through that."""
 
     def __init__(self, directory: Path, config: IndexConfig, *, read_only: bool = False,
-                 gate: AbstractContextManager[Any] | None = None) -> None:
+                 gate: AbstractContextManager[Any] | None = None, warm_first: bool = False) -> None:
         self.directory = Path(directory)
         self.gate = gate if gate is not None else nullcontext()
+        self.warm_first = warm_first    # fault the items of the directory's first file in when it is made
         self.config = config
         self.read_only = read_only
         self.files: list[IndexFile] = []
@@ -187,6 +188,8 @@ class IndexService:
         f = IndexFile(self.directory / name, self.config.max_hash_slot_num, self.config.max_index_num, create=True,
                       start=start)
         f.warm_slots()
+        if self.warm_first and not self.files:
+            f.warm_items()
         self.files.append(f)
         return f
 

@@ -30,7 +30,8 @@ class IndexWriter:
     """index/ of one store, written by its one writer. The geometry it was built with
     (config/messageIndex.json) wins over the configured one: changing it takes a reindex."""
 
-    def __init__(self, root: Path, config: IndexConfig, gate: AbstractContextManager[Any] | None = None) -> None:
+    def __init__(self, root: Path, config: IndexConfig, gate: AbstractContextManager[Any] | None = None,
+                 warm_first: bool = False) -> None:
         self.root = Path(root)
         self.directory = self.root / INDEX_DIR
         self.existed = bool(index_file_names(self.directory))
@@ -42,7 +43,7 @@ class IndexWriter:
                          "reindex` changes them)", self.root, self.settings.max_hash_slot_num,
                          self.settings.max_index_num)
             config = self.settings.config()
-        self.service = IndexService(self.directory, config, gate=gate)
+        self.service = IndexService(self.directory, config, gate=gate, warm_first=warm_first)
         if self.service.files:
             self.service.files[-1].reserve()     # the one the next keys go into
         self._segments: SegmentQueue | None = None

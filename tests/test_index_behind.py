@@ -191,60 +191,59 @@ def test_a_writer_killed_while_creating_an_index_file_leaves_none_the_next_open_
         reopened.close()
 
 
+class CountingGate:
+    """A writeback gate that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self.holds = 0
+
+    def __enter__(self) -> None:
+        self.holds += 1
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def file_bytes(directory: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(directory.iterdir())]
+
+
 def test_puts_hold_the_writeback_gate_a_few_thousand_keys_at_a_time(tmp_path: Path) -> None:
     """The commit log's flush takes the gate while it starts writeback (store.log.segment): the
-    index thread must let go of it between short puts, and put the same bytes as without it."""
-    class Gate:
-        holds = 0
-
-        def __enter__(self) -> None:
-            Gate.holds += 1
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
+    index must let go of it between short puts, and put the same bytes as without it."""
+    gate = CountingGate()
     n = 2 * index_service.GATE_KEYS + 5
     rng = np.random.default_rng(7)
     hashes = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int64).astype(np.int32)
     phy, ts = np.arange(n, dtype=np.int64) * 100, np.full(n, 1_700_000_000_000, dtype=np.int64)
     config = IndexConfig(max_hash_slot_num=1024, max_index_num=4 * n)
-    gated = IndexService(tmp_path / "gated", config, gate=Gate())
+    gated = IndexService(tmp_path / "gated", config, gate=gate)
     plain = IndexService(tmp_path / "plain", config)
     for service in (gated, plain):
         service.put_hashes(hashes, phy, ts)
         service.flush()
-    assert Gate.holds == 3
-    assert [p.read_bytes() for p in sorted((tmp_path / "gated").iterdir())] == \
-        [p.read_bytes() for p in sorted((tmp_path / "plain").iterdir())]
+    assert gate.holds == 3
+    assert file_bytes(tmp_path / "gated") == file_bytes(tmp_path / "plain")
     gated.close()
     plain.close()
 
 
 def test_shipped_keys_hold_the_gate_a_few_thousand_keys_at_a_time_and_split_records_between_holds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class Gate:
-        holds = 0
-
-        def __enter__(self) -> None:
-            Gate.holds += 1
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
+    gate = CountingGate()
     monkeypatch.setattr(index_service, "GATE_KEYS", 5)      # 3 keys a record: holds end inside records
     b = batch(0, 40)
     hashes, counts = batch_index_keys(np.asarray(b.data, np.uint8), b.offsets)
     config = IndexConfig(max_hash_slot_num=16, max_index_num=50)       # and fills a file mid-record
-    gated = IndexService(tmp_path / "gated", config, gate=Gate())
+    gated = IndexService(tmp_path / "gated", config, gate=gate)
     gated.put_shipped(hashes, counts, np.asarray(b.offsets, np.int64) + 1000, 1_700_000_000_000)
     gated.flush()
     plain = IndexService(tmp_path / "plain", config)
     plain.put_hashes(hashes, np.repeat(np.asarray(b.offsets, np.int64) + 1000, counts),
                      np.full(len(hashes), 1_700_000_000_000, dtype=np.int64))
     plain.flush()
-    assert len(hashes) == 120 and Gate.holds == 10 + 10 + 5      # files of 49 keys, 49 and 22: 5 a hold
-    assert [p.read_bytes() for p in sorted((tmp_path / "gated").iterdir())] == \
-        [p.read_bytes() for p in sorted((tmp_path / "plain").iterdir())]
+    assert len(hashes) == 120 and gate.holds == 10 + 10 + 5      # files of 49 keys, 49 and 22: 5 a hold
+    assert file_bytes(tmp_path / "gated") == file_bytes(tmp_path / "plain")
     gated.close()
     plain.close()
 

@@ -61,17 +61,18 @@ def index_file_names(directory: Path) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
 
 
-def _ask_for_huge_pages(mm: mmap.mmap, start: int) -> None:
-    """Ask for the items of a writer's mapping (from ``start``, page-aligned) in 2 MiB pages where the
-    kernel maps files so (ext4 and xfs with large folios, Linux 6.x): items are written once, in
-    order, and each new 4 KiB of them was a fault of its own. Not the slot table: keys rewrite it
-    anywhere, and after each flush has cleaned it a write into a 2 MiB page splits the mapping and
-    ext4 dirties the page again one 4 KiB fault at a time, each over the whole 2 MiB (BENCHMARKS.md,
-    "Sizing"). The price: a flush writes a dirty item page whole, at most 2 MiB past the last item.
-    Elsewhere the advice is taken as a hint or refused, and nothing changes."""
+def _ask_for_huge_pages(mm: mmap.mmap) -> None:
+    """Ask for a writer's mapping in 2 MiB pages where the kernel maps files so (ext4 and xfs with
+    large folios, Linux 6.x): keys land anywhere in the 20 MB slot table, which in 4 KiB pages is
+    a TLB miss and a page walk per put, and each new page of items a fault of its own; and a flush
+    cleans the slot table ten pages at a time, not 4,883. The price: after a flush, a put into a
+    2 MiB page splits its mapping and ext4 dirties it again 4 KiB at a time, dearer than in small
+    pages, which the flush's saving outweighs (BENCHMARKS.md, "Sizing"); and a flush writes a dirty
+    item page whole, at most 2 MiB past the last item. Elsewhere the advice is taken as a hint or
+    refused, and nothing changes."""
     try:
-        mm.madvise(mmap.MADV_HUGEPAGE, start, len(mm) - start)
-    except (AttributeError, OSError, ValueError):   # not Linux, a kernel without THP, or an empty range
+        mm.madvise(mmap.MADV_HUGEPAGE)
+    except (AttributeError, OSError):   # no MADV_HUGEPAGE (not Linux), or a kernel without THP
         pass
 
 
@@ -112,10 +113,10 @@ class IndexFile:
             self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
         finally:
             os.close(fd)
+        if not read_only:
+            _ask_for_huge_pages(self._mm)
         self.read_only = read_only
         self._items_offset = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num
-        if not read_only:
-            _ask_for_huge_pages(self._mm, self._items_offset - self._items_offset % mmap.PAGESIZE)
         self._flush_whole = False
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=max_hash_slot_num, offset=INDEX_HEADER_SIZE)
         self._items = np.frombuffer(self._mm, dtype=_ITEM, count=max_index_num, offset=self._items_offset)

@@ -355,3 +355,19 @@ def test_a_repaired_index_file_flushes_whole(tmp_path: Path) -> None:
     f._mm = real
     assert calls == [(0, len(real)), (0, -(-(40 + 4 * 16 + 20 * 3) // mmap.PAGESIZE) * mmap.PAGESIZE)]
     f.close()
+
+
+def test_shipped_keys_measure_their_time_as_put_key_does_in_a_file_begun_at_time_zero(tmp_path: Path) -> None:
+    """RocketMQ's putKey leaves timeDiff 0 while the file's beginTimestamp is 0."""
+    config = IndexConfig(max_hash_slot_num=16, max_index_num=50)
+    shipped, general = IndexService(tmp_path / "shipped", config), IndexService(tmp_path / "general", config)
+    hashes = np.arange(1, 7, dtype=np.int32)
+    shipped.put_shipped(hashes[:2], np.array([2], np.int32), np.array([0]), 0)
+    shipped.put_shipped(hashes[2:], np.array([2, 2], np.int32), np.array([100, 200]), 5_000)
+    general.put_hashes(hashes, np.repeat(np.array([0, 100, 200], np.int64), 2),
+                       np.array([0, 0, 5_000, 5_000, 5_000, 5_000], np.int64))
+    for service in (shipped, general):
+        service.flush()
+    assert file_bytes(tmp_path / "shipped") == file_bytes(tmp_path / "general")
+    shipped.close()
+    general.close()

@@ -214,9 +214,9 @@ done:
 
 /* ``n`` keys of one record (hashes hs[0..n)) stored at ``phy``, ``ts``, into a file past its first
  * item with room for them: put_key's work, with what every key of the record shares worked out
- * once, the slot of the key ``lag`` ahead asked for (``ahead`` keys readable past hs[n - 1]) */
+ * once, the slot of the key LAG ahead asked for (``ahead`` keys readable past hs[n - 1]) */
 static void put_run(Index *ix, const uint32_t *hs, Py_ssize_t n, Py_ssize_t ahead, int64_t phy, int64_t ts) {
-    int64_t diff = (ts - ix->begin_ts) / 1000;
+    int64_t diff = ix->begin_ts > 0 ? (ts - ix->begin_ts) / 1000 : 0; /* as put_key */
     diff = diff > INT32_MAX ? INT32_MAX : diff < 0 ? 0 : diff;
     const uint32_t t = __builtin_bswap32((uint32_t)diff);
     const uint64_t ph = __builtin_bswap64((uint64_t)phy);

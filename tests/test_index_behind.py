@@ -37,8 +37,12 @@ def batch(first: int, n: int, topic: str = "T"):
     return encode_messages([keyed(i, topic) for i in range(first, first + n)], CodecConfig())
 
 
+def file_bytes(directory: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(directory.iterdir())]
+
+
 def index_bytes(root: Path) -> list[bytes]:
-    return [p.read_bytes() for p in sorted((root / "index").iterdir())]
+    return file_bytes(root / "index")
 
 
 def test_a_lookup_right_after_an_append_finds_what_was_appended(tmp_path: Path) -> None:
@@ -202,10 +206,6 @@ class CountingGate:
 
     def __exit__(self, *exc: object) -> None:
         pass
-
-
-def file_bytes(directory: Path) -> list[bytes]:
-    return [p.read_bytes() for p in sorted(directory.iterdir())]
 
 
 def test_puts_hold_the_writeback_gate_a_few_thousand_keys_at_a_time(tmp_path: Path) -> None:

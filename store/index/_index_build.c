@@ -112,13 +112,8 @@ static uint8_t *slot_of(const Index *ix, uint32_t key_hash) {
     return ix->slots + SLOT_SIZE * (int64_t)s;
 }
 
-/* IndexFile.putKey: 0 when the file is full */
-static int put_key(Index *ix, uint8_t *slot, uint32_t key_hash, int64_t phy, int64_t ts) {
-    if (ix->index_count >= ix->index_num)
-        return 0;
-    int64_t prev = (int32_t)be32(slot);
-    if (prev <= 0 || prev > ix->index_count)
-        prev = 0;
+/* an item's timeDiff, big-endian: seconds since the file's beginTimestamp (0 while that is 0) */
+static uint32_t time_diff(const Index *ix, int64_t ts) {
     int64_t diff = 0;
     if (ix->begin_ts > 0) {
         diff = (ts - ix->begin_ts) / 1000; /* C truncates toward zero, as Java's long division */
@@ -127,27 +122,42 @@ static int put_key(Index *ix, uint8_t *slot, uint32_t key_hash, int64_t phy, int
         else if (diff < 0)
             diff = 0;
     }
-    uint8_t *item = ix->items + ITEM_SIZE * ix->index_count;
-    const uint32_t h = __builtin_bswap32(key_hash), t = __builtin_bswap32((uint32_t)diff),
-                   pv = __builtin_bswap32((uint32_t)prev), n = __builtin_bswap32((uint32_t)ix->index_count);
-    const uint64_t ph = __builtin_bswap64((uint64_t)phy);
+    return __builtin_bswap32((uint32_t)diff);
+}
+
+/* the item indexCount names, linked to ``slot``'s chain, and the slot pointed at it; 1 when the slot
+ * was empty. ``ph`` and ``t`` come big-endian (a record's keys share them). The header's indexCount
+ * counts the item before the slot points at it: a writer killed in between leaves no slot past the
+ * count (RocketMQ's broker reads such a slot as empty and loses the chain's older keys); the caller
+ * writes the rest of the header after the batch */
+static inline int write_item(Index *ix, uint8_t *slot, uint32_t key_hash, uint64_t ph, uint32_t t) {
+    const int64_t count = ix->index_count;
+    int64_t prev = (int32_t)be32(slot);
+    if (prev <= 0 || prev > count)
+        prev = 0;
+    uint8_t *item = ix->items + ITEM_SIZE * count;
+    const uint32_t h = __builtin_bswap32(key_hash), pv = __builtin_bswap32((uint32_t)prev),
+                   n = __builtin_bswap32((uint32_t)count), counted = __builtin_bswap32((uint32_t)(count + 1));
     memcpy(item, &h, 4);
     memcpy(item + 4, &ph, 8);
     memcpy(item + 12, &t, 4);
     memcpy(item + 16, &pv, 4);
-    /* the header's indexCount counts the item before the slot points at it: a writer killed in
-     * between leaves no slot past the count (RocketMQ's broker reads such a slot as empty and
-     * loses the chain's older keys); the caller writes the rest of the header after the batch */
-    const uint32_t counted = __builtin_bswap32((uint32_t)(ix->index_count + 1));
     memcpy(ix->header + HEADER_INDEX_COUNT, &counted, 4);
     memcpy(slot, &n, 4);
-    if (ix->index_count <= 1) {
+    ix->index_count = count + 1;
+    return prev == 0;
+}
+
+/* IndexFile.putKey: 0 when the file is full */
+static int put_key(Index *ix, uint8_t *slot, uint32_t key_hash, int64_t phy, int64_t ts) {
+    if (ix->index_count >= ix->index_num)
+        return 0;
+    const int first = ix->index_count <= 1;
+    ix->slot_count += write_item(ix, slot, key_hash, __builtin_bswap64((uint64_t)phy), time_diff(ix, ts));
+    if (first) {
         ix->begin_phy = phy;
         ix->begin_ts = ts;
     }
-    if (prev == 0)
-        ix->slot_count++;
-    ix->index_count++;
     ix->end_phy = phy;
     ix->end_ts = ts;
     return 1;
@@ -216,32 +226,13 @@ done:
  * item with room for them: put_key's work, with what every key of the record shares worked out
  * once, the slot of the key LAG ahead asked for (``ahead`` keys readable past hs[n - 1]) */
 static void put_run(Index *ix, const uint32_t *hs, Py_ssize_t n, Py_ssize_t ahead, int64_t phy, int64_t ts) {
-    int64_t diff = ix->begin_ts > 0 ? (ts - ix->begin_ts) / 1000 : 0; /* as put_key */
-    diff = diff > INT32_MAX ? INT32_MAX : diff < 0 ? 0 : diff;
-    const uint32_t t = __builtin_bswap32((uint32_t)diff);
+    const uint32_t t = time_diff(ix, ts);
     const uint64_t ph = __builtin_bswap64((uint64_t)phy);
-    int64_t count = ix->index_count, fresh = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (k + LAG < n + ahead)
             __builtin_prefetch(slot_of(ix, hs[k + LAG]), 1);
-        uint8_t *slot = slot_of(ix, hs[k]);
-        int64_t prev = (int32_t)be32(slot);
-        if (prev <= 0 || prev > count)
-            prev = 0;
-        fresh += prev == 0;
-        uint8_t *item = ix->items + ITEM_SIZE * count;
-        const uint32_t h = __builtin_bswap32(hs[k]), pv = __builtin_bswap32((uint32_t)prev),
-                       c = __builtin_bswap32((uint32_t)count), counted = __builtin_bswap32((uint32_t)(count + 1));
-        memcpy(item, &h, 4);
-        memcpy(item + 4, &ph, 8);
-        memcpy(item + 12, &t, 4);
-        memcpy(item + 16, &pv, 4);
-        memcpy(ix->header + HEADER_INDEX_COUNT, &counted, 4); /* before the slot points at it: see put_key */
-        memcpy(slot, &c, 4);
-        count++;
+        ix->slot_count += write_item(ix, slot_of(ix, hs[k]), hs[k], ph, t);
     }
-    ix->slot_count += fresh;
-    ix->index_count = count;
     ix->end_phy = phy;
     ix->end_ts = ts;
 }

@@ -248,6 +248,31 @@ def test_shipped_keys_hold_the_gate_a_few_thousand_keys_at_a_time_and_split_reco
     plain.close()
 
 
+@pytest.mark.parametrize("gate_keys", [4, 1000])
+def test_shipped_records_of_any_key_count_put_as_their_keys_one_by_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gate_keys: int) -> None:
+    """Records without keys among others, last in a batch too (the file's endPhyOffset is the last
+    record that had one), through gate holds and files filling mid-record, or neither."""
+    monkeypatch.setattr(index_service, "GATE_KEYS", gate_keys)
+    rng = np.random.default_rng(11)
+    counts = rng.choice(np.array([0, 0, 1, 2, 3, 5], np.int32), 300)
+    counts[-3:] = 0
+    hashes = rng.integers(-2**31, 2**31 - 1, int(counts.sum()), dtype=np.int64).astype(np.int32)
+    phy = np.arange(len(counts), dtype=np.int64) * 70 + 1000
+    config = IndexConfig(max_hash_slot_num=64, max_index_num=2 * gate_keys + 97)
+    shipped, plain = IndexService(tmp_path / "shipped", config), IndexService(tmp_path / "plain", config)
+    half = len(counts) // 2
+    for part in (slice(0, half), slice(half, None)):
+        a, z = int(counts[:part.start].sum()), int(counts[:part.stop].sum()) if part.stop else len(hashes)
+        shipped.put_shipped(hashes[a:z], counts[part], phy[part], 1_700_000_000_000)
+    plain.put_hashes(hashes, np.repeat(phy, counts), np.full(len(hashes), 1_700_000_000_000, dtype=np.int64))
+    for service in (shipped, plain):
+        service.flush()
+    assert file_bytes(tmp_path / "shipped") == file_bytes(tmp_path / "plain")
+    shipped.close()
+    plain.close()
+
+
 @pytest.mark.skipif(index_file._index_build is None, reason="the C put is not built")
 def test_the_c_put_refuses_key_counts_past_the_keys_it_was_given(tmp_path: Path) -> None:
     f = index_file.IndexFile(tmp_path / "f", 16, 50, create=True, start=index_file.IndexHeader())

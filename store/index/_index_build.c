@@ -125,26 +125,27 @@ static uint32_t time_diff(const Index *ix, int64_t ts) {
     return __builtin_bswap32((uint32_t)diff);
 }
 
-/* the item indexCount names, linked to ``slot``'s chain, and the slot pointed at it; 1 when the slot
- * was empty. ``ph`` and ``t`` come big-endian (a record's keys share them). The header's indexCount
- * counts the item before the slot points at it: a writer killed in between leaves no slot past the
- * count (RocketMQ's broker reads such a slot as empty and loses the chain's older keys); the caller
- * writes the rest of the header after the batch */
-static inline int write_item(Index *ix, uint8_t *slot, uint32_t key_hash, uint64_t ph, uint32_t t) {
-    const int64_t count = ix->index_count;
+/* item number ``count`` of the file (``header``, ``items``), linked to ``slot``'s chain, and the slot
+ * pointed at it; 1 when the slot was empty. ``ph`` and ``t`` come big-endian (a record's keys share
+ * them). The header's indexCount counts the item before the slot points at it: a writer killed in
+ * between leaves no slot past the count (RocketMQ's broker reads such a slot as empty and loses the
+ * chain's older keys); the caller writes the rest of the header after the batch. Plain pointers, not
+ * the Index: a store through a byte pointer may alias its fields, which would be read again per key */
+static inline int write_item(uint8_t *header, uint8_t *items, int64_t count, uint8_t *slot, uint32_t key_hash,
+                             uint64_t ph, uint32_t t) {
     int64_t prev = (int32_t)be32(slot);
-    if (prev <= 0 || prev > count)
-        prev = 0;
-    uint8_t *item = ix->items + ITEM_SIZE * count;
+    /* prev = 0 unless 0 < prev <= count, without a branch: in a new file the slots are about half
+     * empty, at random, and a mispredicted branch per key costs as much as the key's other work */
+    prev &= -(int64_t)((prev > 0) & (prev <= count));
+    uint8_t *item = items + ITEM_SIZE * count;
     const uint32_t h = __builtin_bswap32(key_hash), pv = __builtin_bswap32((uint32_t)prev),
                    n = __builtin_bswap32((uint32_t)count), counted = __builtin_bswap32((uint32_t)(count + 1));
     memcpy(item, &h, 4);
     memcpy(item + 4, &ph, 8);
     memcpy(item + 12, &t, 4);
     memcpy(item + 16, &pv, 4);
-    memcpy(ix->header + HEADER_INDEX_COUNT, &counted, 4);
+    memcpy(header + HEADER_INDEX_COUNT, &counted, 4);
     memcpy(slot, &n, 4);
-    ix->index_count = count + 1;
     return prev == 0;
 }
 
@@ -153,7 +154,9 @@ static int put_key(Index *ix, uint8_t *slot, uint32_t key_hash, int64_t phy, int
     if (ix->index_count >= ix->index_num)
         return 0;
     const int first = ix->index_count <= 1;
-    ix->slot_count += write_item(ix, slot, key_hash, __builtin_bswap64((uint64_t)phy), time_diff(ix, ts));
+    ix->slot_count += write_item(ix->header, ix->items, ix->index_count, slot, key_hash,
+                                 __builtin_bswap64((uint64_t)phy), time_diff(ix, ts));
+    ix->index_count++;
     if (first) {
         ix->begin_phy = phy;
         ix->begin_ts = ts;
@@ -222,19 +225,32 @@ done:
     return result;
 }
 
-/* ``n`` keys of one record (hashes hs[0..n)) stored at ``phy``, ``ts``, into a file past its first
- * item with room for them: put_key's work, with what every key of the record shares worked out
- * once, the slot of the key LAG ahead asked for (``ahead`` keys readable past hs[n - 1]) */
-static void put_run(Index *ix, const uint32_t *hs, Py_ssize_t n, Py_ssize_t ahead, int64_t phy, int64_t ts) {
-    const uint32_t t = time_diff(ix, ts);
-    const uint64_t ph = __builtin_bswap64((uint64_t)phy);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (k + LAG < n + ahead)
-            __builtin_prefetch(slot_of(ix, hs[k + LAG]), 1);
-        ix->slot_count += write_item(ix, slot_of(ix, hs[k]), hs[k], ph, t);
+/* The keys of ``m`` records into a file past its first item with room for them: record r has cs[r] keys
+ * (``keys`` in all, hs[0..keys) in order), all at ps[r], stored at ``ts`` (``t``: its timeDiff,
+ * big-endian). put_key's work, with what a record's keys share worked out once and the file's
+ * geometry and counts in locals, the slot of the key LAG ahead asked for (``ahead`` keys readable
+ * past the last). */
+static void put_records(Index *ix, const uint32_t *hs, Py_ssize_t keys, Py_ssize_t ahead, const int32_t *cs,
+                        const int64_t *ps, Py_ssize_t m, int64_t ts, uint32_t t) {
+    const Index g = *ix;
+    int64_t count = g.index_count, slot_count = g.slot_count, end_phy = g.end_phy;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t r = 0; r < m; r++) {
+        const uint64_t ph = __builtin_bswap64((uint64_t)ps[r]);
+        for (int32_t c = 0; c < cs[r]; c++, k++, count++) {
+            if (k + LAG < keys + ahead)
+                __builtin_prefetch(slot_of(&g, hs[k + LAG]), 1);
+            slot_count += write_item(g.header, g.items, count, slot_of(&g, hs[k]), hs[k], ph, t);
+        }
+        if (cs[r] > 0)
+            end_phy = ps[r];
     }
-    ix->end_phy = phy;
-    ix->end_ts = ts;
+    ix->index_count = count;
+    ix->slot_count = slot_count;
+    if (k > 0) {
+        ix->end_phy = end_phy;
+        ix->end_ts = ts;
+    }
 }
 
 /* put_shipped(file, slot_num, index_num, header, hash, counts, phy, ts, first, skip, at, most)
@@ -265,23 +281,41 @@ static PyObject *put_shipped(PyObject *Py_UNUSED(self), PyObject *args) {
     const uint32_t *hs = hash.buf;
     const int64_t *ps = phy.buf;
     int over = 0;
+    uint32_t t = time_diff(&ix, ts); /* every key's: one store timestamp, and beginTimestamp moves only at item 1 */
     Py_BEGIN_ALLOW_THREADS
     while (i < n && most > 0 && ix.index_count < ix.index_num) {
         if (j >= cs[i]) {
             i++, j = 0;
             continue;
         }
+        Py_ssize_t room = ix.index_num - ix.index_count;
+        room = room < most ? room : most;
+        if (j == 0 && ix.index_count > 1) {
+            /* whole records while they fit: one loop over them all */
+            Py_ssize_t m = i, sum = 0;
+            const Py_ssize_t fits = room < keys - k ? room : keys - k;
+            while (m < n && cs[m] >= 0 && sum + cs[m] <= fits)
+                sum += cs[m++];
+            if (m > i) {
+                put_records(&ix, hs + k, sum, keys - k - sum, cs + i, ps + i, m - i, ts, t);
+                k += sum, most -= sum, i = m;
+                continue;
+            }
+        }
+        /* part of a record: a gate hold or a full file stops in it, or it started in one */
         Py_ssize_t run = cs[i] - j;
-        run = run < most ? run : most;
-        run = run < ix.index_num - ix.index_count ? run : ix.index_num - ix.index_count;
+        run = run < room ? run : room;
         if (run > keys - k) {
             over = 1;
             break;
         }
-        if (ix.index_count <= 1) /* the file's first item sets beginTimestamp, which put_run measures from */
+        if (ix.index_count <= 1) { /* the file's first item sets beginTimestamp, which timeDiff is from */
             run = put_key(&ix, slot_of(&ix, hs[k]), hs[k], ps[i], ts);
-        else
-            put_run(&ix, hs + k, run, keys - k - run, ps[i], ts);
+            t = time_diff(&ix, ts);
+        } else {
+            const int32_t part = (int32_t)run;
+            put_records(&ix, hs + k, run, keys - k - run, &part, ps + i, 1, ts, t);
+        }
         j += run, k += run, most -= run;
     }
     Py_END_ALLOW_THREADS

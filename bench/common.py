@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +181,22 @@ def repeat(fn: Callable[[], float], runs: int, warmup: int = 0) -> list[float]:
     for _ in range(warmup):
         fn()
     return [fn() for _ in range(runs)]
+
+
+def rounds(fns: Mapping[str, Callable[[], float]], runs: int, warmup: int = 0) -> dict[str, list[float]]:
+    """Call each of ``fns`` (which return one measurement) once a round, ``warmup`` + ``runs`` rounds,
+    in an order that rotates from round to round; keep each one's last ``runs``. A ratio of two of
+    them then compares runs taken minutes apart at most, not one block of runs against a later one:
+    on a shared machine the speed drifts more between blocks than the ratio asked about."""
+    names = list(fns)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(warmup + runs):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            took = fns[name]()
+            if r >= warmup:
+                out[name].append(took)
+    return out
 
 
 # --- machine -------------------------------------------------------------------------------

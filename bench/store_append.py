@@ -22,7 +22,8 @@ Per body size (100 B, 1 KiB, 16 KiB) and flush mode (ASYNC, SYNC = one durable f
 Segments are pre-touched before timing (``warm_first_segment``), and so are the items of the first
 IndexFile, made when the warm-up batch is indexed: page faults are in neither side of a ratio (on this
 VM a new page costs up to 9 us: BENCHMARKS.md, "Page cache behind the writer"). The data fits one
-segment and one IndexFile; rolls are bench/roll.py's.
+segment and one IndexFile; rolls are bench/roll.py's. Our modes of one flush mode take turns, a run
+of each a round (bench/common.rounds): the index's ratios compare runs taken side by side.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import os
 import shutil
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -204,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                 p = f"{flush}.{tag}"
                 modes = ["encoded", "encoded_index", "encoded_index_found", "table"] + \
                     (["commit"] if flush == "sync" else [])
+                # the modes take turns (common.rounds): index on / off is a ratio of two of them
+                timed = common.rounds({mode: partial(run_py, args, batches, tables, first, segment_size, flush, mode,
+                                                     keyed) for mode in modes}, runs, warmup=warmup)
                 for mode in modes:
-                    secs = common.repeat(lambda: run_py(args, batches, tables, first, segment_size, flush, mode,
-                                                        keyed), runs, warmup=warmup)
-                    figure(f"{p}.py_append_{mode}", secs)
+                    figure(f"{p}.py_append_{mode}", timed[mode])
                 pretouched_file(target, size)
                 if flush == "async":
                     secs = common.repeat(lambda: run_mmap_copy(target, chunks, size), runs, warmup=warmup)

@@ -178,9 +178,7 @@ def timer() -> Iterator[list[float]]:
 
 def repeat(fn: Callable[[], float], runs: int, warmup: int = 0) -> list[float]:
     """Call ``fn`` (which returns one measurement) ``warmup`` + ``runs`` times; keep the last ``runs``."""
-    for _ in range(warmup):
-        fn()
-    return [fn() for _ in range(runs)]
+    return rounds({"": fn}, runs, warmup)[""]
 
 
 def rounds(fns: Mapping[str, Callable[[], float]], runs: int, warmup: int = 0) -> dict[str, list[float]]:

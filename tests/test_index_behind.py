@@ -262,9 +262,9 @@ def test_shipped_records_of_any_key_count_put_as_their_keys_one_by_one(
     config = IndexConfig(max_hash_slot_num=64, max_index_num=2 * gate_keys + 97)
     shipped, plain = IndexService(tmp_path / "shipped", config), IndexService(tmp_path / "plain", config)
     half = len(counts) // 2
-    for part in (slice(0, half), slice(half, None)):
-        a, z = int(counts[:part.start].sum()), int(counts[:part.stop].sum()) if part.stop else len(hashes)
-        shipped.put_shipped(hashes[a:z], counts[part], phy[part], 1_700_000_000_000)
+    cut = int(counts[:half].sum())      # two batches: the first half's records and keys, then the rest
+    shipped.put_shipped(hashes[:cut], counts[:half], phy[:half], 1_700_000_000_000)
+    shipped.put_shipped(hashes[cut:], counts[half:], phy[half:], 1_700_000_000_000)
     plain.put_hashes(hashes, np.repeat(phy, counts), np.full(len(hashes), 1_700_000_000_000, dtype=np.int64))
     for service in (shipped, plain):
         service.flush()

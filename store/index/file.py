@@ -183,11 +183,7 @@ class IndexFile:
         about as much as the first. The price: the file's first flush writes the whole slot table
         (20 MB at the default geometry), which random keys dirty within the first batches anyway.
         Before Linux 5.14, a byte read per page."""
-        start = INDEX_HEADER_SIZE - INDEX_HEADER_SIZE % mmap.PAGESIZE
-        length = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * self.max_hash_slot_num - start
-        try:
-            self._mm.madvise(_MADV_POPULATE_WRITE, start, length)
-        except (OSError, ValueError):    # before Linux 5.14
+        if not self._populate(INDEX_HEADER_SIZE, self._items_offset):    # before Linux 5.14
             int(self._slots.view(np.uint8)[::mmap.PAGESIZE].sum())
 
     def warm_items(self) -> bool:
@@ -195,9 +191,14 @@ class IndexFile:
         (a fault per page later, on the puts, is the cost moved here); False where the kernel
         cannot (before Linux 5.14), which leaves the puts to fault their own pages. The pages stay
         out of the flushes until items are put in them (``flush``)."""
-        start = self._items_offset - self._items_offset % mmap.PAGESIZE
+        return self._populate(self._items_offset, len(self._mm))
+
+    def _populate(self, start: int, end: int) -> bool:
+        """Write-fault the pages of bytes [start, end) in, in one call; False where the kernel
+        cannot (MADV_POPULATE_WRITE: Linux 5.14)."""
+        start -= start % mmap.PAGESIZE
         try:
-            self._mm.madvise(_MADV_POPULATE_WRITE, start, len(self._mm) - start)
+            self._mm.madvise(_MADV_POPULATE_WRITE, start, end - start)
         except (OSError, ValueError):
             return False
         return True

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.broker_groups import BrokerGroup, BrokerGroupError
+from store import FOREIGN_TAIL_POLICIES
 from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
                           DEFAULT_MAX_MESSAGE_SIZE, END_FILE_MIN_BLANK_LENGTH)
 
@@ -58,6 +59,7 @@ class JobConfig:
     delete_when: str = "04"                  # deleteWhen: the hour(s) old segments are deleted
     disk_max_used_space_ratio: float = 0.75
     truncate_on_corruption: bool = False
+    foreign_tail: str = "adopt"              # records a broker appended past the commit point (store.config)
     message_index: bool = True               # messageIndexEnable: index/ written with the appends
     max_hash_slot_num: int = DEFAULT_MAX_HASH_SLOT_NUM
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
@@ -92,6 +94,8 @@ class JobConfig:
             raise JobConfigError("--store DIR is required")
         if self.flush not in ("sync", "async"):
             raise JobConfigError(f"--flush {self.flush!r}: use sync or async")
+        if self.foreign_tail not in FOREIGN_TAIL_POLICIES:
+            raise JobConfigError(f"--foreign-tail {self.foreign_tail!r}: use one of {', '.join(FOREIGN_TAIL_POLICIES)}")
         if self.segment_size <= 0 or self.segment_size % 4096:
             near = max(4096, self.segment_size // 4096 * 4096)
             raise JobConfigError(f"--segment-size {self.segment_size}: a positive multiple of 4096, e.g. "
@@ -245,6 +249,10 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="disk usage that triggers retention at any hour (default 0.75)")
     p.add_argument("--truncate-on-corruption", action="store_true", default=S,
                    help="open a store with damaged committed data by cutting it at the damage (loses data)")
+    p.add_argument("--foreign-tail", choices=list(FOREIGN_TAIL_POLICIES), default=S,
+                   help="records another writer (a RocketMQ broker that served the store) appended past the commit "
+                        "point: adopt them and go on after them (default; an unfinished batch of ours before them "
+                        "is refused), refuse them, or keep-all (an unfinished batch of ours too: stored twice)")
     p.add_argument("--spool-dir", default=S,
                    help="where the read tasks hand their encoded batches to the driver as files: auto "
                         "(<store>/spool, private, in local mode; through Spark otherwise), off (always through "

@@ -50,7 +50,7 @@ def store_config(cfg: JobConfig) -> StoreConfig:
     return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
                        consume_queue_units=cfg.consume_queue_units, retention=retention,
                        codec=codec_config(cfg), drop_cache_behind=cfg.drop_cache_behind,
-                       index=IndexConfig(cfg.message_index, cfg.max_hash_slot_num, cfg.max_index_num))
+                       foreign_tail=cfg.foreign_tail, index=IndexConfig(cfg.message_index, cfg.max_hash_slot_num, cfg.max_index_num))
 
 
 def mapping_config(cfg: JobConfig) -> MappingConfig:

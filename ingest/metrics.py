@@ -82,6 +82,10 @@ class StoreCollector(Collector):
                      "`commitlog verify` lists them)", o.damaged_records)
         yield _gauge("commitlog_store_open_lost_committed_bytes", "Committed bytes cut at open by "
                      "--truncate-on-corruption", o.lost_committed_bytes)
+        yield _gauge("commitlog_store_open_adopted_bytes", "Bytes another writer (a RocketMQ broker) appended "
+                     "past the commit point, adopted at open", o.adopted_bytes)
+        yield _gauge("commitlog_store_open_adopted_records", "Records another writer appended past the commit "
+                     "point, adopted at open", o.adopted_records)
         try:
             u = self.usage()
         except (StoreError, OSError) as exc:      # the store closed while the job ends

@@ -18,6 +18,7 @@ from store.errors import (
     DiskFullError,
     FieldLimitError,
     FlushError,
+    ForeignTailError,
     InvalidMessageError,
     InvalidTopicError,
     MessageNotFoundError,
@@ -31,7 +32,7 @@ from store.errors import (
 )
 
 if TYPE_CHECKING:
-    from store.config import StoreConfig
+    from store.config import FOREIGN_TAIL_POLICIES, StoreConfig
     from store.format.batch_codec import INDEX_KEYS_COLUMN, EncodedBatch, encode_batch
     from store.format.codec import CodecConfig, DecodedMessage, Message
     from store.format.hosts import HostAddress
@@ -53,6 +54,7 @@ _LAZY = {
     "CodecConfig": "store.format.codec", "DecodedMessage": "store.format.codec", "Message": "store.format.codec",
     "HostAddress": "store.format.hosts", "CommitPoint": "store.log.commit_point",
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
+    "FOREIGN_TAIL_POLICIES": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
     "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
     "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.scan.encoded_check",
@@ -69,10 +71,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AppendResult", "CodecConfig", "INDEX_KEYS_COLUMN", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
+    "AppendResult", "FOREIGN_TAIL_POLICIES", "CodecConfig", "INDEX_KEYS_COLUMN", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
     "IndexConfig", "Message", "batch_index_keys", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
-    "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "InvalidMessageError",
+    "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "ForeignTailError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",
     "QueueOffsetMismatchError", "SegmentAllocationError", "SegmentSizeError", "StoreError",
     "StoreLockedError", "StoreReadOnlyError",

@@ -20,6 +20,10 @@ if TYPE_CHECKING:  # defined by the retention module; only a type here
     from store.retention import RetentionConfig  # noqa: F401
 
 FLUSH_MODES = ("async", "sync")
+# What an open does with records another writer (a RocketMQ broker) appended past the commit point
+# (store.log.recovery): adopt them (refusing when they follow an unfinished batch of ours), refuse
+# them, or keep everything past it, an unfinished batch of ours included.
+FOREIGN_TAIL_POLICIES = ("adopt", "refuse", "keep-all")
 
 
 @dataclass
@@ -38,6 +42,7 @@ class StoreConfig:
     mlock: bool = False                                  # mlock segments where RLIMIT_MEMLOCK allows
     drop_cache_behind: bool = True                       # a commit hands the page cache it covers back
     index: IndexConfig = field(default_factory=IndexConfig)   # messageIndexEnable, maxHashSlotNum, maxIndexNum
+    foreign_tail: str = "adopt"                          # one of FOREIGN_TAIL_POLICIES
 
     def __post_init__(self) -> None:
         if self.segment_size <= 0 or self.segment_size % OS_PAGE_SIZE != 0:
@@ -48,5 +53,7 @@ class StoreConfig:
         for name in ("flush_interval_ms", "flush_thorough_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} is {getattr(self, name)}; it must be > 0")
+        if self.foreign_tail not in FOREIGN_TAIL_POLICIES:
+            raise ValueError(f"foreign_tail is {self.foreign_tail!r}; use one of {FOREIGN_TAIL_POLICIES}")
         if self.flush_least_pages < 0:
             raise ValueError(f"flush_least_pages is {self.flush_least_pages}; it must be >= 0")

@@ -34,6 +34,12 @@ class CommittedDataCorruptError(CorruptRecordError):
     to truncate there (``truncate_on_corruption=True``), which loses everything after it."""
 
 
+class ForeignTailError(StoreError):
+    """Past the commit point lie records another writer (a RocketMQ broker) appended, and the open
+    cannot keep them as asked (an unfinished batch of ours precedes them, or adopting was refused);
+    nothing was changed. The message names the bytes, segments and topics, and the option."""
+
+
 class SegmentSizeError(StoreError):
     """A segment file whose size is not the store's segment size."""
 
@@ -41,9 +47,9 @@ class SegmentSizeError(StoreError):
 class StoreLockedError(StoreError):
     """Another writer holds the store's lock file."""
 
-    def __init__(self, path: str, pid: int | None) -> None:
+    def __init__(self, path: str, pid: int | None, holder: str | None = None) -> None:
         self.path, self.pid = path, pid
-        holder = f"process {pid}" if pid else "another process"
+        holder = holder or (f"process {pid}" if pid else "another process")
         super().__init__(f"store {path} is locked by {holder}; one writer per store")
 
 

@@ -26,6 +26,7 @@ from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
 from store.index.writer import IndexWriter
+from store.log.append_intent import AppendIntentLog
 from store.log.checkpoint import StoreCheckpoint, write_checkpoint
 from store.log.commit_point import CommitPoint, queue_offsets_before, write_commit_point
 from store.log.commitlog import CommitLog
@@ -91,6 +92,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             if config.index.enabled else None
         self._index_seconds = 0.0
         self._open_report = OpenReport(False, "empty", 0, 0, 0, 0)
+        self._intent = AppendIntentLog(root)     # before an append: which records past the commit point are ours
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
@@ -159,6 +161,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             self._check_writable()
             ts = store_timestamp if store_timestamp is not None else max(now_ms(), self._last_ts)
             self._last_ts = max(self._last_ts, ts)
+            if len(batch):
+                self._intent.cover(self._last_commit.offset, ts)
             out = self._log.append(batch, ts)
             if self._index is not None:
                 started = time.perf_counter()
@@ -282,6 +286,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             meta = dict(self._last_commit.metadata if metadata is None else metadata)
             cp = CommitPoint(end, queue_offsets, meta, now_ms(), last_record)
             try:
+                if end != self._log.max_offset:
+                    self._intent.move(end)          # what stays past the new point is still ours
                 self._topics.cover(queue_offsets)   # config/topics.json before the point that needs it
                 write_commit_point(self.root, cp)
                 self._checkpoint.confirm_phy_offset = end
@@ -318,6 +324,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         self._cq.abandon()
         for seg in self._segments.segments:
             seg.close()
+        self._intent.close()
         self._lock.release()
 
     def close(self) -> None:
@@ -353,6 +360,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                     self._index.close(flush=clean and index_ok)
             finally:
                 self._log.close()
+                self._intent.close()
                 if clean:
                     (self.root / ABORT_FILE).unlink(missing_ok=True)
                     fsync_dir(self.root)

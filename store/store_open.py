@@ -10,10 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from store.config import StoreConfig
 from store.errors import StoreError
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
 from store.index.writer import IndexWriter, mark_index_incomplete
+from store.log.append_intent import AppendIntentLog
 from store.log.checkpoint import StoreCheckpoint, read_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog
@@ -24,6 +27,7 @@ from store.log.segment import fsync_dir
 from store.queue.consume_queue import ConsumeQueueStore
 from store.log.dispatch import DispatchService
 from store.queue.recovery import recover_queues, remove_unfinished_queue_files
+from store.scan.record_check import scan_segment_fast
 from store.usage import OpenReport, open_report
 
 log = logging.getLogger("store.message_store")
@@ -50,6 +54,7 @@ class StoreOpening:
     _last_commit: CommitPoint
     _retention: Any
     _put_lock: Any
+    _intent: AppendIntentLog
 
     def _open(self, truncate_on_corruption: bool) -> None:
         abort = self.root / ABORT_FILE
@@ -60,28 +65,44 @@ class StoreOpening:
         remove_unfinished_queue_files(self.root)
         self._cq.load()
         result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
-                         truncate_on_corruption=truncate_on_corruption, codec=self.config.codec)
+                         truncate_on_corruption=truncate_on_corruption, codec=self.config.codec,
+                         intent=self._intent.current, foreign_tail=self.config.foreign_tail)
         self._open_report = open_report(result, abnormal, commit_point.offset if commit_point else None)
         end = result.end_offset
         self.damaged_records = tuple(result.damaged)
         valid_point = commit_point if result.commit_point_valid else None
+        adopted = result.adopted
         recover_queues(self._cq, self.iter_messages, self.min_offset, end, result.dispatch_from,
-                       valid_point.queue_offsets if valid_point is not None else None)
+                       valid_point.queue_offsets if valid_point is not None else None,
+                       also_from=adopted.start if adopted is not None else None)
         if valid_point is not None:
             queue_offsets = dict(valid_point.queue_offsets)
+            if adopted is not None:     # the adopted records' queues, as the consume queues now end
+                for key, nxt in self._cq.next_queue_offsets().items():
+                    queue_offsets[key] = max(queue_offsets.get(key, 0), nxt)
         else:
             queue_offsets = self._cq.next_queue_offsets()
         self._log.queue_offsets = dict(queue_offsets)
         self._log.last_record_offset = result.last_record_offset
         if self._index is not None:
-            self._index.recover(end, self.min_offset, lambda phy: self.read(phy).store_timestamp)
+            timestamp_of = lambda phy: self.read(phy).store_timestamp  # noqa: E731
+            if adopted is None:
+                self._index.recover(end, self.min_offset, timestamp_of)
+            else:
+                # the other writer's items may miss records (a broker killed before it indexed them):
+                # its items go, and the adopted records are indexed here as our appends are
+                self._index.recover(adopted.start, self.min_offset, timestamp_of)
+                self._index_adopted(adopted.start, end)
         elif not self.read_only:
             mark_index_incomplete(self.root)
         metadata = commit_point.metadata if commit_point else {}
         if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
             commit_point = CommitPoint(end, dict(queue_offsets), metadata, now_ms(),
                                        result.last_record_offset)
+            if adopted is not None:
+                self._topics.cover(queue_offsets)
             write_commit_point(self.root, commit_point)
+        self._intent.clear()
         self._last_commit = commit_point
         self._checkpoint = checkpoint or StoreCheckpoint()
         self._checkpoint.confirm_phy_offset = end
@@ -99,6 +120,21 @@ class StoreOpening:
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
+
+    def _index_adopted(self, start: int, end: int) -> None:
+        """Index the records in [start, end) (another writer's, adopted), segment by segment."""
+        assert self._index is not None
+        pos = start
+        while pos < end:
+            seg = self._segments.find(pos)
+            if seg is None:
+                break
+            stop = min(seg.size, end - seg.base_offset)
+            scan = scan_segment_fast(seg.view, seg.base_offset, stop, self.config.codec, start=pos - seg.base_offset)
+            if len(scan.offsets):
+                self._index.add_records(np.frombuffer(seg.view, dtype=np.uint8), scan.offsets - seg.base_offset,
+                                        seg.base_offset)
+            pos = seg.end_offset
 
     def _start_retention(self) -> None:
         if self.config.retention is None:
@@ -127,6 +163,7 @@ class StoreOpening:
         if self._dispatcher is not None:
             self._dispatcher.stop()
         self._flusher.stop()
+        self._intent.close()
         try:
             self._cq.close()
             if self._index is not None:

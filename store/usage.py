@@ -24,6 +24,8 @@ class OpenReport:
     dropped_segments: int           # segments wholly after the commit point, deleted
     damaged_records: int            # committed records kept although their body CRC fails (verify lists them)
     lost_committed_bytes: int       # committed bytes cut by truncate_on_corruption (0 unless asked to)
+    adopted_bytes: int = 0          # another writer's records past the commit point (a broker's), kept
+    adopted_records: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,4 +96,7 @@ def open_report(recovery: Any, unclean: bool, commit_offset: int | None) -> Open
         lost = max(commit_offset - recovery.end_offset, 0)
     return OpenReport(unclean=unclean, mode=recovery.mode, dropped_bytes=int(recovery.dropped_bytes),
                       dropped_segments=len(recovery.dropped_segments), damaged_records=len(recovery.damaged),
-                      lost_committed_bytes=lost)
+                      lost_committed_bytes=lost,
+                      adopted_bytes=recovery.adopted.end - recovery.adopted.start if recovery.adopted else 0,
+                      adopted_records=(recovery.adopted.foreign_records + recovery.adopted.ours_records)
+                      if recovery.adopted else 0)

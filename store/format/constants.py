@@ -115,6 +115,7 @@ CONSUMEQUEUE_DIR = "consumequeue"
 CHECKPOINT_FILE = "checkpoint"
 ABORT_FILE = "abort"
 LOCK_FILE = "lock"
+APPEND_INTENT_FILE = "append.intent"   # ours: which records past the commit point are the writer's
 
 # --- IndexFile (index/, RocketMQ's IndexService; ../shared/golden/INDEX_FORMAT_NOTES.md) ---------
 INDEX_DIR = "index"

@@ -1,7 +1,12 @@
-"""Single-writer lock: ``<root>/lock`` held with flock while a writer is open, holding its pid."""
+"""Single-writer lock: ``<root>/lock`` held with flock while a writer is open, holding its pid, and
+with a POSIX record lock on its first byte, the lock a RocketMQ broker takes on the same file
+(DefaultMessageStore: FileChannel.tryLock(0, 1, false)): a broker and our writer never hold one
+store at once. (A POSIX lock goes when its process closes any descriptor of the file: nothing in a
+writer's process opens ``lock`` but this class.)"""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -29,6 +34,14 @@ class StoreLock:
             raise StoreLockedError(str(self.path.parent), int(raw) if raw.isdigit() else None)
         except BaseException:
             os.close(fd)
+            raise
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise StoreLockedError(str(self.path.parent), None, "a RocketMQ broker (it holds the lock file's "
+                                       "record lock); stop the broker first") from None
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

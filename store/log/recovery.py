@@ -1,8 +1,13 @@
 """Recovery on open (RocketMQ's CommitLog.recoverNormally / recoverAbnormally, plus our rules).
 
-* The commit point (commitpoint.json) is the exactly-once boundary: no byte after it survives
-  an open. Dropped bytes are zeroed in their segment and later segments deleted, so a later
-  scan (ours, or a RocketMQ broker's) cannot mistake stale records for live ones.
+* The commit point (commitpoint.json) is the exactly-once boundary: no byte of ours after it
+  survives an open. Dropped bytes are zeroed in their segment and later segments deleted, so a
+  later scan (ours, or a RocketMQ broker's) cannot mistake stale records for live ones.
+* Records past it that are not ours (store.log.tail, store.log.append_intent: a RocketMQ broker
+  served the store and appended to it) are never dropped: they are adopted (the commit point moves
+  past them; our Kafka progress stays as committed, since none of them came from our source), or,
+  when they follow an unfinished batch of ours, the open is refused (ForeignTailError): cutting the
+  batch would lose them, keeping it would store its records twice.
 * Normal recovery (clean close, no ``abort`` file) trusts the commit point and checks the tail:
   the last committed record, whatever follows the commit point in its segment, and, as RocketMQ's
   recoverNormally does, every committed record of the last three segments with its CRC (a damaged
@@ -26,14 +31,16 @@ from pathlib import Path
 
 import numpy as np
 
-from store.errors import CommittedDataCorruptError
+from store.errors import CommittedDataCorruptError, ForeignTailError
 from store.format.codec import CodecConfig, record_store_timestamp_pos
 from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
+from store.log.append_intent import AppendIntent
 from store.log.checkpoint import StoreCheckpoint
 from store.log.commit_point import CommitPoint
 from store.log.commitlog import CommitLog
 from store.log.segment import Segment
 from store.log.segment_queue import SegmentQueue, zero_range
+from store.log.tail import Tail, read_tail
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,7 @@ class RecoveryResult:
     corruption: CommittedDataCorruptError | None = None
     mode: str = "normal"
     damaged: list[int] = field(default_factory=list)   # committed records kept with a CRC failure
+    adopted: Tail | None = None             # another writer's records past the commit point, kept
 
 
 class _Corrupt(Exception):
@@ -99,8 +107,11 @@ def _corruption(chk: RecordCheck, seg: Segment, commit_offset: int) -> Committed
 
 
 def recover(log_: CommitLog, commit_point: CommitPoint | None, checkpoint: StoreCheckpoint | None,
-            *, abnormal: bool, truncate_on_corruption: bool, codec: CodecConfig) -> RecoveryResult:
-    """Bring the loaded commit log to its recovered end and return what happened."""
+            *, abnormal: bool, truncate_on_corruption: bool, codec: CodecConfig,
+            intent: AppendIntent | None = None, foreign_tail: str = "adopt") -> RecoveryResult:
+    """Bring the loaded commit log to its recovered end and return what happened. ``intent``: the
+    records past the commit point that are ours; ``foreign_tail``: one of store.config's
+    FOREIGN_TAIL_POLICIES."""
     segs = log_.queue.segments
     if not segs:
         end = commit_point.offset if commit_point else 0
@@ -121,15 +132,45 @@ def recover(log_: CommitLog, commit_point: CommitPoint | None, checkpoint: Store
     damaged = _committed_tail_damage(log_, c, codec) \
         if not abnormal and _tail_ok(log_, commit_point, codec) and _heads_ok(log_, c, codec) else None
     if damaged is not None:
-        result = _truncate_after(log_, c, codec, scan_tail=True)
+        result = _settle_tail(log_, c, codec, intent, foreign_tail, scan_tail=True)
         result.dispatch_from = c
-        result.last_record_offset = commit_point.last_record_offset
+        if result.adopted is None:
+            result.last_record_offset = commit_point.last_record_offset
         result.damaged = damaged
         return result
     if not abnormal:
         log.warning("clean-close recovery: the committed tail at %d does not check out; "
                     "re-validating as after a crash", c)
-    return _recover_abnormally(log_, commit_point, checkpoint, truncate_on_corruption, codec)
+    return _recover_abnormally(log_, commit_point, checkpoint, truncate_on_corruption, codec, intent, foreign_tail)
+
+
+def _settle_tail(log_: CommitLog, c: int, codec: CodecConfig, intent: AppendIntent | None, policy: str,
+                 *, scan_tail: bool) -> RecoveryResult:
+    """Past the commit point ``c``: cut our unfinished batch, keep another writer's records."""
+    tail = read_tail(log_.queue, c, intent, codec)
+    if not tail.foreign_records:
+        return _truncate_after(log_, c, codec, scan_tail=scan_tail)
+    root = log_.queue.directory.parent
+    if policy == "refuse":
+        raise ForeignTailError(
+            f"store {root}: past its commit point {c} another writer (a RocketMQ broker that served it) "
+            f"appended {tail.describe()}; nothing was changed: open with --foreign-tail adopt (the default) "
+            f"to keep them and go on after them")
+    if tail.ours_records and policy != "keep-all":
+        raise ForeignTailError(
+            f"store {root}: past its commit point {c} an unfinished batch of ours ({tail.ours_records} records, "
+            f"{tail.ours_bytes} bytes) is followed by what another writer appended, {tail.describe()}; "
+            f"cutting the batch would lose those, keeping it stores its records twice (the job writes the batch "
+            f"again); nothing was changed: open with --foreign-tail keep-all to keep everything (the "
+            f"{tail.ours_records} records are then stored a second time)")
+    result = _truncate_after(log_, tail.end, codec, scan_tail=False, what="invalid data after the adopted records")
+    log.warning("recovery: adopted what another writer appended past the commit point %d: %s%s; the commit point "
+                "moves to %d, queue offsets go on after them", c, tail.describe(),
+                f" (and {tail.ours_records} records of an unfinished batch of ours, kept as asked)"
+                if tail.ours_records else "", tail.end)
+    result.adopted = tail
+    result.last_record_offset = tail.last_record_offset
+    return result
 
 
 def _tail_ok(log_: CommitLog, cp: CommitPoint, codec: CodecConfig) -> bool:
@@ -282,7 +323,8 @@ def validate_from(q: SegmentQueue, start: int, stop: int, codec: CodecConfig,
 
 
 def _recover_abnormally(log_: CommitLog, cp: CommitPoint, checkpoint: StoreCheckpoint | None,
-                        truncate_on_corruption: bool, codec: CodecConfig) -> RecoveryResult:
+                        truncate_on_corruption: bool, codec: CodecConfig, intent: AppendIntent | None,
+                        foreign_tail: str) -> RecoveryResult:
     c = cp.offset
     q = log_.queue
     if c > q.segments[-1].end_offset:
@@ -324,9 +366,10 @@ def _recover_abnormally(log_: CommitLog, cp: CommitPoint, checkpoint: StoreCheck
         result.commit_point_valid = False
         result.corruption = corruption
     else:
-        result = _truncate_after(log_, c, codec, scan_tail=False)
+        result = _settle_tail(log_, c, codec, intent, foreign_tail, scan_tail=False)
     result.dispatch_from = start
-    result.last_record_offset = last_record if last_record >= 0 else cp.last_record_offset
+    if result.adopted is None:
+        result.last_record_offset = last_record if last_record >= 0 else cp.last_record_offset
     result.mode = "abnormal"
     result.damaged = [chk.offset for chk in damaged]
     return result

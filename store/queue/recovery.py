@@ -30,12 +30,13 @@ def remove_unfinished_queue_files(root: Path) -> None:
 
 def recover_queues(cq: ConsumeQueueStore, records: Callable[[int, int], Iterator],
                    min_offset: int, end: int, dispatch_from: int,
-                   committed_queues: Mapping[tuple[str, int], int] | None) -> None:
+                   committed_queues: Mapping[tuple[str, int], int] | None, also_from: int | None = None) -> None:
     """Drop consume-queue units past ``end`` and add the missing ones. Units below a valid
     commit point (whose next queue offsets are ``committed_queues``; None: no valid point) were
     flushed before it was written, so normally nothing is redispatched; a queue behind the commit
     point (files lost or damaged) is rebuilt from further back. ``records(start, end)`` iterates
-    (offset, message) of the commit log."""
+    (offset, message) of the commit log. ``also_from``: records from there on (adopted, another
+    writer's) get their missing units too, whatever the commit point says."""
     cq.truncate_dirty(end)
 
     def behind() -> list[tuple[str, int]]:
@@ -43,7 +44,7 @@ def recover_queues(cq: ConsumeQueueStore, records: Callable[[int, int], Iterator
         return [k for k, v in (committed_queues or {}).items()
                 if have.get(k, 0) < v]
 
-    starts = [dispatch_from] if committed_queues is None else [end]
+    starts = [dispatch_from] if committed_queues is None else [end if also_from is None else also_from]
     if committed_queues is not None and behind():
         starts = [dispatch_from, min_offset]
     for start in starts:

@@ -89,10 +89,10 @@ class StoreOpening:
             if adopted is None:
                 self._index.recover(end, self.min_offset, timestamp_of)
             else:
-                # the other writer's items may miss records (a broker killed before it indexed them):
-                # its items go, and the adopted records are indexed here as our appends are
-                self._index.recover(adopted.start, self.min_offset, timestamp_of)
-                self._index_adopted(adopted.start, end)
+                # the other writer's items stay (a broker's are the bytes ours would be); the records it
+                # did not index (killed first, or its index off) are indexed here as our appends are
+                self._index.recover(end, self.min_offset, timestamp_of)
+                self._index_adopted(adopted.start, end, after=self._index.covered_end)
         elif not self.read_only:
             mark_index_incomplete(self.root)
         metadata = commit_point.metadata if commit_point else {}
@@ -121,8 +121,8 @@ class StoreOpening:
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
 
-    def _index_adopted(self, start: int, end: int) -> None:
-        """Index the records in [start, end) (another writer's, adopted), segment by segment."""
+    def _index_adopted(self, start: int, end: int, after: int) -> None:
+        """Index the records in [start, end) (another writer's, adopted) that start past ``after``."""
         assert self._index is not None
         pos = start
         while pos < end:
@@ -131,8 +131,9 @@ class StoreOpening:
                 break
             stop = min(seg.size, end - seg.base_offset)
             scan = scan_segment_fast(seg.view, seg.base_offset, stop, self.config.codec, start=pos - seg.base_offset)
-            if len(scan.offsets):
-                self._index.add_records(np.frombuffer(seg.view, dtype=np.uint8), scan.offsets - seg.base_offset,
+            todo = scan.offsets[scan.offsets > after]
+            if len(todo):
+                self._index.add_records(np.frombuffer(seg.view, dtype=np.uint8), todo - seg.base_offset,
                                         seg.base_offset)
             pos = seg.end_offset
 

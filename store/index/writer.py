@@ -118,6 +118,11 @@ class IndexWriter:
         return self.service.put_records(buf, starts, base)
 
     @property
+    def covered_end(self) -> int:
+        """Where the last indexed record starts (-1: nothing indexed)."""
+        return self.service.files[-1].covered_end if self.service.files else -1
+
+    @property
     def index_msg_timestamp(self) -> int:
         return self.service.index_msg_timestamp
 

@@ -94,6 +94,8 @@ def install(consumer: Any, budget: FetchBudget | None = None) -> bool:
                     getattr(__import__("kafka"), "__version__", "?"))
         return False
     fetcher.PartitionRecords = fast_partition_records(base)
+    # a pooled consumer is installed once per task: the bound wraps kafka-python's own method, once
+    create = fetcher.__dict__.setdefault("_create_fetch_requests_unbounded", create)
     if budget is not None:
         def create_bounded() -> Any:
             states = list(fetcher._subscriptions.assignment.values())

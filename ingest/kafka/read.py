@@ -1,6 +1,7 @@
 """Reading one planned offset range in a Spark task, as Arrow record batches.
 
-Each task owns one consumer: assign() + seek(), large polls, and it stops exactly at the range end
+Each task takes one consumer (kept across micro-batches: ingest.kafka.pool): assign() + seek(), large
+polls, and it stops exactly at the range end
 (by position, so gaps from compaction or transaction markers cannot make it wait for offsets that
 will never come). Each fetch response is decoded at once into Arrow columns (kafka_fetch /
 kafka_decode) and leaves as one pyarrow RecordBatch: no per-record Python objects, no tuples.
@@ -24,6 +25,7 @@ from ingest.kafka.decode import HEADER_TYPE
 from ingest.kafka.fetch import ArrowChunk
 from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.options import DataLossError, KafkaFetchTimeoutError, KafkaSourceError
+from ingest.kafka.pool import POOL, pool_key
 
 log = logging.getLogger(__name__)
 
@@ -83,19 +85,24 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
     params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                   allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
     deadline = time.monotonic() + wait_for_broker_ms / 1000
-    while True:
-        try:
-            # each attempt bootstraps for what is left of the wait (kafka-python's own default is 30 s)
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            consumer = KafkaConsumer(**{"bootstrap_timeout_ms": max(1000, min(left_ms, 30_000)), **params})
-            break
-        except KafkaError as exc:
-            if not unreachable(exc) or time.monotonic() >= deadline:
-                raise KafkaSourceError(f"task for {rng.topic}-{rng.partition}: cannot connect to "
-                                       f"{params.get('bootstrap_servers')} (waited {wait_for_broker_ms} ms, "
-                                       f"kafka.default.api.timeout.ms): {exc}") from exc
-            time.sleep(1.0)
+
+    def connect() -> Any:
+        while True:
+            try:
+                # each attempt bootstraps for what is left of the wait (kafka-python's own default is 30 s)
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                return KafkaConsumer(**{"bootstrap_timeout_ms": max(1000, min(left_ms, 30_000)), **params})
+            except KafkaError as exc:
+                if not unreachable(exc) or time.monotonic() >= deadline:
+                    raise KafkaSourceError(f"task for {rng.topic}-{rng.partition}: cannot connect to "
+                                           f"{params.get('bootstrap_servers')} (waited {wait_for_broker_ms} ms, "
+                                           f"kafka.default.api.timeout.ms): {exc}") from exc
+                time.sleep(1.0)
+
+    key = pool_key(params)
+    consumer = POOL.take(key, connect)
     part = TopicPartition(rng.topic, rng.partition)
+    done = False
     try:
         budget = kafka_fetch.FetchBudget(rng.until_offset, int(params["max_partition_fetch_bytes"]))
         kafka_fetch.install(consumer, budget)
@@ -133,8 +140,14 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
                     f"task for {rng.topic}-{rng.partition} read up to offset {position} of the planned "
                     f"[{rng.from_offset}, {rng.until_offset}) and got no records for {poll_timeout_ms} ms "
                     "(kafkaConsumer.pollTimeoutMs); is the broker reachable and the partition led?")
+        done = True
     finally:
-        consumer.close(autocommit=False)
+        # a consumer whose task failed or was cut short (Spark stopped reading) may hold a broken
+        # connection or a fetch in an unknown state: closed, never pooled
+        if done:
+            POOL.give_back(key, consumer)
+        else:
+            consumer.close(autocommit=False)
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
@@ -36,6 +38,10 @@ PHASES = ("collect", "append", "index", "flush", "commit")
 # a batch's phases run from a millisecond (an idle commit) to tens of seconds (a large first batch)
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 OBSERVED = "commitlog"      # the name of the observed metrics in Spark's progress
+# a record's time from its producer to the commit that made it durable: a fraction of a second with a
+# short trigger, minutes for a job catching up
+LATENCY_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+                   300.0, 1800.0)
 
 # Dead-letter reasons name sizes, files and lines; the label is the kind of reason, from the
 # wording of the code that wrote it (ingest.encode.mapping, store.errors.FieldLimitError,
@@ -104,6 +110,45 @@ class StoreCollector(Collector):
                      "(Unix time)", u.last_commit_ms / 1000)
 
 
+class LatencyCollector(Collector):
+    """End-to-end latency, counted a batch at a time (a batch holds up to millions of records: one
+    numpy pass, not one observe() each), and the age of what is not committed yet."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counts = np.zeros(len(LATENCY_BUCKETS) + 1, dtype=np.int64)    # the last: +Inf
+        self._sum = 0.0
+        self._newest_born_ms = 0
+        self._behind = False
+
+    def observe(self, latency_s: np.ndarray, newest_born_ms: int) -> None:
+        if not len(latency_s):
+            return
+        at = np.searchsorted(np.asarray(LATENCY_BUCKETS), latency_s, side="left")
+        with self._lock:
+            self._counts += np.bincount(at, minlength=len(self._counts))
+            self._sum += float(latency_s.sum())
+            self._newest_born_ms = max(self._newest_born_ms, newest_born_ms)
+
+    def behind(self, is_behind: bool) -> None:
+        with self._lock:
+            self._behind = is_behind
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            cumulative = np.cumsum(self._counts)
+            total, newest, behind = self._sum, self._newest_born_ms, self._behind
+        buckets = [(repr(le), int(c)) for le, c in zip(LATENCY_BUCKETS, cumulative)] + [("+Inf", int(cumulative[-1]))]
+        yield HistogramMetricFamily("commitlog_end_to_end_latency_seconds", "Each stored record's time from its "
+                                    "producer's timestamp (the Kafka record's) to the commit that made it durable",
+                                    buckets=buckets, sum_value=total)
+        age = max(self._clock() - newest / 1000, 0.0) if behind and newest else 0.0
+        yield _gauge("commitlog_uncommitted_age_seconds", "How long the oldest record not committed yet may have "
+                     "waited: seconds since the producer timestamp of the newest committed record, while the job "
+                     "is behind Kafka's latest offsets (0 once it has caught up)", age)
+
+
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
@@ -137,6 +182,8 @@ class JobMetrics:
         for phase in PHASES:
             self.phases.labels(phase)     # every phase is there from the start, at zero
         r.register(JobInfo({"command": command, "store": store, "broker_group": broker_group or ""}))
+        self.latency = LatencyCollector(time.time)
+        r.register(self.latency)
         self._lock = threading.Lock()
 
     def watch_store(self, usage: Callable[[], StoreUsage], opened: OpenReport) -> None:
@@ -154,6 +201,8 @@ class JobMetrics:
         for phase, ms in zip(PHASES, (stats.collect_ms, stats.append_ms, stats.index_ms, stats.flush_ms,
                                       stats.commit_ms)):
             self.phases.labels(phase).observe(max(ms, 0.0) / 1000)
+        if stats.born_ms is not None and len(stats.born_ms):
+            self.latency.observe(stats.latency_s(), int(stats.born_ms.max()))
 
     def count_dead_letters(self, reasons: Mapping[str, int]) -> None:
         """Count dead letters by their reason texts (a batch's, or a replay's file rows with no place)."""
@@ -166,6 +215,7 @@ class JobMetrics:
         with self._lock:
             for (topic, partition), n in behind.items():
                 self.lag.labels(topic, str(partition)).set(n)
+        self.latency.behind(any(n > 0 for n in behind.values()))
 
 
 class MetricsServer:

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sink.batch import prepare
@@ -167,10 +168,13 @@ class ForeachBatchSink:
         stats = dataclasses.replace(stats, collect_ms=(collected - started) * 1e3)
         total = time.perf_counter() - started
         self.batches += 1
+        latency = stats.latency_s()
         log.info("batch %d: %d records, %.0f rec/s, %.0f ms (spark %.0f, append %.0f, index %.0f, flush %.0f, "
-                 "commit %.0f), commit-log offset %d, %d dead letters, %d tombstones, %d empty values",
+                 "commit %.0f), latency p50 %s max %s, commit-log offset %d, %d dead letters, %d tombstones, "
+                 "%d empty values",
                  batch_id, stats.records, stats.records / total if total else 0.0, total * 1e3,
                  stats.collect_ms, stats.append_ms, stats.index_ms, stats.flush_ms, stats.commit_ms,
+                 _ms(float(np.median(latency))) if len(latency) else "-", _ms(float(latency.max())) if len(latency) else "-",
                  stats.commit_offset, stats.dead_letters, stats.tombstones, stats.empty_values)
         self.totals.add(stats)
         if self.on_batch:
@@ -214,6 +218,10 @@ class ForeachBatchSink:
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
 
 
 def _first_line(exc: BaseException) -> str:

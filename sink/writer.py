@@ -47,6 +47,15 @@ class BatchStats:
     dead_reasons: Mapping[str, int] = field(default_factory=dict)    # dead letters, per reason text
     tombstones: int = 0             # records whose Kafka value was null, stored as a 1-byte body
     empty_values: int = 0           # ... 0 bytes, the same
+    committed_ms: int = 0           # when the commit point covering the batch was written (epoch ms)
+    born_ms: np.ndarray | None = field(default=None, repr=False)   # each stored record's Kafka timestamp
+
+    def latency_s(self) -> np.ndarray:
+        """Each stored record's end-to-end latency: from its producer's timestamp (the Kafka record's,
+        BORNTIMESTAMP) to the commit that made it durable, in seconds (empty: no record)."""
+        if self.born_ms is None or not len(self.born_ms):
+            return np.zeros(0)
+        return (self.committed_ms - self.born_ms) / 1000.0
 
 
 def topic_totals(batch: EncodedBatch) -> tuple[dict[str, int], dict[str, int]]:
@@ -139,10 +148,12 @@ class CommitLogWriter:
         t0 = time.perf_counter()
         i0 = self.store.index_seconds
         per_topic: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        born: np.ndarray | None = None
         if live is None or len(live):
             batch = EncodedBatch.from_arrow(table.select(list(RECORD_COLUMNS)), live)
             self.store.append_encoded(batch)
             per_topic = topic_totals(batch)
+            born = batch.born_timestamps()
         dl_size = self.dead_letters.append(dead, batch_id)
         self.crash.reached("after-append")
         t1 = time.perf_counter()
@@ -156,13 +167,14 @@ class CommitLogWriter:
         new_state = self.state.advanced(batch_id, query_id, kafka_next_offsets(table), dl_size,
                                         dead.num_rows, table.num_rows - dead.num_rows, tombstones, empty_values)
         point = self.store.commit(None, metadata=new_state.to_metadata())
+        committed_ms = time.time_ns() // 1_000_000
         t3 = time.perf_counter()
         self.state = new_state
         self.crash.reached("after-commit")
         return BatchStats(batch_id, table.num_rows - dead.num_rows, dead.num_rows, (t1 - t0 - (i1 - i0)) * 1e3,
                           (t2 - t1 - (i2 - i1)) * 1e3, (t3 - t2) * 1e3, point.offset, index_ms=(i2 - i0) * 1e3,
                           topic_records=per_topic[0], topic_bytes=per_topic[1], dead_reasons=reason_counts(dead),
-                          tombstones=tombstones, empty_values=empty_values)
+                          tombstones=tombstones, empty_values=empty_values, committed_ms=committed_ms, born_ms=born)
 
     def close(self) -> None:
         self.dead_letters.close()

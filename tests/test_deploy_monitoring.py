@@ -71,7 +71,7 @@ def test_the_rules_and_the_dashboard_name_only_metrics_the_job_exports(tmp_path:
 
 @needs_promtool
 def test_promtool_accepts_the_rules_and_the_compose_config(tmp_path: Path) -> None:
-    assert "SUCCESS: 7 rules found" in promtool("check", "rules", str(RULES))
+    assert "SUCCESS: 8 rules found" in promtool("check", "rules", str(RULES))
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     config["rule_files"] = [str(RULES)]                 # where docker-compose.yml mounts it, here
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -140,11 +140,41 @@ tests:
           - exp_labels: {{severity: critical, instance: gone, job: commitlog}}
             exp_annotations:
               summary: "commitlog-ingest gone is not answering scrapes"
+  # one job stores every record within half a second, another past 2 s: only the second is warned
+  - interval: 1m
+    input_series:
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="fast", le="0.5"}}'
+        values: '0+100x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="fast", le="2.0"}}'
+        values: '0+100x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="fast", le="3.0"}}'
+        values: '0+100x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="fast", le="+Inf"}}'
+        values: '0+100x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="slow", le="0.5"}}'
+        values: '0x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="slow", le="2.0"}}'
+        values: '0x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="slow", le="3.0"}}'
+        values: '0+100x30'
+      - series: 'commitlog_end_to_end_latency_seconds_bucket{{instance="slow", le="+Inf"}}'
+        values: '0+100x30'
+    alert_rule_test:
+      - eval_time: 8m
+        alertname: CommitlogLatencyHigh
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: CommitlogLatencyHigh
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: slow}}
+            exp_annotations:
+              summary: "commitlog-ingest slow stores records late"
+              description: "p99 end-to-end latency 2.99s for 10 minutes (objective: 2s)."
 """
 
 
 @needs_promtool
-def test_the_lag_alerts_fire_on_growing_lag_and_a_stuck_job_only(tmp_path: Path) -> None:
+def test_the_alerts_fire_on_growing_lag_a_stuck_job_and_late_records_only(tmp_path: Path) -> None:
     (tmp_path / "alerts_test.yml").write_text(ALERT_TESTS.format(rules=json.dumps(str(RULES))))
     promtool("test", "rules", "alerts_test.yml", cwd=tmp_path)
 

@@ -127,6 +127,7 @@ def test_prometheus_scrapes_the_stored_total_the_dead_letters_and_no_lag(
         wait_for("prometheus to scrape the job", lambda: scalar(url, 'up{job="commitlog"}') == 1)
         records = [(topic, i % PARTITIONS, b"k%d" % i, b"v" * (i % 50), []) for i in range(RECORDS)]
         records += [(topic, i % PARTITIONS, None, b"x" * 5000, []) for i in range(TOO_LARGE)]
+        produced_at = time.time()
         produce(bootstrap_servers, records)
 
         wait_for("every record stored, as Prometheus has it",
@@ -136,6 +137,13 @@ def test_prometheus_scrapes_the_stored_total_the_dead_letters_and_no_lag(
         assert scalar(url, 'sum(commitlog_dead_letters_total{reason="body_too_large"})') == TOO_LARGE
         assert scalar(url, "sum(commitlog_stored_records_total)") == RECORDS, "no record counted twice"
         assert scalar(url, 'commitlog_batch_phase_seconds_count{phase="commit"}') >= 1
+        # every stored record's latency, from its Kafka timestamp to its commit: counted once, each under
+        # the time since it was produced
+        wait_for("every record's latency counted", lambda: scalar(url, "commitlog_end_to_end_latency_seconds_count")
+                 == RECORDS)
+        p99 = scalar(url, "histogram_quantile(0.99, commitlog_end_to_end_latency_seconds_bucket)")
+        assert p99 is not None and 0 < p99 <= time.time() - produced_at
+        wait_for("nothing left uncommitted", lambda: scalar(url, "commitlog_uncommitted_age_seconds") == 0)
         assert scalar(url, "commitlog_store_segments") >= 1
         committed = scalar(url, "commitlog_store_committed_offset_bytes")
         assert committed == scalar(url, "sum(commitlog_stored_bytes_total)")   # one store, one run: all of it

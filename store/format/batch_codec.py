@@ -46,6 +46,7 @@ from store.format.constants import (
     IPV6_HOST_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    POS_BORNTIMESTAMP,
     POS_SYSFLAG,
     PROPERTY_DELAY,
     PROPERTY_TAGS,
@@ -100,6 +101,15 @@ class EncodedBatch:
         if self.pieces:
             data = self.pieces[bisect.bisect_right([first for first, _ in self.pieces], i) - 1][1]
         return memoryview(data)[int(self.offsets[i]):int(self.offsets[i]) + int(self.sizes[i])]
+
+    def born_timestamps(self) -> np.ndarray:
+        """Each record's BORNTIMESTAMP (ms; a Kafka record's own timestamp), in record order."""
+        out = np.empty(len(self), dtype=np.int64)
+        for first, end, data in self.sources():
+            at = np.asarray(self.offsets[first:end], dtype=np.int64) + POS_BORNTIMESTAMP
+            raw = np.asarray(data, dtype=np.uint8)[at[:, None] + np.arange(8)]
+            out[first:end] = raw.copy().view(">i8")[:, 0]
+        return out
 
     def sources(self) -> list[tuple[int, int, np.ndarray]]:
         """(first record, end record, buffer) of each buffer holding records, in record order."""

@@ -35,7 +35,7 @@ class JobConfig:
     assign: str | None = None
     store: str = ""
     checkpoint: str = ""
-    trigger: str = "1s"                      # a processing-time interval, or "available-now"
+    trigger: str = "100ms"                   # a processing-time interval, or "available-now" (bench/latency.py)
     max_offsets_per_trigger: int | None = 200_000
     starting_offsets: str = "earliest"       # used only when the store has no Kafka offsets yet
     fail_on_data_loss: bool = True
@@ -275,7 +275,7 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
         p.add_argument("--subscribe", default=S, help="topics, comma separated")
         p.add_argument("--subscribe-pattern", default=S, help="a Java regex of topics")
         p.add_argument("--assign", default=S, help='JSON {"topic":[0,1]}')
-        p.add_argument("--trigger", default=S, help="processing-time interval (1s, 500ms) or available-now")
+        p.add_argument("--trigger", default=S, help="processing-time interval (default 100ms; 1s, 500ms) or available-now")
         p.add_argument("--starting-offsets", default=S,
                        help="earliest | latest | JSON, when the store has no Kafka offsets yet")
 

@@ -9,7 +9,7 @@
  *                                                 DefaultMQAdminExt.queryMessage, queryMessageByUniqKey, viewMessage
  *   send  NAMESRV GROUP                           stdin lines "kind topic tags keys delayLevel propsB64 bodyB64"
  *                                                 (tab-separated; kind normal | commit | rollback): sent, and
- *                                                 each SendResult printed
+ *                                                 each SendResult printed with the send's time (sendUs)
  *
  * A consumer stops once it has EXPECTED messages and nothing came for IDLE_MS, or nothing came for
  * IDLE_MS * 4 (then the Python side sees the shortfall). Stays a client of both 4.9 and 5.x: only APIs
@@ -242,8 +242,11 @@ public class RocketClients {
             for (Map.Entry<String, String> e : MessageDecoder.string2messageProperties(props).entrySet()) {
                 msg.putUserProperty(e.getKey(), e.getValue());
             }
+            long began = System.nanoTime();
             SendResult r = f[0].equals("normal") ? producer.send(msg) : producer.sendMessageInTransaction(msg, f[0]);
+            long sendUs = (System.nanoTime() - began) / 1000;
             OUT.println("{\"n\":" + n++ + ",\"kind\":" + quote(f[0]) + ",\"status\":" + quote(r.getSendStatus().name())
+                + ",\"sendUs\":" + sendUs
                 + ",\"msgId\":" + quote(r.getMsgId()) + ",\"offsetMsgId\":" + quote(r.getOffsetMsgId())
                 + ",\"queueId\":" + r.getMessageQueue().getQueueId() + ",\"queueOffset\":" + r.getQueueOffset()
                 + ",\"transactionState\":" + quote(String.valueOf(r.getSendStatus())) + "}");

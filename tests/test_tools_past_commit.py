@@ -117,7 +117,7 @@ def test_verify_checks_the_records_past_the_commit_point_and_tells_them_as_infor
     assert report["data_end"] > committed
     rc, text, _ = run("verify", str(tmp_path / "s"))
     assert rc == 0 and ": OK" in text
-    assert f"note: 305 record(s)" in text and f"orders (5), {REVIVE} (300)" in text
+    assert "note: 305 record(s)" in text and f"orders (5), {REVIVE} (300)" in text
     assert "another writer's appends (a RocketMQ broker) or an unfinished batch" in text
 
 
@@ -165,3 +165,28 @@ def test_a_store_without_records_past_its_commit_point_reads_as_before(tmp_path:
     report = json.loads(out)
     assert (rc, report["problems"], report["notes"]) == (0, [], [])
     assert report["past_commit_messages"] == 0 and report["data_end"] == committed
+
+
+def test_an_index_item_past_the_commit_point_off_its_record_start_is_still_a_problem(tmp_path: Path) -> None:
+    from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_ITEM_SIZE
+    from store.index.lookup import open_index
+
+    committed = broker_appended_store(tmp_path / "s")
+    target = [o for o in dumped(tmp_path / "s") if o["type"] == "message" and o["topic"] == REVIVE][200]["offset"]
+    service = open_index(tmp_path / "s")
+    assert service is not None
+    try:
+        f = next(f for f in service.files if (f.items()["phy_offset"] == target).any())
+        j = int((f.items()["phy_offset"] == target).nonzero()[0][0])
+        path, at = f.path, INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * f.max_hash_slot_num + INDEX_ITEM_SIZE * j + 4
+    finally:
+        service.close()
+    data = bytearray(path.read_bytes())
+    data[at:at + 8] = (target + 4).to_bytes(8, "big")      # inside its record, past the commit point
+    path.write_bytes(bytes(data))
+    rc, out, _ = run("verify", str(tmp_path / "s"), "--json")
+    report = json.loads(out)
+    assert target > committed and rc == 1, report["problems"]
+    assert {p["kind"] for p in report["problems"]} == {"indexItem"}, report["problems"]   # and the items' order
+    assert [p["detail"] for p in report["problems"] if p["offset"] == target + 4] == \
+        ["an index item points here, but no message record starts here"], report["problems"]

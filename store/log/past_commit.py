@@ -19,7 +19,7 @@ import numpy as np
 from store.format.codec import CodecConfig
 from store.log.source import SegmentFile, Source, mapped
 from store.scan.fields import text_ids
-from store.scan.record_check import RecordCheck, scan_segment_fast
+from store.scan.record_check import RecordCheck, SegmentScan, scan_segment_fast
 
 ABOUT = ("another writer's appends (a RocketMQ broker) or an unfinished batch; "
          "the next `run` adopts or drops them")
@@ -127,7 +127,7 @@ def past_commit(src: Source, config: CodecConfig | None = None) -> PastCommit | 
     return found
 
 
-def _count_topics(found: PastCommit, arr: np.ndarray, scan) -> None:
+def _count_topics(found: PastCommit, arr: np.ndarray, scan: SegmentScan) -> None:
     cols = scan.columns
     if cols is None or not len(scan.offsets):
         return

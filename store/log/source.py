@@ -1,8 +1,9 @@
 """What the read-only commands look at: a store, a commit-log directory or one segment file.
 
-Reading never takes the writer's lock and never goes past the store's last commit
-(commitpoint.json), so it is safe while a writer runs; a store without a commit point (a
-RocketMQ store) is read up to its last valid record.
+Reading never takes the writer's lock, so it is safe while a writer runs. A Source ends at the
+store's last commit (commitpoint.json); the valid records past it (another writer's appends, or
+an unfinished batch) are found by store.log.past_commit, and the commands show them marked as
+such. A store without a commit point (a RocketMQ store) is read up to its last valid record.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The walk follows RocketMQ's reading rules (FORMAT §11) and reports like the golden decoder
 (``*.decoded.jsonl``): a CRC or PHYSICALOFFSET error is reported and the record still shown,
 decoding goes on; a broken record structure ends its segment, the next segment is read.
+A store with a commit point is read on past it through the valid records another writer (or an
+unfinished batch) left there (store.log.past_commit); each of those is marked ("pastCommitPoint").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import BLANK_MAGIC_CODE
 from store.scan.record_check import check_record, scan_segment_fast
+from store.log.past_commit import ABOUT, PastCommit, past_commit
 from store.log.source import LayoutProblem, SegmentFile, Source, layout_problems, mapped
 from store.tools.progress import Progress
 
@@ -52,6 +55,7 @@ class WalkSummary:
     errors: list[dict[str, Any]] = field(default_factory=list)
     stops_at: int | None = None
     last_offset: int = 0
+    past_commit: PastCommit | None = None     # set by walk(): the records past the commit point
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "summary", "files": self.files, "fileBytes": self.file_bytes,
@@ -60,7 +64,11 @@ class WalkSummary:
                 "crcErrors": sum(e["kind"] in ("crc", "propCrc") for e in self.errors),
                 "magicErrors": sum(e["kind"] == "magic" for e in self.errors),
                 "errors": self.errors,
-                "rocketmqRecoveryStopsAt": self.stops_at if self.stops_at is not None else self.last_offset}
+                "rocketmqRecoveryStopsAt": self.stops_at if self.stops_at is not None else self.last_offset,
+                **({"pastCommitPoint": self.past_commit.to_json()} if self._past_commit_held() else {})}
+
+    def _past_commit_held(self) -> bool:
+        return self.past_commit is not None and self.past_commit.messages > 0
 
 
 def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, config: CodecConfig) -> int | None:
@@ -79,9 +87,11 @@ def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, con
 
 def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None = None,
          summary: WalkSummary | None = None, progress: Progress | None = None) -> Iterator[Finding]:
-    """Every finding of ``src`` in commit-log order, up to its committed offset."""
+    """Every finding of ``src`` in commit-log order, up to its committed offset and on through
+    the valid records past it (their findings marked ``pastCommitPoint``)."""
     config = config or CodecConfig()
     summary = summary if summary is not None else WalkSummary()
+    tail = summary.past_commit = past_commit(src, config)
     done = 0
     # holes between and in the files come out where they are, as errors: never skipped in silence
     holes = [p for p in layout_problems(src) if from_offset is None or p.offset >= from_offset]
@@ -92,14 +102,20 @@ def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None
             continue
         summary.files.append(seg.name)
         summary.file_bytes += seg.size
-        end = src.segment_end(seg)
+        end = tail.segment_end(seg) if tail is not None else src.segment_end(seg)
         try:
             with mapped(seg) as mv:
                 pos: int | None = 0
                 if from_offset is not None and from_offset > seg.base_offset:
                     pos = _start_pos(mv, seg, from_offset, end, config)
                 if pos is not None:
-                    yield from _walk_segment(mv, seg, pos, end, config, summary)
+                    for f in _walk_segment(mv, seg, pos, end, config, summary):
+                        if tail is not None and (tail.holds(f.offset) or f.type == "end" and f.offset > tail.start):
+                            f.extra["pastCommitPoint"] = True
+                            if f.type == "end":
+                                f.extra.pop("committed", None)
+                                f.extra["stop"] = tail.stop_reason()
+                        yield f
         except FileNotFoundError:
             err = {"type": "error", "offset": seg.base_offset, "kind": "missingSegment",
                    "detail": f"segment {seg.name} was deleted while reading (retention?)"}
@@ -110,7 +126,7 @@ def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None
             progress.update(done)
         if end < seg.size:
             holes = [h for h in holes if h.offset < seg.base_offset + end]
-            break   # the commit point is inside this segment: nothing after it is committed
+            break   # the valid data ends inside this segment: the commit point, or the records past it
     for hole in holes:
         yield _hole(hole, src.segments[-1], summary)
 
@@ -191,7 +207,10 @@ def finding_to_json(f: Finding, config: CodecConfig | None = None) -> dict[str, 
     if f.type == "message":
         from store.format.record_json import message_to_json
 
-        return message_to_json(f.decoded, f.offset, f.segment.name, f.pos, f.record, config)
+        out = message_to_json(f.decoded, f.offset, f.segment.name, f.pos, f.record, config)
+        if f.extra.get("pastCommitPoint"):
+            out["pastCommitPoint"] = True
+        return out
     if f.type == "error":
         return {"type": "error", "offset": f.offset, "kind": f.kind, "detail": f.detail}
     if f.type == "blank":
@@ -203,19 +222,21 @@ def finding_to_json(f: Finding, config: CodecConfig | None = None) -> dict[str, 
 
 
 def finding_to_text(f: Finding) -> str:
+    past = " PAST-COMMIT-POINT" if f.extra.get("pastCommitPoint") else ""
     if f.type == "message":
         m = f.decoded
         tags = m.tags if m.tags is not None else "-"
         keys = m.keys if m.keys is not None else "-"
-        return (f"{f.offset:>20} MESSAGE size={m.total_size} topic={m.topic} queueId={m.queue_id} "
+        return (f"{f.offset:>20} MESSAGE{past} size={m.total_size} topic={m.topic} queueId={m.queue_id} "
                 f"queueOffset={m.queue_offset} sysFlag=0x{m.sys_flag & 0xFFFFFFFF:x} "
                 f"storeTimestamp={m.store_timestamp} tags={tags} keys={keys} body={len(m.body)}B msgId={m.msg_id}")
     if f.type == "blank":
-        return f"{f.offset:>20} BLANK size={f.size} segment={f.segment.name}"
+        return f"{f.offset:>20} BLANK{past} size={f.size} segment={f.segment.name}"
     if f.type == "error":
         return f"{f.offset:>20} ERROR {f.kind}: {f.detail}"
     if f.type == "end":
-        why = "commit point" if f.extra.get("committed") else "zeroed space"
+        why = "commit point" if f.extra.get("committed") else \
+            f"records past the commit point end: {f.extra['stop']}" if "stop" in f.extra else "zeroed space"
         return f"{f.offset:>20} END ({why}) segment={f.segment.name} bytesLeft={f.extra.get('bytesLeft', 0)}"
     return f"{f.offset:>20} EOF segment={f.segment.name}"
 
@@ -246,7 +267,8 @@ def run_dump(src: Source, out: TextIO = sys.stdout, *, from_offset: int | None =
         s = summary.to_json()
         out.write((json.dumps(s, ensure_ascii=False, separators=(",", ":")) if as_json else
                    f"# {s['messages']} messages, {s['blanks']} blanks, {len(s['errors'])} errors, "
-                   f"valid data ends at {s['rocketmqRecoveryStopsAt']}") + "\n")
+                   f"valid data ends at {s['rocketmqRecoveryStopsAt']}"
+                   + (f"\n# {summary.past_commit.summary()}" if "pastCommitPoint" in s else "")) + "\n")
     if summary.errors:
         kinds = sorted({e["kind"] for e in summary.errors})
         print(f"commitlog dump: {len(summary.errors)} error(s) ({', '.join(kinds)}), the first at offset "

@@ -102,7 +102,8 @@ class CheckedItems:
 
 def file_items(service: IndexService, low: int, limit: int, report: Report, use_c: bool | None) -> CheckedItems:
     """Each file's faults (store.index.check structure_faults, settled for the newest one), items
-    pointing past the committed ``limit``, and the files' order reported; the items in [low, limit)."""
+    pointing past ``limit`` (the end of the valid data), and the files' order reported; the items in
+    [low, limit)."""
     parts: list[ItemRun | tuple[np.ndarray, ...]] = []
     files = service.files
     runs_read = use_c is not False and check_kernel_available()
@@ -155,7 +156,8 @@ def _file_part(f: IndexFile, low: int, limit: int, report: Report, use_c: bool |
 
 def _report_past(report: Report, f: IndexFile, phy: np.ndarray, past: Iterable[int], limit: int) -> None:
     for j in past:
-        report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the committed end {limit}")
+        report("indexPastCommit", int(phy[j]), f"{f.path.name} item {j + 1} points past the end of the valid "
+                                               f"data {limit}")
 
 
 def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:

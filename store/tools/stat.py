@@ -1,4 +1,5 @@
-"""``commitlog stat``: segments and their fill, the store's offsets, topics and queues, checkpoint."""
+"""``commitlog stat``: segments and their fill, the store's offsets, topics and queues, checkpoint,
+and the records past the commit point (store.log.past_commit), per topic."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
 from store.scan.record_check import scan_segment_fast
+from store.log.past_commit import ABOUT, past_commit
 from store.log.source import Source, layout_problems, mapped
 
 
@@ -45,11 +47,12 @@ class StoreStat:
     min_offset: int = 0
     committed_offset: int | None = None
     flushed_offset: int | None = None
-    max_offset: int = 0       # end of the valid data
+    max_offset: int = 0       # end of the valid data (past the commit point too)
     queues: list[QueueStat] = field(default_factory=list)
     checkpoint: dict[str, int] | None = None
     commit_point: dict[str, Any] | None = None
     problems: list[dict[str, Any]] = field(default_factory=list)   # holes in the files, unreadable data
+    past_commit: dict[str, Any] | None = None   # the records past the commit point (PastCommit.to_json)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -63,8 +66,10 @@ class StoreStat:
 def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = False) -> StoreStat:
     """The store's shape. Only the newest segments are scanned (older ones are closed by their
     BLANK, so full, as RocketMQ counts them) unless ``full``: then every segment is scanned for
-    its message count too."""
+    its message count too. Segments are read up to the end of the valid records past the commit
+    point (store.log.past_commit), which are counted per topic besides."""
     config = config or CodecConfig()
+    tail = past_commit(src, config)
     st = StoreStat(str(src.path), src.kind, committed_offset=src.committed_offset)
     st.problems = [{"offset": p.offset, "kind": p.kind, "detail": p.detail} for p in layout_problems(src)]
     st.min_offset = src.segments[0].base_offset if src.segments else 0
@@ -76,7 +81,7 @@ def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = Fa
             st.segments.append(SegmentStat(seg.name, seg.base_offset, seg.size, seg.size, None, True))
             st.max_offset = seg.end_offset
             continue
-        end = src.segment_end(seg)
+        end = tail.segment_end(seg) if tail is not None else src.segment_end(seg)
         with mapped(seg) as mv:
             scan = scan_segment_fast(mv, seg.base_offset, end, config)
         closed = scan.stop.kind == "blank"
@@ -88,6 +93,7 @@ def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = Fa
         if not ended:
             st.max_offset = seg.base_offset + used if closed else scan.end_offset
             ended = not closed
+    st.past_commit = tail.to_json() if tail is not None and tail.messages else None
     ck = src.checkpoint
     if ck is not None:
         st.checkpoint = {"physicMsgTimestamp": ck.physic_msg_timestamp, "logicsMsgTimestamp": ck.logics_msg_timestamp,
@@ -153,6 +159,18 @@ def print_stat(st: StoreStat, out: TextIO, as_json: bool = False) -> None:
         out.write("  checkpoint: " + "  ".join(f"{k} {v}" for k, v in st.checkpoint.items()) + "\n")
     for p in st.problems:
         out.write(f"  PROBLEM at {p['offset']}: {p['kind']}: {p['detail']}\n")
+    if st.past_commit:
+        _print_past_commit(st.past_commit, out)
     if st.commit_point:
         out.write(f"  commit point: offset {st.commit_point['offset']}  timestamp {st.commit_point['timestamp']}"
                   f"  metadata {json.dumps(st.commit_point['metadata'], ensure_ascii=False)}\n")
+
+
+def _print_past_commit(tail: dict[str, Any], out: TextIO) -> None:
+    out.write(f"  past the commit point: {tail['messages']:,} messages ({tail['bytes']:,} bytes), offsets "
+              f"{tail['offset']}..{tail['end']} in segment(s) {', '.join(tail['segments'])}; they end at "
+              f"{tail['stop']}\n")
+    out.write(f"    {'topic':<40}{'messages':>12}{'bytes':>16}\n")
+    for topic, c in tail["topics"].items():
+        out.write(f"    {topic:<40}{c['messages']:>12,}{c['bytes']:>16,}\n")
+    out.write(f"    ({ABOUT})\n")

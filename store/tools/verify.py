@@ -5,6 +5,11 @@ PHYSICALOFFSET) with the scan's fast path; every BLANK (it must close its segmen
 queue-offset continuity per queue; every consume-queue unit against the record it points to
 (offset, size, tagsCode) and units pointing past the data; the commit point and checkpoint
 against the data. Each problem carries the global offset where it is and a kind.
+
+The valid records past a store's commit point (store.log.past_commit: another writer's appends,
+such as a RocketMQ broker's, or an unfinished batch) are checked too (queue offsets, units,
+index items pointing at them) and reported as information, not as problems: a unit or an index
+item pointing at one is in order, one pointing past them is not.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from store.log.past_commit import PastCommit, past_commit
 from store.log.source import Source, layout_problems, segment_size_of
 from store.tools.progress import Progress
 from store.tools.verify_index import index_problems
 from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
-from store.tools.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces
+from store.tools.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces, \
+    verify_segment
 
 # problems that do not end the valid data (RocketMQ's recovery reads on past them)
 _NOT_RECORD_ERRORS = ("blank", "segmentNotClosed", "queueOffsetGap", "consumeQueueUnit", "consumeQueueMissing",
@@ -53,6 +60,10 @@ class VerifyReport:
     queues: int = 0
     data_end: int = 0
     committed_offset: int | None = None
+    past_commit_messages: int = 0           # valid records past the commit point (not problems)
+    past_commit_bytes: int = 0
+    past_commit_topics: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)      # information, not problems
     elapsed_s: float = 0.0
     problems: list[Problem] = field(default_factory=list)
 
@@ -106,6 +117,7 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     t0 = time.perf_counter()
     report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
     src = _with_loose_base(src)
+    tail = past_commit(src, config)
     problems, expected = _layout_problems(src)
     units = QueueUnits(src.root)
     tasks = []
@@ -121,15 +133,19 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
             _pool(jobs) as pool:
         results = pool.map(check_piece, work) if pool is not None else map(check_piece, work)
         # the workers are forked by now: a thread of this process may start
-        with _IndexAside(src, beside=pool is not None) as aside:
+        with _IndexAside(src, tail, beside=pool is not None) as aside:
             joined = join_pieces(tasks, pieces, results)
             spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
-            index, report.index_items_checked = aside.result(data_end)
-    report.data_end = data_end
-    report.queues = len(spans)
-    problems.extend(dangling_units(src, units, spans, data_end))
+            all_spans, valid_end = spans, data_end
+            if tail is not None and tail.messages and data_end == tail.start and not stopped_by_error:
+                all_spans, valid_end = _check_past_commit(tail, spans, units, expected, config, report, problems)
+            index, report.index_items_checked = aside.result(valid_end)
+    report.data_end = valid_end
+    report.queues = len(all_spans)
+    problems.extend(dangling_units(src, units, all_spans, valid_end))
     if not stopped_by_error:    # else the record error is the cause; the commit point is only a symptom
-        problems.extend(_commit_problems(src, spans, data_end, any(p.kind == "commitPoint" for p in problems)))
+        problems.extend(_commit_problems(src, spans, data_end, valid_end,
+                                         any(p.kind == "commitPoint" for p in problems)))
     problems.extend(index)
     problems.sort(key=lambda p: (p.offset, p.kind))
     report.problems = problems
@@ -137,15 +153,41 @@ def verify_source(src: Source, config: CodecConfig | None = None, progress: bool
     return report
 
 
+def _check_past_commit(tail: PastCommit, spans: dict[tuple[str, int], QueueSpan], units: QueueUnits, expected: int,
+                       config: CodecConfig, report: VerifyReport, problems: list[Problem]
+                       ) -> tuple[dict[tuple[str, int], QueueSpan], int]:
+    """The records past the commit point, stretch by stretch, as the committed ones (their queue
+    offsets going on from the committed ones', their units); a record without its unit yet is in
+    order (a broker writes its units behind its appends). Counted apart, told as a note. Returns
+    the spans of every queue up to the end of those records, and that end."""
+    joined = dict(spans)
+    missing = 0
+    for s in tail.stretches:
+        res = verify_segment(SegmentTask(s.segment, s.end, expected, True, units, config), start=s.start)
+        report.bytes += s.end - s.start
+        report.units_checked += res.units_checked
+        missing += sum(p.kind == "consumeQueueMissing" for p in res.problems)
+        problems.extend(p for p in res.problems if p.kind != "consumeQueueMissing")
+        join_spans(joined, res.queues, problems)
+    report.past_commit_messages = tail.messages
+    report.past_commit_bytes = tail.message_bytes
+    report.past_commit_topics = {t: c.messages for t, c in sorted(tail.topics.items())}
+    report.notes.append(tail.summary())
+    if missing:
+        report.notes.append(f"{missing} of the records past the commit point have no consume-queue unit yet")
+    return joined, tail.end
+
+
 class _IndexAside:
     """index_problems on a thread of the main process while the pieces run in theirs (``beside``:
-    the main process only waits for them), with the commit point as the end of the valid data.
-    Should the pieces find the data ending before it, the check runs again with their end. Not
-    beside worker processes, or with no commit point, it runs once the pieces are done."""
+    the main process only waits for them), with the commit point, or the end of the valid records
+    past it, as the end of the valid data. Should the data be found ending before it, the check
+    runs again with that end. Not beside worker processes, or with no commit point, it runs once
+    the pieces are done."""
 
-    def __init__(self, src: Source, beside: bool) -> None:
+    def __init__(self, src: Source, tail: PastCommit | None, beside: bool) -> None:
         self._src = src
-        self._assumed = src.committed_offset
+        self._assumed = tail.end if tail is not None and tail.messages else src.committed_offset
         self._thread: ThreadPoolExecutor | None = None
         self._early: Future[tuple[list[Problem], int]] | None = None
         if beside and self._assumed is not None:
@@ -162,7 +204,7 @@ class _IndexAside:
     def result(self, data_end: int) -> tuple[list[Problem], int]:
         if self._early is not None:
             assert self._assumed is not None
-            if data_end >= self._assumed:
+            if data_end == self._assumed:
                 return self._early.result()
             self._early.exception()        # done with before the check runs again
         return index_problems(self._src, data_end)
@@ -228,8 +270,11 @@ def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResul
     return spans, data_end, by_error
 
 
-def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int,
+def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int, valid_end: int,
                      cut_reported: bool) -> list[Problem]:
+    """The commit point against the committed data (``spans``, up to ``data_end``); the
+    checkpoint against all the valid data (up to ``valid_end``: a broker's checkpoint covers its
+    records past the commit point)."""
     out: list[Problem] = []
     cp = src.commit_point
     if cp is not None:
@@ -244,10 +289,10 @@ def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_
                                    f"{topic}/{qid}: the commit point says next queue offset {nxt}, "
                                    f"the data {have}"))
     ck = src.checkpoint
-    if ck is not None and ck.confirm_phy_offset > data_end:
+    if ck is not None and ck.confirm_phy_offset > valid_end:
         out.append(Problem(ck.confirm_phy_offset, "checkpoint",
                            f"checkpoint confirmPhyOffset {ck.confirm_phy_offset} is past the end of the "
-                           f"valid data {data_end}"))
+                           f"valid data {valid_end}"))
     return out
 
 
@@ -264,5 +309,7 @@ def print_report(report: VerifyReport, out: TextIO, as_json: bool = False) -> No
               f"  valid data ends at {report.data_end}"
               + (f", committed offset {report.committed_offset}" if report.committed_offset is not None else "")
               + f"; {report.elapsed_s:.2f} s, {report.mb_per_s:,.0f} MB/s\n")
+    for note in report.notes:
+        out.write(f"  note: {note}\n")
     for p in report.problems:
         out.write(f"  {p.offset:>20} {p.kind}: {p.detail}\n")

@@ -33,8 +33,12 @@ _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PA
 
 
 def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> tuple[list[Problem], int]:
-    """(problems, items checked). Items below the first segment (retention keeps a file until all
-    of it is old) are not checked. ``use_c`` False: the numpy checks alone (tests compare the two)."""
+    """(problems, items checked). ``data_end``: the end of the valid data, which may lie past the
+    commit point (store.log.past_commit): items pointing at records up to it are checked against
+    them, items past it are problems; keys are held to the items only up to the commit point (a
+    broker indexes its records behind its appends). Items below the first segment (retention
+    keeps a file until all of it is old) are not checked. ``use_c`` False: the numpy checks alone
+    (tests compare the two)."""
     if src.root is None:
         return [], 0
     out = _Problems()
@@ -52,7 +56,7 @@ def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> 
     unindexed: list[np.ndarray] = []       # offsets of messages with a key no item holds
     try:
         if service is not None:
-            items = file_items(service, low, limit, out.add, use_c)
+            items = file_items(service, low, data_end, out.add, use_c)
         for seg in src.segments:
             end = min(seg.size, limit - seg.base_offset)
             pointed = items.count_within(seg.base_offset, seg.end_offset)
@@ -69,6 +73,7 @@ def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> 
         if service is not None:
             service.close()
     lost = np.concatenate(unindexed) if unindexed else np.zeros(0, np.int64)
+    lost = lost[lost < limit]       # keys of records past the commit point, pointed at by an item
     if service is None and len(lost):
         out.add("indexMissing", int(lost[0]), f"config/messageIndex.json says the index is on, but there is no "
                                               f"index/: {len(lost):,} keys of committed messages are not indexed; "

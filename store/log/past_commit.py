@@ -19,7 +19,8 @@ import numpy as np
 from store.format.codec import CodecConfig
 from store.log.source import SegmentFile, Source, mapped
 from store.scan.fields import text_ids
-from store.scan.record_check import RecordCheck, SegmentScan, scan_segment_fast
+from store.log.tail import walk_tail
+from store.scan.record_check import RecordCheck, SegmentScan
 
 ABOUT = ("another writer's appends (a RocketMQ broker) or an unfinished batch; "
          "the next `run` adopts or drops them")
@@ -101,29 +102,20 @@ def past_commit(src: Source, config: CodecConfig | None = None) -> PastCommit | 
     config = config or CodecConfig()
     pos = src.committed_offset
     found = PastCommit(pos, pos, RecordCheck("end", pos, 0))
-    while True:
-        seg = src.segment_at(pos)
-        if seg is None:
-            found.stop = RecordCheck("end", pos, 0, detail=f"no segment holds offset {pos}")
-            break
-        try:
-            with mapped(seg) as mv:
-                scan = scan_segment_fast(mv, seg.base_offset, None, config, start=pos - seg.base_offset,
-                                         columns=True)
-                _count_topics(found, np.frombuffer(mv, dtype=np.uint8), scan)
-        except FileNotFoundError:       # retention deleted it while we read
-            found.stop = RecordCheck("end", pos, 0, detail=f"segment {seg.name} was deleted while reading")
-            break
-        end = scan.end_offset
-        found.stop = scan.stop
-        if scan.stop.kind == "blank":
-            end = seg.end_offset        # a BLANK closes its segment; the next one goes on
-        found.stretches.append(Stretch(seg, pos - seg.base_offset, end - seg.base_offset, len(scan.offsets),
-                                       int(scan.sizes.sum())))
-        found.end = end
-        if scan.stop.kind != "blank":
-            break
-        pos = end
+    try:
+        for piece in walk_tail(pos, src.segment_at, lambda seg, _rel: mapped(seg), config, columns=True):
+            seg, scan = piece.segment, piece.scan
+            _count_topics(found, piece.arr, scan)
+            end = seg.end_offset if scan.stop.kind == "blank" else scan.end_offset   # a BLANK closes its segment
+            found.stop = scan.stop
+            found.stretches.append(Stretch(seg, pos - seg.base_offset, end - seg.base_offset, len(scan.offsets),
+                                           int(scan.sizes.sum())))
+            found.end = pos = end
+    except FileNotFoundError:       # retention deleted a segment while we read
+        found.stop = RecordCheck("end", pos, 0, detail=f"a segment at {pos} was deleted while reading")
+        return found
+    if found.stop.kind == "blank" or not found.stretches:
+        found.stop = RecordCheck("end", pos, 0, detail=f"no segment holds offset {pos}")
     return found
 
 

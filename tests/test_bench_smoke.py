@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2.7)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2.9)]
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -93,6 +93,13 @@ EXPECTED = {
          "body100.store.write_ms"],
         ["body100.ratio.handover_checked_vs_unchecked", "body100.ratio.check_vs_store_write",
          "body100.ratio.check_records_c_vs_numpy", "body100.ratio.mac_vs_hmac_sha256"]),
+    "adopt": (
+        ["adopt_open_s", "adopt.records_per_s", "clean_open_s", "revalidate_s"],
+        ["ratio.revalidate_vs_adopt"]),
+    "latency": (
+        ["commitlog.sync.rate1000.p50_ms", "commitlog.sync.rate10000.p99_ms", "commitlog.sync.rate10000.batch_p50_ms",
+         "spark_kafka.source.rate10000.p50_ms", "ours.source.rate10000.batch_p50_ms"],
+        ["ratio.rate10000.source_batch_ours_vs_spark", "ratio.rate10000.commitlog_p50_vs_spark_source_p50"]),
     "codecs": (
         ["lz4.kafka_python.mb_per_s", "zstd.cramjam.mb_per_s", "snappy.kafka_python.mb_per_s", "gzip.cramjam.mb_per_s"],
         ["lz4.ratio.kafka_python_vs_cramjam", "zstd.ratio.kafka_python_vs_cramjam"]),
@@ -101,7 +108,7 @@ EXPECTED = {
 
 # The scripts that run Spark streaming jobs are smoke-run from tests/test_bench_smoke_stream.py: a
 # module is one xdist worker's (make test runs two), and these take as long as all the others.
-STREAM_SCRIPTS = ("cluster", "pipeline", "replay", "replay_files")
+STREAM_SCRIPTS = ("cluster", "latency", "pipeline", "replay", "replay_files")
 
 
 @pytest.mark.parametrize("script", sorted(set(EXPECTED) - set(STREAM_SCRIPTS)))

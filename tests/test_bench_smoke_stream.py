@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_bench_smoke import STREAM_SCRIPTS, quick_run_prints_its_figures
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2.6)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=4.2)]
 
 
 @pytest.mark.parametrize("script", STREAM_SCRIPTS)

@@ -356,7 +356,9 @@ class Proxy:
             remoting_port = free_port_block()
         conf: dict[str, object] = {"rocketMQClusterName": cluster, "namesrvAddr": nameserver.address,
                                    "proxyMode": "cluster", "grpcServerPort": grpc_port,
-                                   "remotingListenPort": remoting_port}
+                                   "remotingListenPort": remoting_port,
+                                   # SIGTERM waits this long for gRPC calls in flight (30 s by default)
+                                   "grpcShutdownTimeSeconds": 2}
         path = home / "rmq-proxy.json"
         path.write_text(json.dumps(conf, indent=2))
         argv = [java(), *SERVER_HEAP, *OPENS, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,39 +115,56 @@ def _configuration(endpoint: str) -> object:
     return rmq.ClientConfiguration(endpoint, rmq.Credentials(), request_timeout=10)
 
 
+@dataclass
+class SimpleRun:
+    messages: list[Received]          # duplicates included
+    failures: list[str]               # the errors of the receives that failed (and were tried again)
+    receives: int
+    receive_s: float                  # time in receive calls
+    ack_s: float                      # time acking
+
+
 def simple_consume(endpoint: str, group: str, topics: list[str], expect: int, *, deadline_s: float = 300.0,
-                   batch: int = 32, invisible_s: int = 120, await_s: int = 2) -> tuple[list[Received], int]:
-    """A SimpleConsumer over ``topics``: receive and ack until ``expect`` messages are in and then a
-    round of empty receives (one per topic: the proxy pops from every queue of a topic) follows;
-    returns the messages (duplicates included) and how many receives failed (and were tried again)."""
+                   batch: int = 32, invisible_s: int = 120, await_s: int = 2, ack_threads: int = 8) -> SimpleRun:
+    """A SimpleConsumer over ``topics``: receive and ack (each batch's acks on ``ack_threads`` threads,
+    all done before the next receive) until ``expect`` messages are in and then a round of empty
+    receives (one per topic: the proxy pops from every queue of a topic) follows."""
     rmq = client()
     consumer = rmq.SimpleConsumer(_configuration(endpoint), group, {t: rmq.FilterExpression("*") for t in topics},
-                              await_duration=await_s)
+                                  await_duration=await_s)
     consumer.startup()
-    got: list[Received] = []
-    failures, empties, last_error = 0, 0, None
+    run = SimpleRun([], [], 0, 0.0, 0.0)
+    empties = 0
     deadline = time.monotonic() + deadline_s
     try:
-        while len(got) < expect or empties < len(topics):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"SimpleConsumer {group}: {len(got)} of {expect} messages in {deadline_s:.0f} s"
-                                   f"; {failures} receives failed, the last: {last_error!r}")
-            try:
-                messages = consumer.receive(batch, invisible_s)
-            except Exception as e:          # "settings is null" before the settings came: try again
-                failures, last_error = failures + 1, e
-                time.sleep(0.2)
-                continue
-            if not messages:
-                empties += 1
-                continue
-            empties = 0
-            for m in messages:
-                got.append(received(m))
-                consumer.ack(m)
+        with ThreadPoolExecutor(ack_threads) as acks:
+            while len(run.messages) < expect or empties < len(topics):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"SimpleConsumer {group}: {len(run.messages)} of {expect} messages in "
+                                       f"{deadline_s:.0f} s; {len(run.failures)} receives failed, the last: "
+                                       f"{run.failures[-1:]}")
+                t0 = time.monotonic()
+                try:
+                    run.receives += 1
+                    messages = consumer.receive(batch, invisible_s)
+                except Exception as e:          # "settings is null" before the settings came: try again
+                    run.failures.append(f"{type(e).__name__}: {e}")
+                    time.sleep(0.2)
+                    continue
+                finally:
+                    run.receive_s += time.monotonic() - t0
+                if not messages:
+                    empties += 1
+                    continue
+                empties = 0
+                run.messages.extend(received(m) for m in messages)
+                t0 = time.monotonic()
+                for done in [acks.submit(consumer.ack, m) for m in messages]:
+                    done.result()
+                run.ack_s += time.monotonic() - t0
     finally:
         consumer.shutdown()
-    return got, failures
+    return run
 
 
 def push_consume(endpoint: str, group: str, topics: list[str], expect: int, *, deadline_s: float = 300.0,

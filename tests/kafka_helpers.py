@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
+from store.format import EMPTY_VALUE_BODY
+
 
 @dataclass(frozen=True)
 class Sent:
@@ -64,3 +66,20 @@ def store_by_coordinates(root: str) -> dict[tuple[str, int, int], list]:
     finally:
         reader.close()
     return found
+
+
+def mixed_records(topics: list[str], n: int) -> list[tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """``n`` records over ``topics`` and 4 partitions: text and binary keys or none, tombstones, 0-byte
+    values, a single 0x00, bodies past RocketMQ's 4 KiB compression threshold, tags, headers a property
+    keeps and headers only KAFKA_HEADERS keeps (the stores RocketMQ's clients read in the tests)."""
+    out = []
+    for i in range(n):
+        key = [f"order-{i % 700}".encode(), None, b"\xff\xfe" + bytes([i % 256]), "ключ-ü".encode()][i % 4]
+        value = [f"value-{i}".encode() * (1 + i % 5), None, b"", bytes(range(256)) * 20, EMPTY_VALUE_BODY][i % 5]
+        if value is None and key is None:
+            key = f"tomb-{i}".encode()         # a tombstone has a key
+        headers = [("TAGS", f"tag{i % 3}".encode()), ("seq", str(i).encode())]
+        if i % 11 == 0:
+            headers.append(("trace", b""))     # an empty header value: all headers go to KAFKA_HEADERS
+        out.append((topics[i % len(topics)], (i // len(topics)) % 4, key, value, headers))
+    return out

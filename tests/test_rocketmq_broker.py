@@ -21,8 +21,7 @@ import pytest
 from ingest.config import JobConfig
 from ingest.encode.restore import kafka_headers, kafka_key, kafka_value
 from ingest.job import run_stream
-from store.format import EMPTY_VALUE_BODY
-from tests.kafka_helpers import Sent, create_topics, produce, unique_topic
+from tests.kafka_helpers import Sent, create_topics, mixed_records, produce, unique_topic
 from tests.rocketmq import BROKER_PORTS, Clients, RocketBroker, clients, free_port_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2)]
@@ -37,22 +36,6 @@ CLIENT_PROPERTIES = {"MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "CLUSTER"
 BROKER_OWNS = ("config/", "lock", "checkpoint", "abort")
 
 
-def kafka_records(topics: list[str]) -> list[tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
-    """Text and binary keys or none, tombstones, 0-byte values, a single 0x00, bodies past RocketMQ's
-    4 KiB compression threshold, tags, headers a property keeps and headers only KAFKA_HEADERS keeps."""
-    out = []
-    for i in range(RECORDS):
-        key = [f"order-{i % 700}".encode(), None, b"\xff\xfe" + bytes([i % 256]), "ключ-ü".encode()][i % 4]
-        value = [f"value-{i}".encode() * (1 + i % 5), None, b"", bytes(range(256)) * 20, EMPTY_VALUE_BODY][i % 5]
-        if value is None and key is None:
-            key = f"tomb-{i}".encode()         # a tombstone has a key
-        headers = [("TAGS", f"tag{i % 3}".encode()), ("seq", str(i).encode())]
-        if i % 11 == 0:
-            headers.append(("trace", b""))     # an empty header value: all headers go to KAFKA_HEADERS
-        out.append((topics[i % len(topics)], (i // len(topics)) % 4, key, value, headers))
-    return out
-
-
 @dataclass
 class StreamStore:
     path: Path
@@ -65,7 +48,7 @@ class StreamStore:
 def stream_store(bootstrap_servers: str, spark: object, tmp_path_factory: pytest.TempPathFactory) -> StreamStore:
     topics = [unique_topic("rmq-a"), unique_topic("rmq-b")]
     create_topics(bootstrap_servers, topics)
-    sent = produce(bootstrap_servers, kafka_records(topics))
+    sent = produce(bootstrap_servers, mixed_records(topics, RECORDS))
     root = tmp_path_factory.mktemp("rocketmq-served")
     port = free_port_block(BROKER_PORTS)
     cfg = JobConfig(bootstrap_servers=bootstrap_servers, subscribe=",".join(topics), store=str(root / "store"),

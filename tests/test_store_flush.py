@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import threading
 import time
 from pathlib import Path
@@ -248,3 +249,52 @@ def test_a_store_let_go_as_a_killed_writer_first_lets_the_units_in_flight_land(
     monkeypatch.undo()
     with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as again:
         assert again.committed_offset == 0
+
+
+def test_a_failed_directory_fsync_after_the_commit_point_rename_says_the_new_point_may_not_be_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    first = s.commit(metadata={"batch": 1})
+    s.append(msgs(5, 1))
+    fsync_dir = segment_module.fsync_dir
+
+    def broken(path: Path) -> None:
+        if path == root:
+            raise OSError(errno.EIO, "Input/output error")
+        fsync_dir(path)
+
+    monkeypatch.setattr(segment_module, "fsync_dir", broken)
+    with pytest.raises(FlushError) as failed:
+        s.commit(metadata={"batch": 2})
+    monkeypatch.undo()
+    on_disk = json.loads((root / "commitpoint.json").read_text())["offset"]
+    assert on_disk == s.max_offset > first.offset
+    assert str(failed.value) == (
+        f"the commit point {on_disk} of {root} was written but may not be durable (after a power cut it may "
+        f"read {first.offset} again): [Errno 5] Input/output error; the store refuses writes until reopened")
+    with pytest.raises(StoreReadOnlyError, match="reopen"):
+        s.append(msgs(1, 2))
+    s.close()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == on_disk and s2.last_commit.metadata == {"batch": 2}
+
+
+def test_a_commit_point_that_could_not_be_written_stays_the_last_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    first = s.commit()
+    s.append(msgs(5, 1))
+
+    def broken(src: Any, dst: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(segment_module.os, "replace", broken)
+    with pytest.raises(FlushError, match=f"failed, the last commit point stays {first.offset}: "):
+        s.commit()
+    monkeypatch.undo()
+    assert json.loads((root / "commitpoint.json").read_text())["offset"] == first.offset
+    s.close()

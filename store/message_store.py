@@ -373,7 +373,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             self._closed = True
             self.closed_cleanly = clean
             try:
-                self._cq.close()
+                self._cq.close(flush=clean)     # a failed fsync is never retried as if it could succeed
                 if self._index is not None:
                     self._index.close(flush=clean and index_ok)
             finally:

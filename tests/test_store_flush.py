@@ -298,3 +298,35 @@ def test_a_commit_point_that_could_not_be_written_stays_the_last_one(
     monkeypatch.undo()
     assert json.loads((root / "commitpoint.json").read_text())["offset"] == first.offset
     s.close()
+
+
+def test_a_failed_consume_queue_fsync_is_never_retried_and_close_leaves_abort(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fault: fsync of a consume-queue file returns EIO (os.fsync patched for those files only)
+    import os
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    first = s.commit(metadata={"batch": 1})
+    fsync = os.fsync
+    failed_on: list[str] = []
+
+    def broken(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "/consumequeue/" in path:
+            failed_on.append(path)
+            raise OSError(errno.EIO, "Input/output error")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", broken)
+    s.append(msgs(5, 1))
+    with pytest.raises(FlushError, match=r"flushing the consume queues or the index of .* failed: \[Errno 5\]"):
+        s.commit(metadata={"batch": 2})
+    tries = len(failed_on)
+    s.close()                               # no OSError: the dirty queues are not fsynced again
+    assert len(failed_on) == tries == 1
+    assert not s.closed_cleanly and (root / "abort").exists()   # the next open recovers from the disk
+    monkeypatch.undo()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == first.offset and s2.last_commit.metadata == {"batch": 1}
+        assert sum(1 for _ in s2.iter_messages()) == 20

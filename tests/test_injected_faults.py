@@ -16,7 +16,7 @@ import pytest
 
 from tests.kafka_helpers import store_by_coordinates
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=0.6)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.9)]   # replay 0.7, run 1.2
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,3 +67,43 @@ def test_replay_whose_consume_queue_fsync_fails_says_one_line_and_never_retries_
     assert again.returncode == 0, again.stderr[-3000:]
     found = store_by_coordinates(str(store))
     assert sorted(found) == [("orders", 0, o) for o in range(300)] and all(len(v) == 1 for v in found.values())
+
+
+@pytest.mark.timeout(900)
+def test_run_whose_consume_queue_fsync_fails_says_one_line_and_never_retries_the_sync(
+        bootstrap_servers: str, tmp_path: Path) -> None:
+    from tests.kafka_helpers import create_topics, produce, unique_topic
+
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace (apt-get install strace) to make fsync fail")
+    topic = unique_topic("fsync")
+    create_topics(bootstrap_servers, [topic], partitions=1)
+    sent = produce(bootstrap_servers, [(topic, 0, b"k%d" % i, b"v%d" % i, []) for i in range(100)])
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "ingest.cli", "run", "--bootstrap-servers", bootstrap_servers, "--subscribe", topic,
+           "--store", str(store), "--checkpoint", str(tmp_path / "checkpoint"), "--segment-size", "1m",
+           "--consume-queue-units", "2000", "--message-index", "false", "--trigger", "available-now",
+           "--master", "local[1]", "--shuffle-partitions", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (queue_file,) = (store / "consumequeue" / topic).glob("*/00000000000000000000")
+    sent += produce(bootstrap_servers, [(topic, 0, b"k%d" % i, b"v%d" % i, []) for i in range(100, 300)])
+    inject = ["strace", "-f", "-qq", "-o", str(tmp_path / "strace.log"), "-P", str(queue_file),
+              "-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=1+"]
+    failed = subprocess.run(inject + cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    said = failed.stdout + failed.stderr
+    assert failed.returncode == 2, said[-5000:]
+    assert "Traceback" not in said, said[-5000:]
+    errors = [ln for ln in said.splitlines() if ln.startswith("commitlog run: error: ")]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"flushing the consume queues or the index of {store} failed: [Errno 5] Input/output error; the store "
+        f"refuses writes until reopened"), said[-5000:]
+    fsyncs = [ln for ln in (tmp_path / "strace.log").read_text().splitlines() if "fsync(" in ln]
+    assert len(fsyncs) == 1 and "(INJECTED)" in fsyncs[0], fsyncs
+    assert (store / "abort").exists()
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    found = store_by_coordinates(str(store))
+    assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
+    assert all(len(v) == 1 for v in found.values())

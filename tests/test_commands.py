@@ -302,6 +302,17 @@ def test_verify_accepts_every_golden_record_file(golden_dir: Path) -> None:
         assert report["messages"] == len(manifest["messages"])
 
 
+def test_dump_json_of_each_vector_file_is_its_reference_decoding(golden_dir: Path) -> None:
+    # compared as JSON objects (golden README); a vector with every message refused is an empty .bin
+    vectors = sorted(p for p in golden_dir.glob("*.bin") if (golden_dir / f"{p.stem}.decoded.jsonl").is_file())
+    assert vectors, f"no golden *.bin with a *.decoded.jsonl in {golden_dir}"
+    for vector in vectors:
+        rc, out, err = run("dump", str(vector), "--json")
+        expected = jsonl((golden_dir / f"{vector.stem}.decoded.jsonl").read_text())
+        assert jsonl(out) == expected, vector.name
+        assert rc == (1 if expected[-1]["errors"] else 0), (vector.name, err)
+
+
 def test_dump_of_an_empty_vector_file_is_zero_messages_with_its_eof_and_summary(tmp_path: Path) -> None:
     # a golden vector whose every message was refused (expectReject) has nothing in its .bin
     from store.tools.report import decode_segment_files

@@ -320,6 +320,12 @@ def adopt_store_segment_size(cfg: JobConfig) -> None:
     from store import segment_size_on_disk
 
     size = segment_size_on_disk(Path(cfg.store) / "commitlog") if cfg.store else 0
+    if size % 4096:     # no segment size a job makes: a damaged file, not a setting
+        odd = next(p for p in sorted((Path(cfg.store) / "commitlog").iterdir())
+                   if len(p.name) == 20 and p.name.isdigit() and p.stat().st_size == size)
+        raise JobConfigError(f"segment {odd} is {size} bytes, expected {cfg.segment_size} (--segment-size; a segment "
+                             f"is a multiple of 4096): it is damaged (cut short?); restore it from a backup, or move "
+                             f"it away")
     if size and size != cfg.segment_size:
         if cfg.segment_size != DEFAULT_COMMITLOG_FILE_SIZE:
             logging.getLogger("commitlog").warning(

@@ -95,20 +95,42 @@ def write(batch: pa.RecordBatch, target: SpoolTarget) -> pa.RecordBatch:
     """One PACKED_SCHEMA row naming a new file in the spool directory that holds ``batch`` (in a task)."""
     data = _ipc_stream(batch)
     name = f"{target.tag}.{uuid.uuid4().hex}{SUFFIX}"
+    path = os.path.join(target.directory, name)
     dir_fd = _task_dir(target.directory)
+    call = "open"
     try:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=dir_fd)
         try:
+            call = "write"
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
+    except OSError as exc:      # a full disk, say: the driver refuses the batch with this line
+        if call == "write":
+            _unlink_quietly(name, dir_fd)
+        return failed_row(path, f"{call}() failed on {socket.gethostname()}: [Errno {exc.errno}] {exc.strerror}",
+                          batch)
     finally:
         os.close(dir_fd)
-    return packed_row(pa.nulls(1, pa.binary()), pa.array([os.path.join(target.directory, name)]),
+    return packed_row(pa.nulls(1, pa.binary()), pa.array([path]),
                       pa.array([file_mac(target.key, name, data)], pa.binary()), batch)
+
+
+def failed_row(path: str, why: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The row of a batch whose spool file could not be written: its name, no MAC, and in its chunk
+    the reason. A task that raised instead would fail the whole query in Spark's words (every task
+    attempt's traceback, the plan); this row fails only the batch, on the driver, in one line."""
+    return packed_row(pa.array([why.encode()], pa.binary()), pa.array([path]), pa.nulls(1, pa.binary()), batch)
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass        # the driver's sweep removes it
 
 
 def _ipc_stream(batch: pa.RecordBatch) -> pa.Buffer:
@@ -196,8 +218,9 @@ class Spool:
         if SPOOL not in table.column_names or table.column(SPOOL).null_count == table.num_rows:
             return table
         chunks: list[pa.Array] = []
-        for chunk, path in zip(_rows(table, CHUNK), table.column(SPOOL).to_pylist()):
-            if path is None:
+        for chunk, path, mac in zip(_rows(table, CHUNK), table.column(SPOOL).to_pylist(),
+                                    table.column(MAC).to_pylist()):
+            if path is None or mac is None:     # packed, or a task's failed_row: check refuses it
                 chunks.append(chunk)
                 continue
             data = self._take(path)
@@ -254,6 +277,9 @@ class Spool:
                                     table.column(MAC).to_pylist()):
             if path is None:
                 continue
+            if mac is None and chunk.null_count == 0:
+                why = " ".join(chunk[0].as_py().decode(errors="replace").split())[:500]
+                raise SpoolError(f"spool file {path}: {why}: the batch is not written")
             data = value_buffer(chunk, 0)
             if mac is None or not hmac.compare_digest(file_mac(self.key, os.path.basename(path), data), mac):
                 raise SpoolError(f"spool file {path} is not what this job's task wrote (its MAC does not match): "

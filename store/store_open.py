@@ -17,7 +17,7 @@ from store.errors import StoreError
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
 from store.index.writer import IndexWriter, mark_index_incomplete
 from store.log.append_intent import AppendIntentLog
-from store.log.checkpoint import StoreCheckpoint, read_checkpoint
+from store.log.checkpoint import StoreCheckpoint, checkpoint_damage, read_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
@@ -61,6 +61,9 @@ class StoreOpening:
         abnormal = abort.exists()
         commit_point = read_commit_point(self.root)
         checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
+        damage = checkpoint_damage(self.root / CHECKPOINT_FILE)
+        if damage is not None:
+            checkpoint = None       # as RocketMQ reads a missing one: recovery starts at the first segment
         self._log.queue.load()
         remove_unfinished_queue_files(self.root)
         self._cq.load()
@@ -108,6 +111,9 @@ class StoreOpening:
         self._checkpoint.confirm_phy_offset = end
         self._checkpoint.master_flushed_offset = end
         self._write_checkpoint()
+        if damage is not None:
+            log.warning("%s: its fields were lost; recovered without it (as RocketMQ does without a checkpoint) "
+                        "and rebuilt it at offset %d", damage, end)
         abort.touch()
         fsync_dir(self.root)
         if abnormal:

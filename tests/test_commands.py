@@ -304,3 +304,43 @@ def test_verify_accepts_every_golden_record_file(golden_dir: Path) -> None:
         report = json.loads(out)
         assert (case.name, rc, report["problems"]) == (case.name, 0, [])
         assert report["messages"] == len(manifest["messages"])
+
+
+def test_dump_json_of_each_vector_file_is_its_reference_decoding(golden_dir: Path) -> None:
+    # compared as JSON objects (golden README); a vector with every message refused is an empty .bin
+    vectors = sorted(p for p in golden_dir.glob("*.bin") if (golden_dir / f"{p.stem}.decoded.jsonl").is_file())
+    assert vectors, f"no golden *.bin with a *.decoded.jsonl in {golden_dir}"
+    for vector in vectors:
+        rc, out, err = run("dump", str(vector), "--json")
+        expected = jsonl((golden_dir / f"{vector.stem}.decoded.jsonl").read_text())
+        assert jsonl(out) == expected, vector.name
+        assert rc == (1 if expected[-1]["errors"] else 0), (vector.name, err)
+
+
+def test_dump_of_an_empty_vector_file_is_zero_messages_with_its_eof_and_summary(tmp_path: Path) -> None:
+    # a golden vector whose every message was refused (expectReject) has nothing in its .bin
+    from store.tools.report import decode_segment_files
+    empty = tmp_path / "p99_all_rejected.bin"
+    empty.write_bytes(b"")
+    rc, out, err = run("dump", str(empty), "--json")
+    assert (rc, err) == (0, "")
+    assert jsonl(out) == [
+        {"type": "eof", "offset": 0, "segment": empty.name},
+        {"type": "summary", "files": [empty.name], "fileBytes": 0, "messages": 0, "messageBytes": 0, "blanks": 0,
+         "blankBytes": 0, "crcErrors": 0, "magicErrors": 0, "errors": [], "rocketmqRecoveryStopsAt": 0}]
+    assert jsonl(out) == list(decode_segment_files([empty]))
+    rc, out, err = run("dump", str(empty))
+    assert (rc, err) == (0, "")
+    assert out.splitlines()[-1] == "# 0 messages, 0 blanks, 0 errors, valid data ends at 0"
+
+
+def test_an_empty_segment_inside_a_store_stays_damage(golden_dir: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(golden_stores(golden_dir)[0], store)
+    segments = sorted((store / "commitlog").iterdir())
+    os.chmod(segments[1], 0o644)
+    segments[1].write_bytes(b"")
+    rc, out, err = run("dump", str(store), "--json")
+    assert rc == 1 and "segmentSize" in err
+    assert {"offset": int(segments[1].name), "kind": "segmentSize"}.items() <= \
+        [o for o in jsonl(out) if o["type"] == "error"][0].items()

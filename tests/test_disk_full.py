@@ -40,3 +40,27 @@ def test_a_file_that_finds_the_disk_full_is_an_error_at_its_creation_and_the_sto
         verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(root)],
                                 capture_output=True, text=True, timeout=300)
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_store_opened_on_a_full_disk_names_its_lock_file_and_the_call(tmp_path: Path) -> None:
+    from store import MessageStore, StoreConfig, StoreError
+    from store.format.codec import Message
+    from store.index.service import IndexConfig
+    from tests.small_fs import fill
+
+    config = StoreConfig(segment_size=64 << 10, consume_queue_units=200,
+                         index=IndexConfig(max_hash_slot_num=50, max_index_num=200))
+    with small_filesystem(tmp_path / "fs", "1m") as fs:
+        root, filler = fs / "store", fs / "filler"
+        with MessageStore.open(root, config) as store:
+            store.append([Message("T", b"x" * 100) for _ in range(10)])
+            committed = store.commit().offset
+        fill(filler)                            # the closed store's lock file is empty: its pid needs a block
+        with pytest.raises(StoreError) as refused:
+            MessageStore.open(root, config)
+        assert str(refused.value) == (f"writing the pid to the lock file {root / 'lock'} failed (pwrite): No space "
+                                      f"left on device; free disk space (or raise the quota) and run again")
+        assert refused.value.errno == errno.ENOSPC
+        filler.unlink()
+        with MessageStore.open(root, config) as store:      # the failed open held nothing
+            assert store.committed_offset == committed

@@ -1,6 +1,7 @@
 """`commitlog run` on a disk that fills up under it, with the index on and off: one line naming the
 file that found no room, exit 2, the store closed cleanly at its last commit; once the space is back
-the next run takes in the rest, every record exactly once."""
+the next run takes in the rest, every record exactly once. So too when a read task's spool file is the
+first write to meet the full disk."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 from tests.small_fs import fill, small_filesystem
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.7)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=3.6)]   # 1.7 + the spool case's 1.9
 
 RECORDS = 4000
 
@@ -57,6 +58,45 @@ def test_run_on_a_disk_that_fills_up_says_so_in_one_line_and_the_next_run_resume
         filler.unlink()
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
         assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
+        found = store_by_coordinates(str(store))
+        assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
+        assert all(len(v) == 1 for v in found.values())
+        verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(store)],
+                                capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.timeout(900)
+def test_run_whose_spool_meets_the_full_disk_first_says_so_in_one_line_naming_the_file_and_the_call(
+        bootstrap_servers: str, tmp_path: Path) -> None:
+    topic = unique_topic("spoolfull")
+    create_topics(bootstrap_servers, [topic])
+    value = lambda i: os.urandom(300).hex().encode()  # noqa: E731
+    sent = produce(bootstrap_servers, [(topic, i % 4, f"k{i}".encode(), value(i), []) for i in range(500)])
+    env = dict(os.environ, COMMITLOG_ALLOW_EPHEMERAL_STORE="1")
+    with small_filesystem(tmp_path / "fs", "8m") as fs:
+        store, filler = fs / "store", fs / "filler"
+        # Spark's checkpoint elsewhere, and room left for the lock file's pid: the store's files are
+        # made (the next segment ahead too), so the first write of the next run that needs more is a
+        # read task's spool file
+        cmd = run_command(bootstrap_servers, topic, store, tmp_path / "checkpoint", index=True)
+        first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
+        assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
+        sent += produce(bootstrap_servers, [(topic, i % 4, f"k{i}".encode(), value(i), []) for i in range(500, 1000)])
+        fill(filler, leave=64 << 10)
+        full = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
+        out = full.stdout + full.stderr
+        assert full.returncode == 2, f"exit {full.returncode}\n{out[-5000:]}"
+        errors = [ln for ln in out.splitlines() if ln.startswith("commitlog run: error: ")]
+        assert len(errors) == 1, out[-5000:]
+        assert f"spool file {store / 'spool'}/" in errors[0] and ": write() failed on " in errors[0], out[-5000:]
+        assert "[Errno 28] No space left on device: the batch is not written" in errors[0], errors
+        assert "Traceback" not in out and "\tat " not in out and "Exception" not in out, out[-5000:]
+        assert "closed cleanly" in out and not (store / "abort").exists(), out[-3000:]
+
+        filler.unlink()
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
+        assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
         found = store_by_coordinates(str(store))
         assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
         assert all(len(v) == 1 for v in found.values())

@@ -132,3 +132,26 @@ def test_an_empty_spool_setting_is_refused_before_anything_starts() -> None:
     cfg = JobConfig(bootstrap_servers="k:9092", subscribe="t", store="/s", spool_dir="")
     with pytest.raises(JobConfigError, match="--spool-dir"):
         cfg.validate()
+
+
+def test_a_task_that_meets_a_full_disk_hands_back_one_line_that_the_driver_refuses_the_batch_with(
+        tmp_path: Path) -> None:
+    import socket
+
+    from tests.small_fs import fill, small_filesystem
+
+    with small_filesystem(tmp_path / "fs", "1m") as fs:
+        (fs / "store").mkdir()
+        spool = Spool.for_store(str(fs / "store"))
+        try:
+            fill(fs / "filler")
+            row = write(encoded(0, 3000), spool.target)      # no raise in the task: Spark sees a row
+            (path,) = row.column("spool").to_pylist()
+            assert Path(path).parent == Path(spool.directory) and not Path(path).exists()
+            resolved = spool.resolve(pa.Table.from_batches([row]))
+            with pytest.raises(SpoolError) as refused:
+                spool.check(resolved)
+            assert str(refused.value) == (f"spool file {path}: write() failed on {socket.gethostname()}: "
+                                          f"[Errno 28] No space left on device: the batch is not written")
+        finally:
+            spool.close()

@@ -74,3 +74,37 @@ def test_index_msg_timestamp_covers_every_index_item_even_before_the_commit(tmp_
     finally:
         store.abandon()                 # as a killed writer leaves it
     assert read_checkpoint(tmp_path / "checkpoint").index_msg_timestamp >= index_end()
+
+
+def test_a_checkpoint_cut_to_nothing_is_a_verify_problem_and_the_next_open_says_it_rebuilt_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from ingest.cli import main
+    from store import Message, MessageStore, StoreConfig
+
+    def verify() -> tuple[int, str]:
+        out = io.StringIO()
+        with redirect_stdout(out), redirect_stderr(io.StringIO()):
+            rc = main(["verify", str(root)])
+        return rc, out.getvalue()
+
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(segment_size=64 * 1024)) as s:
+        s.append([Message("T", b"x" * 100) for _ in range(10)])
+        end = s.commit().offset
+    (root / "checkpoint").write_bytes(b"")
+    rc, out = verify()
+    assert rc == 1 and "OK" not in out
+    assert f"the checkpoint {root / 'checkpoint'} is 0 bytes, not 4096 as RocketMQ's StoreCheckpoint: its fields " \
+           f"are lost (the next writer's open rebuilds it)" in out
+    with caplog.at_level("WARNING", logger="store.message_store"):
+        with MessageStore.open(root, StoreConfig(segment_size=64 * 1024)) as s:
+            assert s.committed_offset == end
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the checkpoint {root / 'checkpoint'} is 0 bytes, not 4096 as RocketMQ's StoreCheckpoint: its fields were "
+        f"lost; recovered without it (as RocketMQ does without a checkpoint) and rebuilt it at offset {end}"]
+    assert read_checkpoint(root / "checkpoint").confirm_phy_offset == end
+    rc, out = verify()
+    assert rc == 0 and f"{root} (store): OK" in out

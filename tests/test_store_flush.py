@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import threading
 import time
 from pathlib import Path
@@ -248,3 +249,84 @@ def test_a_store_let_go_as_a_killed_writer_first_lets_the_units_in_flight_land(
     monkeypatch.undo()
     with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG)) as again:
         assert again.committed_offset == 0
+
+
+def test_a_failed_directory_fsync_after_the_commit_point_rename_says_the_new_point_may_not_be_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    first = s.commit(metadata={"batch": 1})
+    s.append(msgs(5, 1))
+    fsync_dir = segment_module.fsync_dir
+
+    def broken(path: Path) -> None:
+        if path == root:
+            raise OSError(errno.EIO, "Input/output error")
+        fsync_dir(path)
+
+    monkeypatch.setattr(segment_module, "fsync_dir", broken)
+    with pytest.raises(FlushError) as failed:
+        s.commit(metadata={"batch": 2})
+    monkeypatch.undo()
+    on_disk = json.loads((root / "commitpoint.json").read_text())["offset"]
+    assert on_disk == s.max_offset > first.offset
+    assert str(failed.value) == (
+        f"the commit point {on_disk} of {root} was written but may not be durable (after a power cut it may "
+        f"read {first.offset} again): [Errno 5] Input/output error; the store refuses writes until reopened")
+    with pytest.raises(StoreReadOnlyError, match="reopen"):
+        s.append(msgs(1, 2))
+    s.close()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == on_disk and s2.last_commit.metadata == {"batch": 2}
+
+
+def test_a_commit_point_that_could_not_be_written_stays_the_last_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    first = s.commit()
+    s.append(msgs(5, 1))
+
+    def broken(src: Any, dst: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(segment_module.os, "replace", broken)
+    with pytest.raises(FlushError, match=f"failed, the last commit point stays {first.offset}: "):
+        s.commit()
+    monkeypatch.undo()
+    assert json.loads((root / "commitpoint.json").read_text())["offset"] == first.offset
+    s.close()
+
+
+def test_a_failed_consume_queue_fsync_is_never_retried_and_close_leaves_abort(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fault: fsync of a consume-queue file returns EIO (os.fsync patched for those files only)
+    import os
+    root = tmp_path / "s"
+    s = MessageStore.open(root, StoreConfig(segment_size=SEG))
+    s.append(msgs(20))
+    first = s.commit(metadata={"batch": 1})
+    fsync = os.fsync
+    failed_on: list[str] = []
+
+    def broken(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "/consumequeue/" in path:
+            failed_on.append(path)
+            raise OSError(errno.EIO, "Input/output error")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", broken)
+    s.append(msgs(5, 1))
+    with pytest.raises(FlushError, match=r"flushing the consume queues or the index of .* failed: \[Errno 5\]"):
+        s.commit(metadata={"batch": 2})
+    tries = len(failed_on)
+    s.close()                               # no OSError: the dirty queues are not fsynced again
+    assert len(failed_on) == tries == 1
+    assert not s.closed_cleanly and (root / "abort").exists()   # the next open recovers from the disk
+    monkeypatch.undo()
+    with MessageStore.open(root, StoreConfig(segment_size=SEG)) as s2:
+        assert s2.committed_offset == first.offset and s2.last_commit.metadata == {"batch": 1}
+        assert sum(1 for _ in s2.iter_messages()) == 20

@@ -40,6 +40,18 @@ def read_checkpoint(path: Path) -> StoreCheckpoint | None:
     return StoreCheckpoint(*_FIELDS.unpack_from(data, CHECKPOINT_POS_PHYSIC_MSG_TIMESTAMP))
 
 
+def checkpoint_damage(path: Path) -> str | None:
+    """What is wrong with the checkpoint file in ``path``, if anything: one that exists but is not
+    RocketMQ's 4096 bytes (cut short, say) has lost its fields, and is read as no checkpoint."""
+    try:
+        size = Path(path).stat().st_size
+    except FileNotFoundError:
+        return None
+    if size == CHECKPOINT_FILE_SIZE:
+        return None
+    return f"the checkpoint {path} is {size} bytes, not {CHECKPOINT_FILE_SIZE} as RocketMQ's StoreCheckpoint"
+
+
 def write_checkpoint(path: Path, cp: StoreCheckpoint, sync: bool = True) -> None:
     """Write the fields in place and fsync (unless ``sync`` is false: a killed process still leaves
     them in the page cache). The fields fit in one sector, and every reader tolerates an older

@@ -11,7 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from store.errors import StoreLockedError
+from store.errors import FileSpaceError, StoreLockedError
 from store.format.constants import LOCK_FILE
 
 
@@ -43,8 +43,13 @@ class StoreLock:
                 raise StoreLockedError(str(self.path.parent), None, "a RocketMQ broker (it holds the lock file's "
                                        "record lock); stop the broker first") from None
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:    # a full disk meets the store here first when its lock file is empty
+            os.close(fd)
+            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed (pwrite): "
+                                          f"{e.strerror}; free disk space (or raise the quota) and run again") from e
         self._fd = fd
 
     def release(self) -> None:

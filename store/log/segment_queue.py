@@ -76,9 +76,9 @@ class SegmentQueue:
                 continue
             if actual != self.segment_size:
                 raise SegmentSizeError(
-                    f"segment {path} is {actual} bytes but the store's segment_size is "
-                    f"{self.segment_size}; open the store with segment_size={actual} if that "
-                    f"is its real size, or move the file away")
+                    f"segment {path} is {actual} bytes, the store's segments are {self.segment_size}: "
+                    f"{'it is damaged (cut short?)' if actual < self.segment_size else 'it is not of this store'};"
+                    f" restore it from a backup, or move it away")
             if base % self.segment_size != 0:
                 raise SegmentSizeError(
                     f"segment {path} starts at {base}, not a multiple of segment_size "
@@ -301,17 +301,19 @@ def _next_data(fd: int, pos: int, end: int) -> int:
 
 
 def segment_size_on_disk(directory: str | os.PathLike[str]) -> int:
-    """The size of a commit log's segments, as its files have it (0: no segment yet). A store keeps
-    the segment size it was made with."""
+    """The size of a commit log's segments, as its files have it (0: no segment yet): the size most
+    of them have, the larger on a tie (a damaged file is cut short, never longer), so that one cut
+    short is named as the odd one. A store keeps the segment size it was made with."""
     cdir = Path(directory)
     if not cdir.is_dir():
         return 0
-    for p in sorted(cdir.iterdir()):
+    sizes: dict[int, int] = {}
+    for p in cdir.iterdir():
         if parse_segment_name(p.name) is not None:
             try:
                 size = p.stat().st_size
             except FileNotFoundError:
                 continue
             if size:
-                return size
-    return 0
+                sizes[size] = sizes.get(size, 0) + 1
+    return max(sizes, key=lambda size: (sizes[size], size)) if sizes else 0

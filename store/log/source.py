@@ -123,15 +123,18 @@ def open_source(path: str | Path, base: int | None = None) -> Source:
 
 def _check_loose_records(p: Path) -> None:
     """A file not named as a segment is read as records only if it starts with one (a message or a
-    BLANK), so that a text file is not taken for a damaged segment."""
+    BLANK), so that a text file is not taken for a damaged segment. An empty file holds zero records
+    (a vector whose every message was refused), as RocketMQ's decoder reads it."""
     from store.format.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 
     with open(p, "rb") as f:
         head = f.read(8)
+    if not head:
+        return
     magic = int.from_bytes(head[4:8], "big") if len(head) == 8 else None
     if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE):
-        found = "it is empty" if not head else f"it starts with {head[:8]!r}, not a record's TOTALSIZE and MAGICCODE"
-        raise SourceError(f"{p} is not a segment file ({found}); a segment is named by its 20-digit start offset, "
+        raise SourceError(f"{p} is not a segment file (it starts with {head[:8]!r}, not a record's TOTALSIZE and "
+                          f"MAGICCODE); a segment is named by its 20-digit start offset, "
                           f"or give --base OFFSET to read a file of records")
 
 

@@ -298,9 +298,11 @@ class ConsumeQueueStore(ConsumeQueueTrim, ConsumeQueueReads):
                 os.close(q.fd)
                 q.fd, q.fd_start = None, -1
 
-    def close(self) -> None:
+    def close(self, flush: bool = True) -> None:
+        """Flush (unless ``flush`` is false: after a failed fsync the pages are not retried as if they
+        could be made durable now; the next open recovers from the disk) and close the files."""
         with self._lock:
-            if not self.read_only and self._loaded:
+            if flush and not self.read_only and self._loaded:
                 self.flush()
             self._close_fds()
             self._queues = {}

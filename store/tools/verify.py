@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
-from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from store.format.constants import CHECKPOINT_FILE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from store.log.checkpoint import checkpoint_damage
 from store.log.past_commit import PastCommit, past_commit
 from store.log.source import Source, layout_problems, segment_size_of
 from store.tools.progress import Progress
@@ -288,6 +289,9 @@ def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_
                 out.append(Problem(span.last_offset, "commitPointQueueOffset",
                                    f"{topic}/{qid}: the commit point says next queue offset {nxt}, "
                                    f"the data {have}"))
+    damage = checkpoint_damage(src.root / CHECKPOINT_FILE) if src.root is not None else None
+    if damage is not None:
+        out.append(Problem(0, "checkpoint", f"{damage}: its fields are lost (the next writer's open rebuilds it)"))
     ck = src.checkpoint
     if ck is not None and ck.confirm_phy_offset > valid_end:
         out.append(Problem(ck.confirm_phy_offset, "checkpoint",

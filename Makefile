@@ -32,9 +32,10 @@ jvm: $(JVM_STAMPS)
 spark-archive: $(STAMP)
 	$(PY) -m ingest.spark_archive
 
-# Prometheus + promtool (Debian's package) for the metrics tests; skipped with a note where apt-get cannot
+# Prometheus + promtool and strace (Debian's packages) for the metrics and injected-fault tests; skipped
+# with a note where apt-get cannot
 prometheus:
-	@.ci/install-prometheus.sh
+	@.ci/install-tools.sh
 
 test: $(STAMP) jvm spark-archive prometheus
 	$(PY) -m pytest -q --durations=30 -n 2 --dist loadfile --no-loadscope-reorder

@@ -30,7 +30,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
                        reason="prometheus/promtool not installed: `make test` installs Debian's prometheus package "
-                              "where apt-get runs as root (.ci/install-prometheus.sh)"),
+                              "where apt-get runs as root (.ci/install-tools.sh)"),
 ]
 
 RECORDS, TOO_LARGE, PARTITIONS = 600, 3, 4

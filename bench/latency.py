@@ -142,7 +142,7 @@ def run_commitlog(spark: Any, bootstrap: str, root: Path, rate: int, seconds: fl
             latencies.append((stats.committed_ms - stats.born_ms[keep]).astype(np.float64))
             if keep.any():
                 batch_ms.append(stats.collect_ms + stats.append_ms + stats.index_ms + stats.flush_ms + stats.commit_ms)
-        stored[0] += stats.records
+        stored[0] += stats.records + stats.dead_letters      # a dead letter is a record handled too
 
     failure: list[BaseException] = []
 
@@ -159,9 +159,16 @@ def run_commitlog(spark: Any, bootstrap: str, root: Path, rate: int, seconds: fl
     producer = produce(bootstrap, topic, rate, seconds, workload)
     sent_count(producer, seconds + 120)
     n = records_in(bootstrap, topic)
-    deadline = time.monotonic() + 120
+    produced = time.monotonic()
+    deadline = produced + 300
     while stored[0] < n and time.monotonic() < deadline and not failure:
         time.sleep(0.2)
+    drain_s = time.monotonic() - produced
+    if drain_s > 30:
+        progress = [q.lastProgress for q in spark.streams.active if q.name == "commitlog"]
+        sources = progress[0].get("sources") if progress and progress[0] else None
+        print(f"latency: {rate} msg/s: the job took {drain_s:.0f} s after the producer's end to store the last "
+              f"records ({stored[0]} of {n}); its last progress' sources: {json.dumps(sources)}", file=sys.stderr)
     stop.set()
     runner.join(timeout=120)
     if failure:

@@ -45,8 +45,20 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
     if main and callable(ours) and ours is not signal.default_int_handler:
         signal.signal(signal.SIGINT, ours)
     session.sparkContext.setLogLevel("WARN")
+    quiet_idle_triggers(session)
     register_sources(session)
     return session
+
+
+# Spark warns at every trigger that takes longer than its interval ("Current batch is falling behind"):
+# with a short trigger (the job's default 100ms) an idle query's empty triggers, which only ask Kafka
+# for its latest offsets, take about that long, and the warning would fill the log ten times a second.
+TRIGGER_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+
+
+def quiet_idle_triggers(session: "object") -> None:
+    jvm = session._jvm  # type: ignore[attr-defined]
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(TRIGGER_LOGGER, jvm.org.apache.logging.log4j.Level.ERROR)
 
 
 def connector_jars(jars: str) -> dict[str, str]:

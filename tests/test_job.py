@@ -268,3 +268,13 @@ def test_in_local_mode_batches_reach_the_driver_through_spool_files_and_none_is_
         [(phys2, msg2)] = other[coords]
         assert (phys, bytes(msg.body), msg.properties, msg.queue_offset) == \
                (phys2, bytes(msg2.body), msg2.properties, msg2.queue_offset)
+
+
+def test_an_idle_query_with_a_short_trigger_does_not_warn_at_every_trigger(spark: object) -> None:
+    """The default trigger (100ms) is shorter than an empty trigger's Kafka round trips: Spark's "batch
+    is falling behind" warning, ten times a second while idle, is kept out of the job's log."""
+    from ingest.spark_session import TRIGGER_LOGGER
+
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    level = jvm.org.apache.logging.log4j.LogManager.getLogger(TRIGGER_LOGGER).getLevel()
+    assert level.toString() == "ERROR"

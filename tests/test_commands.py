@@ -6,26 +6,15 @@ import io
 import json
 import os
 import shutil
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from ingest.cli import main
+from tests.cli_helpers import jsonl, run
+
 from store.tools.progress import Progress
 
 pytestmark = pytest.mark.unit
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def golden_stores(golden_dir: Path) -> list[Path]:

@@ -28,6 +28,18 @@ def run_command(bootstrap: str, topic: str, store: Path, checkpoint: Path, index
             "--trigger", "available-now", "--master", "local[1]", "--shuffle-partitions", "1"]
 
 
+
+def resumes_exactly_once(cmd: list[str], env: dict, store: Path, sent: list) -> None:
+    """With room on the disk again, the same command stores every record once and verify is clean."""
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
+    found = store_by_coordinates(str(store))
+    assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
+    assert all(len(v) == 1 for v in found.values())
+    verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(store)],
+                            capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("index", [True, False], ids=["index-on", "index-off"])
 def test_run_on_a_disk_that_fills_up_says_so_in_one_line_and_the_next_run_resumes_exactly_once(
@@ -56,14 +68,7 @@ def test_run_on_a_disk_that_fills_up_says_so_in_one_line_and_the_next_run_resume
         assert 0 < len(held) < RECORDS and all(len(v) == 1 for v in held.values())
 
         filler.unlink()
-        second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
-        assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
-        found = store_by_coordinates(str(store))
-        assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
-        assert all(len(v) == 1 for v in found.values())
-        verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(store)],
-                                capture_output=True, text=True, timeout=300)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
+        resumes_exactly_once(cmd, env, store, sent)
 
 
 @pytest.mark.timeout(900)
@@ -95,11 +100,4 @@ def test_run_whose_spool_meets_the_full_disk_first_says_so_in_one_line_naming_th
         assert "closed cleanly" in out and not (store / "abort").exists(), out[-3000:]
 
         filler.unlink()
-        again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, start_new_session=True)
-        assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
-        found = store_by_coordinates(str(store))
-        assert sorted(found) == sorted((s.topic, s.partition, s.offset) for s in sent)
-        assert all(len(v) == 1 for v in found.values())
-        verify = subprocess.run([sys.executable, "-m", "ingest.cli", "verify", str(store)],
-                                capture_output=True, text=True, timeout=300)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
+        resumes_exactly_once(cmd, env, store, sent)

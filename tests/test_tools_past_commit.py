@@ -9,29 +9,16 @@ stores are read with the tools only (a writer's next open decides what becomes o
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from ingest.cli import main
 from store import MessageStore
 from store.config import StoreConfig
 from store.format.codec import Message
+from tests.cli_helpers import jsonl, run
 
 CONFIG = StoreConfig(segment_size=64 * 1024, consume_queue_units=50)
 REVIVE = "rmq_sys_REVIVE_LOG_DefaultCluster"
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def messages(topic: str, n: int, first_key: int = 0) -> list[Message]:

@@ -287,8 +287,6 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             cp = CommitPoint(end, queue_offsets, meta, now_ms(), last_record)
             step = "before"
             try:
-                if end != self._log.max_offset:
-                    self._intent.move(end)          # what stays past the new point is still ours
                 self._topics.cover(queue_offsets)   # config/topics.json before the point that needs it
                 step = "writing"
                 write_commit_point(self.root, cp)
@@ -359,6 +357,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             self._dispatcher.stop()
         self._flusher.stop()
         clean = False
+        settled = self._log.max_offset == self._last_commit.offset
         index_ok = self._index is None or self._index.failure is None
         try:
             if self.can_close_cleanly:
@@ -378,6 +377,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                     self._index.close(flush=clean and index_ok)
             finally:
                 self._log.close()
+                if clean and settled:
+                    self._intent.clear()            # nothing uncommitted: whatever comes past the point is not ours
                 self._intent.close()
                 if clean:
                     (self.root / ABORT_FILE).unlink(missing_ok=True)

@@ -202,6 +202,27 @@ def test_a_commit_of_part_of_what_was_appended_keeps_the_rest_ours(tmp_path: Pat
     s.close()
 
 
+def test_records_an_append_left_past_a_commit_that_raced_it_stay_ours(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    s = committed(root)
+    s.append(msgs("A", 5, start=50))
+    # a commit that read the write end before the next append landed: its point leaves that append's
+    # records past it, though the append announced itself after the point before
+    point = s.max_offset
+    s.append(msgs("A", 5, start=55))
+    s.commit(point)
+    s.abandon()
+    s = MessageStore.open(root, config())
+    assert s.committed_offset == point and s.open_report.adopted_bytes == 0
+    s.close()
+
+
+def test_after_a_clean_close_nothing_past_the_commit_point_is_ours(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    committed(root).close()
+    assert not read_append_intent(root).active
+
+
 def test_the_intent_survives_a_torn_write_of_its_newest_slot(tmp_path: Path) -> None:
     log = AppendIntentLog(tmp_path)
     log.cover(100, 5_000)

@@ -6,7 +6,8 @@ A new kafka-python consumer's first poll waits for the partition's metadata, whi
 micro-batch, with the broker idle. Spark reuses its Python workers (spark.python.worker.reuse, the
 default), so a consumer handed back when its task ends is taken by the worker's next task of the same
 client settings, whatever partition that task reads (assign and seek are local). A consumer that ended
-its task in error is closed, never pooled; an idle one is closed after ``IDLE_S``.
+its task in error is closed, never pooled; an idle one is closed after ``IDLE_S`` by a sweeper thread
+(an idle consumer whose broker went away would otherwise go on reconnecting, and logging it).
 
 One pool per worker process (``POOL``): the cache's whole point is to outlive a task, and a worker
 runs one task at a time.
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-IDLE_S = 120.0
+IDLE_S = 30.0
 MAX_IDLE_PER_KEY = 4
 
 
@@ -37,6 +38,7 @@ class ConsumerPool:
         self._lock = threading.Lock()
         self.made = 0           # consumers created (a pooled one taken is not counted)
         self.reused = 0
+        self._sweeper: threading.Thread | None = None
 
     def take(self, key: str, make: Callable[[], Any]) -> Any:
         """A pooled consumer of ``key``'s settings, or a new one from ``make``."""
@@ -56,8 +58,16 @@ class ConsumerPool:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self.max_idle:
                 idle.append((time.monotonic(), consumer))
+                if self._sweeper is None:
+                    self._sweeper = threading.Thread(target=self._sweep, name="kafka-consumer-pool", daemon=True)
+                    self._sweeper.start()
                 return
         _close(consumer)
+
+    def _sweep(self) -> None:
+        while True:
+            time.sleep(max(self.idle_s / 4, 0.05))
+            self._expire()
 
     def _expire(self) -> None:
         now = time.monotonic()

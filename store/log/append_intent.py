@@ -6,11 +6,15 @@ either an unfinished batch of ours (to cut: the job writes it again) or another 
 keep: cutting them loses data), or both. The records cannot tell: a broker's look like ours.
 
 So, before the first byte of an append reaches a segment, the writer makes durable what it is about
-to own: the records past commit point ``from_offset`` whose STORETIMESTAMP lies in [``first_ts``,
-``last_ts``] (every record of one append carries the append's timestamp, and timestamps never go
-back within a writer). Another writer appends only after ours has let go of the store, so its
-records carry later timestamps. One fdatasync per append whose timestamp is new, none for appends
-within the same millisecond.
+to own: the records past the commit point whose STORETIMESTAMP lies in [``first_ts``, ``last_ts``], the
+range of this writer's appends since its open (every record of one append carries the append's
+timestamp, and timestamps never go back within a writer). The range is not cut at each commit: an
+append may race a commit (the commit point written after the append announced itself), and records
+past a commit point are ours whichever commit they followed. Another writer appends only after ours
+has let go of the store, so its records carry later timestamps; and a clean close with nothing
+uncommitted clears the announcement, so after it nothing past the commit point is ours, whatever the
+clocks did. One fdatasync per append whose timestamp is new, none for appends within the same
+millisecond.
 
 Two fixed slots, written in turn, each with a sequence number and a CRC: a write torn by a crash
 leaves the other slot, which covers everything appended before that write began (no byte of the
@@ -36,15 +40,20 @@ _MAGIC = 0x434C4149                       # "CLAI"
 
 @dataclass(frozen=True)
 class AppendIntent:
-    """The records past ``from_offset`` stored at ``first_ts``..``last_ts`` (ms) are the writer's."""
+    """The records past the commit point stored at ``first_ts``..``last_ts`` (ms) are the writer's.
+    ``from_offset``: the commit point when the range began (-1: cleared, nothing is the writer's)."""
 
     from_offset: int
     first_ts: int
     last_ts: int
     seq: int = 0
 
-    def owns(self, commit_offset: int, store_timestamp: int) -> bool:
-        return self.from_offset == commit_offset and self.first_ts <= store_timestamp <= self.last_ts
+    @property
+    def active(self) -> bool:
+        return self.from_offset >= 0
+
+    def owns(self, store_timestamp: int) -> bool:
+        return self.active and self.first_ts <= store_timestamp <= self.last_ts
 
 
 def _decode(raw: bytes) -> AppendIntent | None:
@@ -91,28 +100,22 @@ class AppendIntentLog:
         self.current = intent
 
     def cover(self, commit_offset: int, store_timestamp: int) -> None:
-        """Before appending records stored at ``store_timestamp`` past ``commit_offset``."""
+        """Before appending records stored at ``store_timestamp`` (``commit_offset``: the commit point now)."""
         cur = self.current
-        if cur is not None and cur.owns(commit_offset, store_timestamp):
+        if cur is not None and cur.owns(store_timestamp):
             return
         seq = cur.seq + 1 if cur is not None else 1
-        if cur is not None and cur.from_offset == commit_offset:
-            self._write(AppendIntent(commit_offset, min(cur.first_ts, store_timestamp),
+        if cur is not None and cur.active:
+            self._write(AppendIntent(cur.from_offset, min(cur.first_ts, store_timestamp),
                                      max(cur.last_ts, store_timestamp), seq))
         else:
             self._write(AppendIntent(commit_offset, store_timestamp, store_timestamp, seq))
 
-    def move(self, commit_offset: int) -> None:
-        """Before a commit point at ``commit_offset`` that leaves appended records past it (a commit
-        of part of what was appended): those records stay the writer's."""
-        cur = self.current
-        if cur is not None and cur.from_offset != commit_offset:
-            self._write(AppendIntent(commit_offset, cur.first_ts, cur.last_ts, cur.seq + 1))
-
     def clear(self) -> None:
-        """Nothing past the commit point is the writer's (after recovery cut or adopted the tail)."""
+        """Nothing past the commit point is the writer's (recovery cut or adopted the tail; a clean
+        close left nothing uncommitted)."""
         cur = self.current
-        if cur is not None and cur.from_offset != -1:
+        if cur is not None and cur.active:
             self._write(AppendIntent(-1, 0, -1, cur.seq + 1))
 
     def close(self) -> None:

@@ -104,7 +104,7 @@ def read_tail(q: SegmentQueue, commit_offset: int, intent: AppendIntent | None, 
             starts = scan.offsets - seg.base_offset
             fields = record_fields(arr, starts, scan.sizes)
             mine = np.zeros(len(starts), dtype=bool)
-            if ours_open and intent is not None and intent.from_offset == commit_offset:
+            if ours_open and intent is not None and intent.active:
                 ts = _store_timestamps(arr, fields.starts, fields.sys_flag)
                 mine = (ts >= intent.first_ts) & (ts <= intent.last_ts)
             # ours is a prefix: from the first record not ours on, everything is another writer's

@@ -28,7 +28,7 @@ from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
 from store.index.writer import IndexWriter
 from store.log.append_intent import AppendIntentLog
 from store.log.checkpoint import StoreCheckpoint, write_checkpoint
-from store.log.commit_point import CommitPoint, queue_offsets_before, read_commit_point, write_commit_point
+from store.log.commit_point import CommitPoint, commit_failure, queue_offsets_before, write_commit_point
 from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
 from store.log.lock import StoreLock
@@ -295,29 +295,13 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 self._write_checkpoint()
             except OSError as e:
                 self._failure = self._flush_failure = e
-                raise FlushError(f"{self._commit_failure(step, cp)}: {e}; the store refuses writes "
+                raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: {e}; the store refuses writes "
                                  f"until reopened") from e
             self._last_commit = cp
             if self.config.drop_cache_behind:
                 # everything below the commit point is durable and indexed: nothing here reads it again
                 self._log.drop_behind(end)
             return cp
-
-    def _commit_failure(self, step: str, cp: CommitPoint) -> str:
-        """What is true after a commit failed at ``step`` (a directory fsync fails after the rename)."""
-        last = self._last_commit.offset
-        if step == "written":
-            return (f"the commit point {cp.offset} of {self.root} is written and durable, but writing its "
-                    f"checkpoint failed")
-        if step == "writing":
-            try:
-                on_disk = read_commit_point(self.root)
-            except (StoreError, OSError):
-                on_disk = None
-            if on_disk is not None and on_disk.offset == cp.offset and on_disk.timestamp == cp.timestamp:
-                return (f"the commit point {cp.offset} of {self.root} was written but may not be durable "
-                        f"(after a power cut it may read {last} again)")
-        return f"writing the commit point {cp.offset} of {self.root} failed, the last commit point stays {last}"
 
     # --- closing -------------------------------------------------------------------------------
     def abandon(self) -> None:
@@ -377,8 +361,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                     self._index.close(flush=clean and index_ok)
             finally:
                 self._log.close()
-                if clean and settled:
-                    self._intent.clear()            # nothing uncommitted: whatever comes past the point is not ours
+                if clean and settled:               # nothing uncommitted: what comes past the point is not ours
+                    self._intent.clear()
                 self._intent.close()
                 if clean:
                     (self.root / ABORT_FILE).unlink(missing_ok=True)

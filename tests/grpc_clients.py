@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.rocketmq import RocketBroker, mqadmin
+from tests.rocketmq import RocketBroker
+from tests.rocketmq_proxy import mqadmin
 
 
 @dataclass(frozen=True)

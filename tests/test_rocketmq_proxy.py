@@ -24,7 +24,8 @@ from ingest.job import run_stream
 from ingest.replay.command import ReplayOptions, replay
 from tests.grpc_clients import Received, Stored, push_consume, simple_consume, start_from_beginning, stored_messages
 from tests.kafka_helpers import Sent, create_topics, mixed_records, produce, unique_topic
-from tests.rocketmq import Proxy, RocketBroker
+from tests.rocketmq import RocketBroker
+from tests.rocketmq_proxy import Proxy
 
 # 3:45 alone on this 2-core machine (shared), its Kafka and Spark session included
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=3.5)]

@@ -107,8 +107,7 @@ class EncodedBatch:
         out = np.empty(len(self), dtype=np.int64)
         for first, end, data in self.sources():
             at = np.asarray(self.offsets[first:end], dtype=np.int64) + POS_BORNTIMESTAMP
-            raw = np.asarray(data, dtype=np.uint8)[at[:, None] + np.arange(8)]
-            out[first:end] = raw.copy().view(">i8")[:, 0]
+            out[first:end] = np.asarray(data, dtype=np.uint8)[at[:, None] + np.arange(8)].view(">i8")[:, 0]
         return out
 
     def sources(self) -> list[tuple[int, int, np.ndarray]]:

@@ -76,6 +76,22 @@ def write_commit_point(root: Path, cp: CommitPoint) -> None:
     write_atomically(path, json.dumps(doc, sort_keys=False, separators=(",", ":")).encode())
 
 
+def commit_failure(root: Path, step: str, cp: CommitPoint, last: int) -> str:
+    """What is true after writing ``cp`` failed at ``step`` ("before", "writing": a directory fsync
+    fails after the rename, "written": the checkpoint after it); ``last``: the point before it."""
+    if step == "written":
+        return f"the commit point {cp.offset} of {root} is written and durable, but writing its checkpoint failed"
+    if step == "writing":
+        try:
+            on_disk = read_commit_point(root)
+        except (CommitPointError, OSError):
+            on_disk = None
+        if on_disk is not None and on_disk.offset == cp.offset and on_disk.timestamp == cp.timestamp:
+            return (f"the commit point {cp.offset} of {root} was written but may not be durable "
+                    f"(after a power cut it may read {last} again)")
+    return f"writing the commit point {cp.offset} of {root} failed, the last commit point stays {last}"
+
+
 class _Reads(Protocol):
     def read(self, physical_offset: int) -> Any: ...
     def iter_messages(self, from_offset: int | None = None, to_offset: int | None = None) -> Iterator[tuple[int, Any]]: ...

@@ -88,6 +88,20 @@ def test_batch_read_returns_every_column_in_partition_order(spark, bootstrap_ser
         assert offsets == list(range(15)), f"partition {p} not in offset order: {offsets}"
 
 
+def test_a_task_reading_several_small_ranges_returns_the_same_rows_in_the_same_order(spark, bootstrap_servers: str) -> None:
+    topic = new_topic(bootstrap_servers, "grouped")
+    produce(bootstrap_servers, topic, 60)
+
+    def read(min_records: str):
+        df = batch_df(spark, bootstrap_servers, subscribe=topic, minRecordsPerTask=min_records)
+        return df.rdd.getNumPartitions(), [(r["partition"], r["offset"], r["value"]) for r in df.collect()]
+
+    tasks_one_each, rows_one_each = read("0")
+    tasks_together, rows_together = read("10000")
+    assert (tasks_one_each, tasks_together) == (PARTITIONS, 1)
+    assert rows_together == rows_one_each and len(rows_together) == 60
+
+
 def test_latest_offsets_are_the_true_log_end_despite_batched_produce(kafka_broker, bootstrap_servers: str) -> None:
     # Tansu answers ListOffsets "latest" with (base offset of the last batch + 1): 50 records sent as one
     # batch report latest = 1. Fetching from there shows the rest, so the source must not trust it.

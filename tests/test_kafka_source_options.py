@@ -8,7 +8,9 @@ import pytest
 
 from ingest.kafka.offsets import (
     KafkaOffsetRange,
+    KafkaOffsetRanges,
     check_data_loss,
+    group_ranges,
     offsets_from_json,
     offsets_to_json,
     plan_ranges,
@@ -176,6 +178,21 @@ def test_plan_ranges_gives_one_task_per_partition_and_splits_big_ranges() -> Non
         ("a", 0, 10, 13), ("a", 0, 13, 16), ("a", 0, 16, 20), ("b", 0, 7, 9), ("b", 0, 9, 12)]
     assert plan_ranges(start, end, 4) == split, "planning must be deterministic"
     assert len(plan_ranges(start, end, 1_000, min_partitions=5)) >= 5
+
+
+def test_small_ranges_are_read_together_until_a_task_holds_min_records_per_task() -> None:
+    ranges = [KafkaOffsetRange("a", 0, 0, 300), KafkaOffsetRange("a", 1, 0, 800), KafkaOffsetRange("a", 2, 5, 5 + 2_000),
+              KafkaOffsetRange("b", 0, 0, 50), KafkaOffsetRange("b", 1, 0, 60)]
+    grouped = group_ranges(ranges, 1_000)
+    assert grouped == [KafkaOffsetRanges(tuple(ranges[:2])), ranges[2], KafkaOffsetRanges(tuple(ranges[3:]))]
+    assert [r for g in grouped for r in getattr(g, "ranges", (g,))] == ranges, "the records keep their order"
+    assert group_ranges(ranges, 0) == ranges, "0: one task per range, as Spark's connector"
+    assert group_ranges(ranges, 10**9) == [KafkaOffsetRanges(tuple(ranges))]
+    assert group_ranges(ranges, 1_000, min_partitions=4) == ranges, "minPartitions asks for at least 4 tasks"
+    assert parse_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t"}, streaming=True).min_records_per_task == 10_000
+    assert parse_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t", "minRecordsPerTask": "0"}, streaming=True).min_records_per_task == 0
+    with pytest.raises(KafkaOptionError, match="'minRecordsPerTask' must be a non-negative integer, got -1"):
+        parse_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t", "minRecordsPerTask": "-1"}, streaming=True)
 
 
 def test_data_loss_fails_by_default_and_skips_to_earliest_when_allowed() -> None:

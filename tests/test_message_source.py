@@ -23,7 +23,7 @@ def test_a_batch_read_in_many_tasks_comes_back_in_source_order_and_numbered_per_
     sent = produce(bootstrap_servers, [(topic, i % 2, None, v, [("h", b"1")]) for i, v in enumerate(values)])
     options = source_options({"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic,
                               "startingOffsets": "earliest", "endingOffsets": "latest",
-                              "maxRecordsPerTask": "7"},            # each partition read by 5 tasks
+                              "maxRecordsPerTask": "7", "minRecordsPerTask": "0"},   # each partition read by 5 tasks
                              MappingConfig(), CodecConfig(max_message_size=4000))
     df = spark.read.format(SHORT_NAME).options(**options).load()
     assert df.rdd.getNumPartitions() == 10

@@ -84,6 +84,37 @@ def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartit
     return out
 
 
+@dataclass(frozen=True)
+class KafkaOffsetRanges(InputPartition):
+    """One Spark task reading several consecutive ranges in turn, with one consumer."""
+
+    ranges: tuple[KafkaOffsetRange, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+def group_ranges(ranges: Sequence[KafkaOffsetRange], min_records_per_task: int,
+                 min_partitions: int | None = None) -> list[KafkaOffsetRange | KafkaOffsetRanges]:
+    """Consecutive ranges read by one task until it holds ``min_records_per_task`` offsets (0: one
+    task per range). The order of the records across tasks is unchanged, and ``minPartitions``,
+    when given, is kept: never fewer tasks than it asks for."""
+    if min_records_per_task <= 0 or len(ranges) < 2:
+        return list(ranges)
+    groups: list[list[KafkaOffsetRange]] = []
+    held = min_records_per_task
+    for r in ranges:
+        if held >= min_records_per_task:
+            groups.append([])
+            held = 0
+        groups[-1].append(r)
+        held += r.size
+    if min_partitions and len(groups) < min_partitions:
+        return list(ranges)
+    return [g[0] if len(g) == 1 else KafkaOffsetRanges(tuple(g)) for g in groups]
+
+
 def check_data_loss(planned: Mapping[TopicPartitionKey, int], earliest: Mapping[TopicPartitionKey, int],
                     fail_on_data_loss: bool) -> Offsets:
     """Planned start offsets, each raised to its partition's earliest offset when retention has deleted

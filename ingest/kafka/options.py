@@ -92,7 +92,7 @@ SOURCE_OPTIONS = frozenset({
     "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
     "fetchoffset.retryintervalms", "groupidprefix", "maxrecordspertask", "path",
-    "minoffsetspertrigger", "maxtriggerdelay",
+    "minoffsetspertrigger", "maxtriggerdelay", "minrecordspertask",
 })
 # Ours, not Spark's: read only the partitions of one broker group, "K/N" (ingest.broker_groups).
 BROKER_GROUP_OPTION = "commitlog.brokerGroup"
@@ -192,6 +192,10 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     poll_timeout_ms: int
+    # Ours, not Spark's: consecutive small ranges are read by one task until it holds this many
+    # offsets (0: one task per range, as Spark's connector). A Python read task costs tens of ms
+    # whatever it reads (a worker round trip, unpickling the reader), a JVM task a few.
+    min_records_per_task: int = 10_000
     min_offsets_per_trigger: int | None = None   # with max_trigger_delay_ms: Spark's admission control
     max_trigger_delay_ms: int = 15 * 60_000
     fetch_offset_retries: int = 3                # offset lookups retried on a Kafka error, as Spark does
@@ -253,6 +257,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> KafkaSourceOpt
         max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         min_partitions=_positive(opts, "minpartitions", "minPartitions"),
         max_records_per_task=_positive(opts, "maxrecordspertask", "maxRecordsPerTask") or 1_000_000,
+        min_records_per_task=_count(opts, "minrecordspertask", "minRecordsPerTask", 10_000),
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
         poll_timeout_ms=_positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs") or 120_000,

@@ -5,7 +5,8 @@
 
 Batch and streaming. Offset ranges are fixed when a batch is planned (the planned end offsets go into
 Spark's offset log), so a re-run of a batch reads exactly the same records; each topic-partition range
-is one task with its own consumer; rows leave the tasks as Arrow record batches.
+is one task with a consumer of its own (the small ranges of a batch share one task: minRecordsPerTask);
+rows leave the tasks as Arrow record batches.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from pyspark.sql.types import (
 from ingest.kafka.admin import OffsetReader, earliest_offsets, latest_offsets, offsets_for_timestamp  # noqa: F401 (re-exported)
 from ingest.kafka.offsets import (
     KafkaOffsetRange,
+    KafkaOffsetRanges,
     Offsets,
     TopicPartitionKey,
     check_data_loss,
+    group_ranges,
     offsets_from_json,
     offsets_to_json,
     plan_ranges,
@@ -140,17 +143,24 @@ def _partitions(reader: OffsetReader, opts: KafkaSourceOptions) -> list[TopicPar
 
 
 class _RangeReading:
-    """A task of either reader: read its planned offset range."""
+    """A task of either reader: read its planned offset range (or ranges, in turn)."""
 
     options: KafkaSourceOptions
     schema: StructType
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, KafkaOffsetRange):
+        if isinstance(partition, KafkaOffsetRanges):
+            ranges = partition.ranges
+        elif isinstance(partition, KafkaOffsetRange):
+            ranges = (partition,)
+        else:
             # PySpark hands a batch read that planned no range one InputPartition(None): nothing to read
             return iter(())
-        return read_range(partition, self.options.client_params, self.batch_maker(),
-                          self.options.fail_on_data_loss, self.options.poll_timeout_ms, self.options.api_timeout_ms)
+        o, make = self.options, self.batch_maker()
+        # one range after another: each range's consumer goes back to the pool, and the next takes it
+        return (batch for rng in ranges
+                for batch in read_range(rng, o.client_params, make, o.fail_on_data_loss, o.poll_timeout_ms,
+                                        o.api_timeout_ms))
 
     def batch_maker(self) -> BatchMaker:
         """What the task makes of the records: the source's columns."""
@@ -185,7 +195,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         start, end = self.plan()
-        return plan_ranges(start, end, self.options.max_records_per_task, self.options.min_partitions)
+        return _tasks(start, end, self.options)
 
 
 class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -313,8 +323,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return offsets_to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_ranges(offsets_from_json(start), offsets_from_json(end),
-                           self.options.max_records_per_task, self.options.min_partitions)
+        return _tasks(offsets_from_json(start), offsets_from_json(end), self.options)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the source keeps no state in Kafka (no consumer group)."""
@@ -324,6 +333,12 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             self._reader.close()
             self._reader = None
         leave_if_spark_hung_up()
+
+
+def _tasks(start: Offsets, end: Offsets, o: KafkaSourceOptions) -> list[InputPartition]:
+    """The read tasks of a batch: its ranges (plan_ranges), the small ones read together."""
+    return list(group_ranges(plan_ranges(start, end, o.max_records_per_task, o.min_partitions),
+                             o.min_records_per_task, o.min_partitions))
 
 
 def _lost(message: str, fail: bool) -> None:

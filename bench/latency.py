@@ -12,6 +12,8 @@ In the same run, the peers and floors:
 - ``spark_kafka.source`` / ``ours.source``: Spark's own Kafka connector and ours, each into a
   ``foreachBatch`` that only timestamps its rows (the read, nothing stored): the same record latency,
   and the batch time (Spark's triggerExecution), at the same rate and trigger;
+  ``ours_taskperpartition.source``: ours with one read task per partition range (minRecordsPerTask=0,
+  as before the small ranges of a batch shared a task);
 - ``kafka_e2e``: Apache Kafka's own ``EndToEndLatency`` tool on the same broker (a produce, then the
   consume of that record, one at a time): the physical floor of any consumer;
 - ``rocketmq_send``: a RocketMQ 5.3.3 broker with SYNC_FLUSH on the same disk, its producer's send
@@ -179,7 +181,7 @@ def run_commitlog(spark: Any, bootstrap: str, root: Path, rate: int, seconds: fl
 
 
 def run_source(spark: Any, bootstrap: str, root: Path, source: str, rate: int, seconds: float,
-               trigger: str) -> tuple[np.ndarray, list[float]]:
+               trigger: str, options: dict[str, str] | None = None) -> tuple[np.ndarray, list[float]]:
     """A source into a foreachBatch that only timestamps its rows: record latencies and batch times (ms)."""
     topic = f"lat-src-{source}-{rate}-{int(time.time() * 1000) % 10**8}"
     cs.create_topic(bootstrap, topic, PARTITIONS)
@@ -197,7 +199,7 @@ def run_source(spark: Any, bootstrap: str, root: Path, source: str, rate: int, s
         latencies.append(now - born[keep])
 
     df = spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic) \
-        .option("startingOffsets", "earliest").load()
+        .option("startingOffsets", "earliest").options(**(options or {})).load()
     query = df.writeStream.foreachBatch(stamp).trigger(processingTime=trigger) \
         .option("checkpointLocation", str(root / topic / "checkpoint")).queryName(f"lat-{source}").start()
     try:
@@ -307,7 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                                                  spark_interval(source_trigger))
                         name = "spark_kafka" if source == "spark-kafka" else "ours"
                         add_latency(rep, f"{name}.source.rate{rate}", ms, batches)
+                    # before the small ranges of a batch shared a task: one task per partition range
+                    ms, batches = run_source(spark, bootstrap, root, "kafka-python", rate, p["seconds"],
+                                             spark_interval(source_trigger), {"minRecordsPerTask": "0"})
+                    add_latency(rep, f"ours_taskperpartition.source.rate{rate}", ms, batches)
                     rep.ratio(f"ratio.rate{rate}.source_batch_ours_vs_spark", f"ours.source.rate{rate}.batch_p50_ms",
+                              f"spark_kafka.source.rate{rate}.batch_p50_ms")
+                    rep.ratio(f"ratio.rate{rate}.source_batch_taskperpartition_vs_spark",
+                              f"ours_taskperpartition.source.rate{rate}.batch_p50_ms",
                               f"spark_kafka.source.rate{rate}.batch_p50_ms")
                     rep.ratio(f"ratio.rate{rate}.commitlog_p50_vs_spark_source_p50",
                               f"commitlog.sync.rate{rate}.p50_ms", f"spark_kafka.source.rate{rate}.p50_ms")

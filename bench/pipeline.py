@@ -116,9 +116,11 @@ def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected
 
 # sync_noindex: SYNC with the index off (--message-index false), the index's cost in the same run;
 # sync_nospool: SYNC with the batches through Spark (--spool-dir off), as on a cluster;
+# sync_taskperpartition: SYNC with one read task per partition range (--min-records-per-task 0), as
+# before small ranges shared a task: the grouping's effect on throughput in the same run;
 # spark_kafka.*: the same through Spark's own Kafka source (--source spark-kafka) instead of ours
-KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.sync_nospool", "commitlog.async", "noop", "parquet",
-         "spark_kafka.commitlog.sync", "spark_kafka.noop")
+KINDS = ("commitlog.sync", "commitlog.sync_noindex", "commitlog.sync_nospool", "commitlog.sync_taskperpartition",
+         "commitlog.async", "noop", "parquet", "spark_kafka.commitlog.sync", "spark_kafka.noop")
 # a run's figures: name in the report, unit
 FIGURES = {"msgs_per_s": "msg/s", "batch_p50_ms": "ms", "batch_p99_ms": "ms", "driver_python_rss_peak_mib": "MiB",
            "driver_python_anon_peak_mib": "MiB", "driver_jvm_rss_peak_mib": "MiB"}
@@ -136,6 +138,8 @@ def measure(args: Any, spark: Any, events: list, bootstrap: str, tag: str, what:
         cfg.source = source
         cfg.message_index = not kind.endswith("_noindex")
         cfg.spool_dir = "off" if kind.endswith("_nospool") else "auto"
+        if kind.endswith("_taskperpartition"):
+            cfg.min_records_per_task = 0
         if kind.startswith("commitlog"):
             prog, rss = run_commitlog(spark, events, cfg, n)
         else:
@@ -347,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                     for name, num, den in (
                             ("commitlog_sync_index_on_vs_off", "commitlog.sync", "commitlog.sync_noindex"),
                             ("commitlog_sync_nospool_vs_noop", "commitlog.sync_nospool", "noop"),
+                            # small ranges read together (the default) against one task per range (before)
+                            ("commitlog_sync_grouped_vs_taskperpartition", "commitlog.sync",
+                             "commitlog.sync_taskperpartition"),
                             # ours against Spark's own Kafka source: `run`'s default source is the faster one
                             ("commitlog_sync_ours_vs_spark_kafka", "commitlog.sync", "spark_kafka.commitlog.sync"),
                             ("noop_ours_vs_spark_kafka", "noop", "spark_kafka.noop"),

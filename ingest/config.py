@@ -37,6 +37,7 @@ class JobConfig:
     checkpoint: str = ""
     trigger: str = "100ms"                   # a processing-time interval, or "available-now" (bench/latency.py)
     max_offsets_per_trigger: int | None = 200_000
+    min_records_per_task: int | None = None  # the kafka-python source's minRecordsPerTask; None: its default
     starting_offsets: str = "earliest"       # used only when the store has no Kafka offsets yet
     fail_on_data_loss: bool = True
     flush: str = "sync"                      # "sync" | "async"
@@ -120,6 +121,9 @@ class JobConfig:
             raise JobConfigError(f"--max-hash-slot-num {self.max_hash_slot_num}: must be positive")
         if self.max_index_num < 2:
             raise JobConfigError(f"--max-index-num {self.max_index_num}: at least 2 (item 0 is never used)")
+        if self.min_records_per_task is not None and self.min_records_per_task < 0:
+            raise JobConfigError(f"--min-records-per-task {self.min_records_per_task}: must be 0 (one read task "
+                                 "per partition) or more")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise JobConfigError("--max-offsets-per-trigger must be positive")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
@@ -217,6 +221,9 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
     p.add_argument("--max-message-size", type=_size, default=S,
                    help="largest body, bytes or 512k (default 4m, less when --segment-size leaves less room)")
     p.add_argument("--max-offsets-per-trigger", type=int, default=S, help="records per micro-batch, at most")
+    p.add_argument("--min-records-per-task", type=int, default=S,
+                   help="the small partition ranges of a micro-batch are read by one task until it holds this "
+                        "many records (default 10000; 0: one task per partition, as Spark's connector)")
     p.add_argument("--master", default=S, help="Spark master (default local[*]; 'none' under spark-submit)")
     p.add_argument("--shuffle-partitions", type=int, default=S, help="spark.sql.shuffle.partitions")
     p.add_argument("--source", choices=["kafka-python", "spark-kafka"], default=S,
@@ -362,6 +369,8 @@ def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, An
             opts[opt] = getattr(cfg, name)
     if cfg.max_offsets_per_trigger:
         opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
+    if cfg.min_records_per_task is not None and cfg.source == "kafka-python":
+        opts["minRecordsPerTask"] = str(cfg.min_records_per_task)
     if cfg.broker_group:
         from ingest.kafka.options import BROKER_GROUP_OPTION
 

@@ -33,6 +33,7 @@ def run_command(*args: str, tmp: str) -> subprocess.CompletedProcess[str]:
     (["--bootstrap-servers", "127.0.0.1:9092", "--broker-group", "1/2", "--source", "spark-kafka"],
      "--broker-group 1/2 needs --source kafka-python"),
     (["--bootstrap-servers", "127.0.0.1:9092", "--metrics-port", "70000"], "--metrics-port 70000: a TCP port"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--min-records-per-task", "-1"], "--min-records-per-task -1: must be 0"),
 ])
 def test_a_bad_setting_of_run_is_one_line_and_exit_2(args: list[str], says: str, tmp_path) -> None:
     done = run_command(*args, tmp=str(tmp_path))
@@ -112,3 +113,14 @@ def test_a_subscribed_topic_the_brokers_lack_is_one_warning(bootstrap_servers: s
         _warn_missing_topics(cfg)
     lines = [r.getMessage() for r in caplog.records if r.name == "commitlog.run"]
     assert len(lines) == 1 and absent in lines[0] and there not in lines[0] and "once it exists" in lines[0]
+
+
+def test_min_records_per_task_reaches_our_source_and_not_spark_s() -> None:
+    from ingest.config import JobConfig, kafka_reader_options
+
+    ours = JobConfig(bootstrap_servers="h:9092", subscribe="t", min_records_per_task=0)
+    assert kafka_reader_options(ours, "earliest")["minRecordsPerTask"] == "0"
+    assert "minRecordsPerTask" not in kafka_reader_options(JobConfig(bootstrap_servers="h:9092", subscribe="t"),
+                                                           "earliest"), "the source's own default stands"
+    spark_s = JobConfig(bootstrap_servers="h:9092", subscribe="t", source="spark-kafka", min_records_per_task=0)
+    assert "minRecordsPerTask" not in kafka_reader_options(spark_s, "earliest")

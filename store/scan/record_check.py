@@ -327,8 +327,7 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
         cap = max(min(end - MIN_RECORD_LENGTH, stop_at) - pos, 0) // MIN_RECORD_LENGTH + 1
         out = np.empty((_SCAN_COLUMNS, cap), dtype=np.int64)
         count, next_pos, more, bad = _record_check.scan(
-            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, columns, out, topics,
-            MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
+            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, columns, out, topics)
         if count:
             parts.append(out[:, :count])
         ended = _where_it_ended(mv, next_pos, end, base_offset, config, more and not bad, until)

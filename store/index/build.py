@@ -142,7 +142,10 @@ def _text_places(rec: bytes) -> tuple[int, tuple[int, int], tuple[int, int]] | N
     p += 4 + body_len
     if body_len < 0 or p + width > total:
         return None
-    topic = (p + width, p + width + int.from_bytes(rec[p:p + width], "big"))
+    topic_len = int.from_bytes(rec[p:p + width], "big", signed=True)     # as MessageVersion reads it
+    if topic_len < 0:
+        return None
+    topic = (p + width, p + width + topic_len)
     props_len = int.from_bytes(rec[topic[1]:topic[1] + 2], "big", signed=True)
     if topic[1] + 2 > total or topic[1] + 2 + max(props_len, 0) > total:
         return None

@@ -34,6 +34,12 @@ def be_ints(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     return items[at].view(_DT[width]).astype(np.int64)
 
 
+def topic_lengths(arr: np.ndarray, at: np.ndarray, v2: np.ndarray) -> np.ndarray:
+    """TOPICLENGTH at ``at`` as RocketMQ's MessageVersion reads it: a signed byte in V1 records, a
+    signed short in V2 ones (``v2``); a negative length marks a corrupt record."""
+    return np.where(v2, be_ints(arr, at, 2), be_ints(arr, at, 1)) if v2.any() else be_ints(arr, at, 1)
+
+
 @dataclass
 class ScanColumns:
     """Fields the scan reads anyway, per valid message (positions relative to the buffer), so
@@ -129,8 +135,7 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
     body_len = be_ints(arr, body_pos, 4)
     v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
     tl_pos = body_pos + 4 + body_len
-    topic_len = be_ints(arr, tl_pos, 1) & 0xFF if not v2.any() else \
-        np.where(v2, be_ints(arr, tl_pos, 2), be_ints(arr, tl_pos, 1))
+    topic_len = topic_lengths(arr, tl_pos, v2)
     topic_pos = tl_pos + 1 + v2
     props_len = be_ints(arr, topic_pos + topic_len, 2)
     return _fields(arr, starts, sizes, head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64),

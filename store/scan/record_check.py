@@ -26,7 +26,7 @@ from store.format.constants import (
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
-from store.scan.fields import ScanColumns, be_ints
+from store.scan.fields import ScanColumns, be_ints, topic_lengths
 from store.scan.walk import walk
 
 try:
@@ -206,11 +206,12 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     window_ok = tl_pos + _TAIL_WINDOW <= len(arr)
     tails = _gather(arr, np.where(window_ok, tl_pos, 0), np.dtype(f"V{_TAIL_WINDOW}")).view(np.uint8).reshape(n, -1)
     rows = np.arange(n)
-    topic_len = np.where(is_v2, (tails[:, 0].astype(np.int64) << 8) | tails[:, 1], tails[:, 0].astype(np.int8))
+    # signed, as MessageVersion reads it (fields.topic_lengths)
+    topic_len = np.where(is_v2, (tails[:, 0].astype(np.int8).astype(np.int64) << 8) | tails[:, 1],
+                         tails[:, 0].astype(np.int8))
     near_end = np.flatnonzero(~window_ok)          # the window would run past the buffer
     if len(near_end):
-        topic_len[near_end] = np.where(is_v2[near_end], be_ints(arr, tl_pos[near_end], 2),
-                                       be_ints(arr, tl_pos[near_end], 1))
+        topic_len[near_end] = topic_lengths(arr, tl_pos[near_end], is_v2[near_end])
     ok &= (topic_len >= 0) & (tl_pos + 3 + v2 + topic_len <= rec_end)
     pl_off = np.where(ok, 1 + v2 + topic_len, 0)
     at = np.minimum(pl_off, _TAIL_WINDOW - 2)

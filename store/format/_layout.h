@@ -93,8 +93,9 @@ static inline int record_head(const uint8_t *r, RecordHead *h) {
         return 0;
     h->v2 = magic == MESSAGE_MAGIC_CODE_V2;
     h->sys_flag = be32(r + POS_SYSFLAG);
-    h->born_extra = (h->sys_flag & BORNHOST_V6_FLAG) ? IPV6_HOST_LENGTH - IPV4_HOST_LENGTH : 0;
-    h->hosts_extra = h->born_extra + ((h->sys_flag & STOREHOSTADDRESS_V6_FLAG) ? IPV6_HOST_LENGTH - IPV4_HOST_LENGTH : 0);
+    const int64_t wider = IPV6_HOST_LENGTH - IPV4_HOST_LENGTH;
+    h->born_extra = (h->sys_flag & BORNHOST_V6_FLAG) ? wider : 0;
+    h->hosts_extra = h->born_extra + ((h->sys_flag & STOREHOSTADDRESS_V6_FLAG) ? wider : 0);
     return 1;
 }
 

@@ -185,7 +185,8 @@ static PyObject *chains_hold(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     uint32_t *newest = NULL;
-    if (slot_num <= 0 || slot_num > INT32_MAX || slots.len < INDEX_HASH_SLOT_SIZE * slot_num || items.len % INDEX_ITEM_SIZE) {
+    if (slot_num <= 0 || slot_num > INT32_MAX || slots.len < INDEX_HASH_SLOT_SIZE * slot_num
+        || items.len % INDEX_ITEM_SIZE) {
         PyErr_SetString(PyExc_ValueError, "chains_hold: the slots or items do not match slot_num");
         goto done;
     }

@@ -1,6 +1,5 @@
-"""The compiled parts. The segment walk is required (README: the install needs a C compiler; without
-one it fails here); the others are optional: without them the same bytes come out of the
-pyarrow/numpy paths, slower. Every pass reads the record layout from store/format/_layout.h.
+"""The compiled parts, both optional: without a C compiler the install still succeeds and the same
+bytes come out of the pyarrow/numpy paths, slower.
 
 - ingest/encode/_direct_encode.c: Kafka record batches (and Kafka rows in Arrow columns) straight to CommitLog records
   (ingest/encode/direct_encode.py).
@@ -34,7 +33,8 @@ setup(ext_modules=[
               extra_compile_args=FLAGS, depends=[CRC32, LAYOUT], libraries=["dl"]),
     Extension("store.scan._record_columns", ["store/scan/_record_columns.c"], optional=True,
               extra_compile_args=FLAGS, depends=[LAYOUT]),
-    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], extra_compile_args=FLAGS, depends=[LAYOUT]),
+    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS,
+              depends=[LAYOUT]),
     Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS,
               depends=INDEX_KEYS),
     Extension("store.index._index_check", ["store/index/_index_check.c"], optional=True, extra_compile_args=FLAGS,

@@ -1,11 +1,9 @@
 """The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan,
 every test three ways: the C scan (store/scan/_record_check.c, the walk and the checks in one
-pass), the C walk (store/scan/_scan_walk.c) with the numpy checks, and the oracle walk
-(tests/scan_oracle.py) with the numpy checks."""
+pass), the C walk (store/scan/_scan_walk.c) with the numpy checks, and numpy alone."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,8 +11,6 @@ from hypothesis import strategies as st
 from store.format.codec import CodecConfig, Message, decode_message, encode_message
 from store.format.hosts import HostAddress
 from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
-from store.scan.walk import walk as c_walk
-from tests import scan_oracle
 
 pytestmark = pytest.mark.unit
 
@@ -22,15 +18,18 @@ BASE = 1 << 20
 SEGMENT = 16384
 
 
-@pytest.fixture(autouse=True, params=["c-scan", "c-walk", "oracle-walk"])
+@pytest.fixture(autouse=True, params=["c-scan", "c-walk", "numpy"])
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     import store.scan.record_check as scan
+    import store.scan.walk as walk
     if request.param == "c-scan":
         assert scan._record_check is not None, "setup.py's store/scan/_record_check.c did not build: run `make venv`"
     else:
         monkeypatch.setattr(scan, "_record_check", None)
-    if request.param == "oracle-walk":
-        monkeypatch.setattr(scan, "walk", scan_oracle.walk)
+    if request.param == "numpy":
+        monkeypatch.setattr(walk, "_scan_walk", None)
+    else:
+        assert walk.walk_kernel_available(), "setup.py's store/scan/_scan_walk.c did not build: run `make venv`"
     return request.param
 
 
@@ -134,23 +133,6 @@ def test_fast_scan_agrees_with_the_record_by_record_check(n: int, victim: int, a
     end = max(0, len(buf) - cut)
     fast = list(scan_segment(buf, BASE, end))
     assert fast == slow_scan(buf, BASE, end)
-
-
-@settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 40), victim=st.integers(0, 39), at=st.integers(0, 3), byte=st.integers(0, 255),
-       start=st.integers(0, 2), stop_at=st.integers(0, 9000), cut=st.integers(0, 3000))
-def test_the_c_walk_follows_totalsize_as_the_oracle_does(n: int, victim: int, at: int, byte: int, start: int,
-                                                          stop_at: int, cut: int) -> None:
-    """The walk alone: TOTALSIZE bytes damaged, a pause at any place, an end anywhere."""
-    buf, starts = build_segment(n, size=8192)
-    if victim < len(starts):
-        buf[starts[victim] + at] = byte
-    pos = starts[start] if start < len(starts) else 0
-    end = max(0, len(buf) - cut)
-    arr, mv = np.frombuffer(buf, np.uint8), memoryview(buf)
-    c_starts, c_next, c_more = c_walk(arr, mv, pos, end, stop_at)
-    o_starts, o_next, o_more = scan_oracle.walk(arr, mv, pos, end, stop_at)
-    assert (c_starts.tolist(), c_next, c_more) == (o_starts.tolist(), o_next, o_more)
 
 
 def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,10 +121,10 @@ PROBE = textwrap.dedent('''
         (chunk,) = part.take(None)
         maker = EncodedBatches(KafkaColumns(arrow_schema(kafka_schema(True))), MappingConfig(), CodecConfig())
         rows = maker.from_chunk(chunk, KafkaOffsetRange("t", 0, 0, 100)).num_rows
-        from store.scan import arrow_text, record_batch
+        from store.scan import arrow_text, record_batch, walk
         return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows,
                 "store_kernels": arrow_text.kernel_available() and record_batch.columns_kernel_available()
-                and importlib.util.find_spec("store.scan._scan_walk") is not None}
+                and walk.walk_kernel_available()}
 
     spark = SparkSession.builder.getOrCreate()
     sc = spark.sparkContext

@@ -1,5 +1,6 @@
 """The compiled parts, both optional: without a C compiler the install still succeeds and the same
-bytes come out of the pyarrow/numpy paths, slower.
+bytes come out of the pyarrow/numpy paths, slower. Every pass reads the record layout from
+store/format/_layout.h.
 
 - ingest/encode/_direct_encode.c: Kafka record batches (and Kafka rows in Arrow columns) straight to CommitLog records
   (ingest/encode/direct_encode.py).

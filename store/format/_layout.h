@@ -29,6 +29,7 @@
 #define POS_BORNHOST 48
 #define IPV4_HOST_LENGTH 8
 #define IPV6_HOST_LENGTH 20
+#define IPV6_HOST_EXTRA_LENGTH 12
 #define POS_STORETIMESTAMP_V4 56
 #define POS_STORETIMESTAMP_V6 68
 #define POS_STOREHOST_V4 64
@@ -93,9 +94,8 @@ static inline int record_head(const uint8_t *r, RecordHead *h) {
         return 0;
     h->v2 = magic == MESSAGE_MAGIC_CODE_V2;
     h->sys_flag = be32(r + POS_SYSFLAG);
-    const int64_t wider = IPV6_HOST_LENGTH - IPV4_HOST_LENGTH;
-    h->born_extra = (h->sys_flag & BORNHOST_V6_FLAG) ? wider : 0;
-    h->hosts_extra = h->born_extra + ((h->sys_flag & STOREHOSTADDRESS_V6_FLAG) ? wider : 0);
+    h->born_extra = (h->sys_flag & BORNHOST_V6_FLAG) ? IPV6_HOST_EXTRA_LENGTH : 0;
+    h->hosts_extra = h->born_extra + ((h->sys_flag & STOREHOSTADDRESS_V6_FLAG) ? IPV6_HOST_EXTRA_LENGTH : 0);
     return 1;
 }
 

@@ -26,6 +26,7 @@ POS_BORNTIMESTAMP = 40
 POS_BORNHOST = 48
 IPV4_HOST_LENGTH = 8                     # 4-byte address + int32 port
 IPV6_HOST_LENGTH = 20                    # 16-byte address + int32 port
+IPV6_HOST_EXTRA_LENGTH = IPV6_HOST_LENGTH - IPV4_HOST_LENGTH    # what an IPv6 host moves the fields after it
 # STORETIMESTAMP follows BORNHOST: 56 with an IPv4 born host, 68 with an IPv6 one.
 POS_STORETIMESTAMP_V4 = POS_BORNHOST + IPV4_HOST_LENGTH
 POS_STORETIMESTAMP_V6 = POS_BORNHOST + IPV6_HOST_LENGTH

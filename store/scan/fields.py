@@ -10,7 +10,10 @@ import numpy as np
 
 from store.format.constants import (
     BORNHOST_V6_FLAG,
+    IPV6_HOST_EXTRA_LENGTH,
     MESSAGE_MAGIC_CODE_V2,
+    POS_BODYLENGTH_V4,
+    POS_STORETIMESTAMP_V4,
     PROPERTY_SEPARATOR,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
@@ -130,8 +133,8 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
     head = rows_at(arr, starts + 4, _HEAD.itemsize).view(_HEAD)[:, 0]
     sys_flag = head["sys_flag"].astype(np.int64)
     born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
-    hosts = born6 * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
-    body_pos = starts + 84 + hosts
+    hosts = (born6.astype(np.int64) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)) * IPV6_HOST_EXTRA_LENGTH
+    body_pos = starts + POS_BODYLENGTH_V4 + hosts
     body_len = be_ints(arr, body_pos, 4)
     v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
     tl_pos = body_pos + 4 + body_len
@@ -159,7 +162,7 @@ def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np
     if SCHEDULE_TOPIC in topics:
         sched = np.flatnonzero(topic_id == topics.index(SCHEDULE_TOPIC))
         born6 = (sys_flag[sched] & BORNHOST_V6_FLAG) != 0
-        store_ts[sched] = be_ints(arr, starts[sched] + 56 + born6 * 12, 8)
+        store_ts[sched] = be_ints(arr, starts[sched] + POS_STORETIMESTAMP_V4 + born6 * IPV6_HOST_EXTRA_LENGTH, 8)
     return RecordFields(
         starts=starts, sizes=sizes.astype(np.int64), queue_id=queue_id, queue_offset=queue_offset, sys_flag=sys_flag,
         store_timestamp=store_ts, topic_id=topic_id, topics=topics, props_pos=topic_pos + topic_len + 2,

@@ -18,9 +18,13 @@ from store.format.constants import (
     BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     END_FILE_MIN_BLANK_LENGTH,
+    FIXED_PART_LENGTH,
+    IPV6_HOST_EXTRA_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_LENGTH,
+    POS_BODYLENGTH_V4,
+    POS_SYSFLAG,
     PROPERTY_CRC32,
     STOREHOSTADDRESS_V6_FLAG,
 )
@@ -96,8 +100,9 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
     if total > remaining:
         return _error(offset, "truncated", f"TOTALSIZE {total} but only {remaining} bytes left")
     rec_end = pos + total
-    sys_flag = _I32.unpack_from(mv, pos + 36)[0]
-    p = pos + 84 + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    sys_flag = _I32.unpack_from(mv, pos + POS_SYSFLAG)[0]
+    p = pos + POS_BODYLENGTH_V4 + IPV6_HOST_EXTRA_LENGTH * (bool(sys_flag & BORNHOST_V6_FLAG)
+                                                            + bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
     if p + 4 > rec_end:
         return _error(offset, "size", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
     body_len = _I32.unpack_from(mv, p)[0]
@@ -192,8 +197,9 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     is_v2 = magic == MESSAGE_MAGIC_CODE_V2
     ok = is_v2 | (magic == MESSAGE_MAGIC_CODE)
     sys_flag = heads["sys_flag"].astype(np.int64)
-    hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0) * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
-    body_pos = starts + 84 + hosts
+    v6_hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0).astype(np.int64) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)
+    hosts = v6_hosts * IPV6_HOST_EXTRA_LENGTH
+    body_pos = starts + POS_BODYLENGTH_V4 + hosts
     body_len = heads["body_length"].astype(np.int64)
     rec_end = starts + sizes
     ok &= body_pos + 4 <= rec_end
@@ -220,7 +226,7 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     if len(far):
         props_len[far] = be_ints(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
     props_len = (props_len ^ 0x8000) - 0x8000          # int16
-    ok &= (91 + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
+    ok &= (FIXED_PART_LENGTH + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
     if placed:
         ok &= heads["physical_offset"] == starts + base_offset
     bad = np.flatnonzero(~ok)

@@ -48,6 +48,13 @@ def test_check_refuses_starts_sizes_and_out_of_different_lengths() -> None:
         _record_check.check(SEGMENT, i64(0), i64(N), np.zeros(3, np.int64))
 
 
+def test_check_fails_a_record_whose_size_runs_past_the_buffer_however_large() -> None:
+    """start + size past INT64_MAX must not wrap around into the buffer."""
+    out = np.zeros((4, 1), np.int64)
+    for start, size in ((0, len(SEGMENT) + 1), (10, 2**63 - 5), (len(SEGMENT) + 1, N), (-1, N)):
+        assert _record_check.check(SEGMENT, i64(start), i64(size), out) == 0
+
+
 def scan(buf: np.ndarray, end: int, out: np.ndarray, topics: np.ndarray, pos: int = 0) -> tuple:
     return _record_check.scan(buf, pos, end, end, 0, True, True, out, topics)
 

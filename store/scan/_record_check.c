@@ -32,7 +32,7 @@ typedef struct {
 
 /* 1 when the record at d[s:s + z] passes, its fields in *f */
 static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const Rules *r, Parsed *f) {
-    if (s < 0 || z < r->min_length || s + z > len)
+    if (s < 0 || s > len || z < r->min_length || z > len - s)
         return 0;
     const uint8_t *p = d + s;
     const int64_t end = s + z;

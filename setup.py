@@ -22,7 +22,8 @@ from setuptools import Extension, setup
 
 CRC32 = "store/format/_crc32.h"    # the CRC-32 two of them share (BODYCRC): libdeflate's, found at load (dlopen), or a table
 LAYOUT = "store/format/_layout.h"  # the record and IndexFile layout every pass reads by (constants.py's numbers)
-INDEX_KEYS = ["store/index/_index_keys.h", "store/index/_index_file.h", LAYOUT]    # the index's key finder and file rules
+# the index's key finder, file rules and putKey
+INDEX_KEYS = ["store/index/_index_keys.h", "store/index/_index_file.h", "store/index/_index_put.h", LAYOUT]
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[

@@ -1,5 +1,6 @@
 """The compiled parts, both optional: without a C compiler the install still succeeds and the same
-bytes come out of the pyarrow/numpy paths, slower.
+bytes come out of the pyarrow/numpy paths, slower. Every pass reads the record layout from
+store/format/_layout.h.
 
 - ingest/encode/_direct_encode.c: Kafka record batches (and Kafka rows in Arrow columns) straight to CommitLog records
   (ingest/encode/direct_encode.py).
@@ -20,21 +21,24 @@ bytes come out of the pyarrow/numpy paths, slower.
 from setuptools import Extension, setup
 
 CRC32 = "store/format/_crc32.h"    # the CRC-32 two of them share (BODYCRC): libdeflate's, found at load (dlopen), or a table
-INDEX_KEYS = "store/index/_index_keys.h"    # the index's key finder, the append's and verify's
+LAYOUT = "store/format/_layout.h"  # the record and IndexFile layout every pass reads by (constants.py's numbers)
+# the index's key finder, file rules and putKey
+INDEX_KEYS = ["store/index/_index_keys.h", "store/index/_index_file.h", "store/index/_index_put.h", LAYOUT]
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[
     Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
-              depends=[CRC32, "ingest/encode/_direct_record.h"], libraries=["dl"]),
+              depends=[CRC32, LAYOUT, "ingest/encode/_direct_record.h"], libraries=["dl"]),
     Extension("store.scan._properties_split", ["store/scan/_properties_split.c"], optional=True,
               extra_compile_args=FLAGS),
     Extension("store.scan._record_check", ["store/scan/_record_check.c"], optional=True,
-              extra_compile_args=FLAGS, depends=[CRC32], libraries=["dl"]),
+              extra_compile_args=FLAGS, depends=[CRC32, LAYOUT], libraries=["dl"]),
     Extension("store.scan._record_columns", ["store/scan/_record_columns.c"], optional=True,
-              extra_compile_args=FLAGS),
-    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS),
+              extra_compile_args=FLAGS, depends=[LAYOUT]),
+    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS,
+              depends=[LAYOUT]),
     Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS,
-              depends=[INDEX_KEYS]),
+              depends=INDEX_KEYS),
     Extension("store.index._index_check", ["store/index/_index_check.c"], optional=True, extra_compile_args=FLAGS,
-              depends=[INDEX_KEYS]),
+              depends=INDEX_KEYS),
 ])

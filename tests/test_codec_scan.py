@@ -4,11 +4,13 @@ pass), the C walk (store/scan/_scan_walk.c) with the numpy checks, and numpy alo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.format.codec import CodecConfig, Message, decode_message, encode_message
+from store.format.constants import MIN_RECORD_LENGTH
 from store.format.hosts import HostAddress
 from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
 
@@ -133,6 +135,26 @@ def test_fast_scan_agrees_with_the_record_by_record_check(n: int, victim: int, a
     end = max(0, len(buf) - cut)
     fast = list(scan_segment(buf, BASE, end))
     assert fast == slow_scan(buf, BASE, end)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 40), victim=st.integers(0, 39), at=st.integers(0, 3), byte=st.integers(0, 255),
+       start=st.integers(0, 2), stop_at=st.integers(0, 9000), cut=st.integers(0, 3000))
+def test_the_c_walk_follows_totalsize_as_the_python_walk_does(n: int, victim: int, at: int, byte: int, start: int,
+                                                               stop_at: int, cut: int) -> None:
+    """The walk alone, C against the plain Python walk: TOTALSIZE bytes damaged, a pause at any
+    place, an end anywhere."""
+    from store.scan import _scan_walk
+    from store.scan.walk import _walk
+    buf, starts = build_segment(n, size=8192)
+    if victim < len(starts):
+        buf[starts[victim] + at] = byte
+    pos = starts[start] if start < len(starts) else 0
+    end = max(0, len(buf) - cut)
+    out = np.empty(len(buf) // MIN_RECORD_LENGTH + 1, np.int64)
+    count, c_next, c_more = _scan_walk.walk(np.frombuffer(buf, np.uint8), pos, end, stop_at, MIN_RECORD_LENGTH, out)
+    py_starts, py_next, py_more = _walk(memoryview(buf), pos, end, stop_at)
+    assert (out[:count].tolist(), c_next, c_more) == (list(py_starts), py_next, py_more)
 
 
 def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:

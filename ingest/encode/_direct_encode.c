@@ -1,20 +1,21 @@
 /* Kafka record batch (message format v2) -> RocketMQ CommitLog records, in one pass per record; and
  * Kafka rows already in Arrow columns -> the same records (encode_rows: another walker, one writer).
  *
- * The C half of ingest/direct_encode.py, which documents the contract: the caller hands the
+ * The C half of ingest/encode/direct_encode.py, which documents the contract: the caller hands the
  * decompressed records of one fetch (its Kafka batches back to back), the constant parts of every
- * record of its task (a head template encoded by store.codec, the topic part, the KAFKA_* property
- * prefix, the positions store/constants.py gives the patched fields) and output buffers
- * sized for the worst case. A record is laid out exactly as store.batch_codec lays out the mapping
- * of ingest.mapping. A record this file does not cover (a key or header that is not UTF-8 text or
- * holds a separator, a null, empty, reserved or repeated header, a born-host or DELAY header, a
- * record over a limit) is handed back: its bytes' place is noted, nothing of it is written, and the
- * caller maps and encodes it the general way, so the rules and the error messages stay in one place
- * (the Python). Only a batch that does not parse (or a caller's buffer too small) fails the whole
- * call with a negative code. The property names written here (KEYS,
- * TAGS, DELAY, UNIQ_KEY, KAFKA_VALUE_NULL, KAFKA_VALUE_EMPTY) and the one-byte body of a null or
- * empty value (EMPTY_VALUE_BODY) are store/constants.py's; tests/test_direct_encode.py and _rows.py compare every
- * byte with the Python path, which takes them from there.
+ * record of its task (a head template encoded by store.format.codec, the topic part, the KAFKA_*
+ * property prefix) and output buffers sized for the worst case; the positions of the fields patched
+ * per record are store/format/_layout.h's. A record is laid out exactly as store.format.batch_codec
+ * lays out the mapping of ingest.encode.mapping. A record this file does not cover (a key or header
+ * that is not UTF-8 text or holds a separator, a null, empty, reserved or repeated header, a born-host
+ * or DELAY header, a record over a limit) is handed back: its bytes' place is noted, nothing of it is
+ * written, and the caller maps and encodes it the general way, so the rules and the error messages
+ * stay in one place (the Python). Only a batch that does not parse (or a caller's buffer too small)
+ * fails the whole call with a negative code; arrays that disagree with each other (job_holds) raise
+ * a ValueError. The property names written here (KEYS, TAGS, DELAY, UNIQ_KEY, KAFKA_VALUE_NULL,
+ * KAFKA_VALUE_EMPTY) and the one-byte body of a null or empty value (EMPTY_VALUE_BODY) are
+ * store/format/constants.py's; tests/test_direct_encode.py and _rows.py compare every byte with the
+ * Python path, which takes them from there.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -121,16 +122,20 @@ static PyObject *encode_fetch(PyObject *self, PyObject *args) {
     memset(&j, 0, sizeof j);
     Py_buffer sections;
     memset(&sections, 0, sizeof sections);
-    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii(nnn)", &j.b.records, &sections, &j.lo,
+    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii", &j.b.records, &sections, &j.lo,
                           &j.hi, &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
                           &j.b.timestamps, &j.b.value_kinds, &j.b.back, &j.b.head, &j.b.topic_part,
                           &j.b.coords_prefix,
                           &j.b.uniq_prefix, &j.b.reserved, &j.b.born_header, &j.max_body, &j.max_record,
-                          &j.max_props, &j.queue_id, &j.key_hash_queues, &j.pos_body_crc, &j.pos_queue_id,
-                          &j.pos_born_timestamp)) {
+                          &j.max_props, &j.queue_id, &j.key_hash_queues)) {
         release(&j.b);
         if (sections.obj)
             PyBuffer_Release(&sections);
+        return NULL;
+    }
+    if (!job_holds(&j, "encode_fetch")) {
+        release(&j.b);
+        PyBuffer_Release(&sections);
         return NULL;
     }
     const int64_t *secs = sections.buf;
@@ -229,22 +234,23 @@ static PyObject *encode_rows(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     /* the columns flat, not as a tuple: PyArg_ParseTuple sizes its cleanup list by the top-level
      * arguments, and the buffers of a nested tuple overrun it */
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii(nnn)",
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii",
                           &c[KEY_OFF], &c[KEY_DATA], &c[KEY_VALID], &c[VAL_OFF], &c[VAL_DATA], &c[VAL_VALID],
                           &c[HDR_OFF], &c[NAME_OFF], &c[NAME_DATA], &c[HDR_OK], &c[HVAL_OFF], &c[HVAL_DATA],
                           &c[HVAL_VALID], &c[OFFSETS], &c[TS_MS], &c[RAW_TS], &c[GENERAL],
                           &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
                           &j.b.timestamps, &j.b.value_kinds, &j.b.back, &j.b.head, &j.b.topic_part,
                           &j.b.coords_prefix, &j.b.uniq_prefix, &j.b.reserved, &j.b.born_header, &j.max_body,
-                          &j.max_record, &j.max_props, &j.queue_id, &j.key_hash_queues, &j.pos_body_crc,
-                          &j.pos_queue_id, &j.pos_born_timestamp))
+                          &j.max_record, &j.max_props, &j.queue_id, &j.key_hash_queues)
+        || !job_holds(&j, "encode_rows"))
         goto done;
     const Py_ssize_t n = c[OFFSETS].len / 8, headers = c[HDR_OK].len;
     if (c[KEY_OFF].len < 4 * (n + 1) || c[VAL_OFF].len < 4 * (n + 1) || c[HDR_OFF].len < 4 * (n + 1)
         || c[KEY_VALID].len < n || c[VAL_VALID].len < n || c[GENERAL].len < n || c[TS_MS].len < 8 * n
         || c[RAW_TS].len < 8 * n || c[NAME_OFF].len < 4 * (headers + 1) || c[HVAL_OFF].len < 4 * (headers + 1)
         || c[HVAL_VALID].len < headers) {
-        PyErr_SetString(PyExc_ValueError, "encode_rows: a column's buffers are shorter than its rows");
+        PyErr_Format(PyExc_ValueError, "encode_rows: a column's buffers are shorter than its %zd rows (offsets) or "
+                     "%zd headers (usable)", n, headers);
         goto done;
     }
     int status;
@@ -265,7 +271,7 @@ static PyMethodDef methods[] = {
      "encode_fetch(records, sections, lo, hi, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, "
      "value_kinds, back, "
      "head, topic_part, coords_prefix, uniq_prefix, reserved, born_header, max_body, max_record, max_props, "
-     "queue_id, key_hash_queues, (pos_body_crc, pos_queue_id, pos_born_timestamp)) -> (out_len, rows, handed_back) "
+     "queue_id, key_hash_queues) -> (out_len, rows, handed_back) "
      "| -reason; back holds (section, record start, record end, reason) per handed-back record"},
     {"encode_rows", encode_rows, METH_VARARGS,
      "encode_rows(*columns, out, starts, ... as encode_fetch from out on) -> (out_len, rows, handed_back) | -reason; "
@@ -275,7 +281,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_direct_encode",
-                                    "Kafka record batches to CommitLog records; see ingest/direct_encode.py.", -1,
+                                    "Kafka record batches to CommitLog records; see ingest/encode/direct_encode.py.", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__direct_encode(void) {

@@ -1,7 +1,8 @@
 /* One CommitLog record written from a Kafka record's parts, for ingest/encode/_direct_encode.c's two
  * walkers (a fetch's record batches, Arrow columns of Kafka rows): the refusal reasons, the text checks
- * the mapping makes (UTF-8, no separator), Java's String.hashCode, the call's buffers and state (Job)
- * and write_record, which lays a record out as store.batch_codec lays out ingest.mapping's mapping.
+ * the mapping makes (UTF-8, no separator), Java's String.hashCode, the call's buffers and state (Job),
+ * job_holds (the buffers checked against each other before the walk) and write_record, which lays a
+ * record out as store.format.batch_codec lays out ingest.encode.mapping's mapping.
  * Everything is static: the one module that includes it uses all of it.
  */
 #ifndef COMMITLOG_DIRECT_RECORD_H
@@ -13,7 +14,7 @@
 #include <string.h>
 
 /* Why a record was handed back, or (FB_CORRUPT, FB_CAPACITY) a whole call refused; mirrored by
- * FALLBACK_REASONS in direct_encode.py. */
+ * FALLBACK_REASONS in ingest/encode/direct_encode.py. */
 enum {
     FB_CORRUPT = 1,        /* does not parse: the whole fetch goes the general way, which reports it */
     FB_KEY = 2,            /* key not UTF-8 text, or holds a property separator */
@@ -33,6 +34,7 @@ enum { VALUE_IN_BODY = 0, VALUE_NULL = 1, VALUE_EMPTY = 2 };   /* sink/batch.py'
 #define MAX_HEADERS 32     /* more headers than this in one record: handed back (repeats are checked pairwise) */
 
 #include "../../store/format/_crc32.h"     /* crc_init, crc32_of */
+#include "../../store/format/_layout.h"    /* POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP, POS_BODYLENGTH_V4 */
 
 static void put32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
@@ -147,7 +149,6 @@ static void release(Buffers *b) {
 typedef struct {
     Buffers b;
     Py_ssize_t out_pos, row, nback, max_body, max_record, max_props;
-    Py_ssize_t pos_body_crc, pos_queue_id, pos_born_timestamp;   /* store/constants.py's POS_* */
     long long lo, hi;
     int queue_id, key_hash_queues;
     /* the section (one Kafka record batch) being encoded: its bytes in records, its batch fields */
@@ -176,12 +177,36 @@ typedef struct {
     Py_ssize_t name_lens[MAX_HEADERS], val_lens[MAX_HEADERS];
 } Rec;
 
+/* 1 when the row arrays hold as many rows as starts does and the head template holds a record's head
+ * up to BODYLENGTH (write_record relies on both), else 0 with a ValueError naming what does not */
+static int job_holds(const Job *j, const char *who) {
+    const Py_ssize_t rows = j->b.starts.len / 8;
+    const struct { const char *name; Py_ssize_t len, width; } arrays[] = {
+        {"queue_ids", j->b.queue_ids.len, 4}, {"tags_codes", j->b.tags_codes.len, 8},
+        {"kafka_offsets", j->b.kafka_offsets.len, 8}, {"timestamps", j->b.timestamps.len, 8},
+        {"value_kinds", j->b.value_kinds.len, 1},
+    };
+    for (size_t k = 0; k < sizeof arrays / sizeof arrays[0]; k++)
+        if (arrays[k].len / arrays[k].width < rows) {
+            PyErr_Format(PyExc_ValueError, "%s: %s holds %zd rows, starts %zd", who, arrays[k].name,
+                         arrays[k].len / arrays[k].width, rows);
+            return 0;
+        }
+    if (j->b.head.len < POS_BODYLENGTH_V4 + 4) {
+        PyErr_Format(PyExc_ValueError, "%s: head of %zd bytes, a record's head up to BODYLENGTH takes %d at least", who,
+                     j->b.head.len, POS_BODYLENGTH_V4 + 4);
+        return 0;
+    }
+    return 1;
+}
+
 /* Writes one record at j->out_pos and its row, or leaves the output as it was and sets *reason to
- * why the record is handed back. Returns FB_CAPACITY when the output buffers are too small, else 0. */
+ * why the record is handed back. Returns FB_CAPACITY when the output buffers are too small, else 0.
+ * job_holds passed: every row array holds rows_cap rows, the head its fixed fields. */
 static int write_record(Job *j, const Rec *r, int *reason) {
     uint8_t *out = j->b.out.buf;
     const Py_ssize_t out_end = j->b.out.len, head_len = j->b.head.len, start = j->out_pos;
-    const Py_ssize_t rows_cap = j->b.starts.len / 8 < j->b.value_kinds.len ? j->b.starts.len / 8 : j->b.value_kinds.len;
+    const Py_ssize_t rows_cap = j->b.starts.len / 8;
     int status = 0;
     Py_ssize_t o = start;
     *reason = 0;
@@ -283,10 +308,10 @@ static int write_record(Job *j, const Rec *r, int *reason) {
         ? (int32_t)(llabs((long long)key_hash) % j->key_hash_queues) : j->queue_id;
     uint8_t *rec = out + start;
     put32(rec, (uint32_t)total);
-    put32(rec + j->pos_body_crc, crc32_of(value, body_len) & 0x7FFFFFFFu);
-    put32(rec + j->pos_queue_id, (uint32_t)qid);
-    put64(rec + j->pos_born_timestamp, (uint64_t)r->ts_ms);
-    put32(rec + head_len - 4, (uint32_t)body_len);
+    put32(rec + POS_BODYCRC, crc32_of(value, body_len) & 0x7FFFFFFFu);
+    put32(rec + POS_QUEUEID, (uint32_t)qid);
+    put64(rec + POS_BORNTIMESTAMP, (uint64_t)r->ts_ms);
+    put32(rec + head_len - 4, (uint32_t)body_len);     /* BODYLENGTH ends the head, wherever the hosts put it */
 
     const Py_ssize_t row = j->row++;
     ((int64_t *)j->b.starts.buf)[row] = start;

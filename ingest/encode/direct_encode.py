@@ -52,10 +52,7 @@ from sink.batch import ENCODED_SCHEMA, VALUE_KIND
 from store import StoreError
 from store.format import (
     MAX_PROPERTIES_LENGTH,
-    POS_BODYCRC,
     POS_BORNHOST,
-    POS_BORNTIMESTAMP,
-    POS_QUEUEID,
     POS_SYSFLAG,
     PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_UNIQ_KEY,
@@ -226,8 +223,7 @@ class DirectEncoder:
         done = kernel(
             *inputs, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, value_kinds, back, self.head,
             self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED, self.born_header, self.max_body,
-            self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id, self.key_hash_queues,
-            (POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP))
+            self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id, self.key_hash_queues)
         if isinstance(done, int):
             self._count(FALLBACK_REASONS.get(-done, str(done)), rows, what)
             return None

@@ -1,6 +1,7 @@
 """The bytes of one CommitLog record, as RocketMQ writes them: constants, codec, properties, hosts,
 CRCs, batch encoding, the JSON form. Reading many records at once (the walk, the checks, the fields,
-Arrow columns) is store.scan's. Imports nothing else of store but store.errors.
+Arrow columns) is store.scan's. Imports nothing else of store but store.errors. The C passes take
+the layout from _layout.h here, constants.py's numbers under the same names (and _crc32.h's CRC-32).
 
 This face is the record format's public API, the one place ingest takes format names from: every
 constant of store.format.constants, and the names below, each loaded on first use (PEP 562).

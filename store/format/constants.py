@@ -1,4 +1,6 @@
 """Every constant of the RocketMQ CommitLog format, in one place (../shared/golden/FORMAT.md).
+The C passes take the layout's from _layout.h beside this file, under the same names
+(tests/test_layout_header.py holds the two equal).
 
 Names follow RocketMQ's so a RocketMQ engineer finds their way.
 """
@@ -24,9 +26,15 @@ POS_BORNTIMESTAMP = 40
 POS_BORNHOST = 48
 IPV4_HOST_LENGTH = 8                     # 4-byte address + int32 port
 IPV6_HOST_LENGTH = 20                    # 16-byte address + int32 port
+IPV6_HOST_EXTRA_LENGTH = IPV6_HOST_LENGTH - IPV4_HOST_LENGTH    # what an IPv6 host moves the fields after it
 # STORETIMESTAMP follows BORNHOST: 56 with an IPv4 born host, 68 with an IPv6 one.
 POS_STORETIMESTAMP_V4 = POS_BORNHOST + IPV4_HOST_LENGTH
 POS_STORETIMESTAMP_V6 = POS_BORNHOST + IPV6_HOST_LENGTH
+# With both hosts IPv4 (each IPv6 host adds 12 bytes before what follows it):
+POS_STOREHOST_V4 = POS_STORETIMESTAMP_V4 + 8
+POS_RECONSUMETIMES_V4 = POS_STOREHOST_V4 + IPV4_HOST_LENGTH
+POS_PREPAREDTRANSACTIONOFFSET_V4 = POS_RECONSUMETIMES_V4 + 4
+POS_BODYLENGTH_V4 = POS_PREPAREDTRANSACTIONOFFSET_V4 + 8
 MIN_RECORD_LENGTH = 91                   # empty body/topic/properties, V1, IPv4 hosts
 FIXED_PART_LENGTH = 91                   # TOTALSIZE = 91 + body + topic + props + 12/v6 host + 1 if V2
 
@@ -126,7 +134,11 @@ TOPIC_PERM_READ_WRITE = 6                # PermName.PERM_READ | PERM_WRITE
 TOPIC_FILTER_TYPE = "SINGLE_TAG"
 INDEX_HEADER_SIZE = 40                   # begin/end timestamp, begin/end phy offset, slot count, index count
 INDEX_HASH_SLOT_SIZE = 4
+INDEX_HEADER_POS_INDEX_COUNT = 36
 INDEX_ITEM_SIZE = 20                     # keyHash, phyOffset, timeDiff, prevIndex
+INDEX_ITEM_POS_PHY_OFFSET = 4
+INDEX_ITEM_POS_TIME_DIFF = 12
+INDEX_ITEM_POS_PREV_INDEX = 16
 INDEX_INVALID_INDEX = 0
 DEFAULT_MAX_HASH_SLOT_NUM = 5_000_000    # maxHashSlotNum
 DEFAULT_MAX_INDEX_NUM = 5_000_000 * 4    # maxIndexNum

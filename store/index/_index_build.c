@@ -5,8 +5,8 @@
  * find_keys: the keys RocketMQ's IndexService puts for each record, hashed (the key finder of
  *   _index_keys.h, which verify's check in _index_check.c shares); records whose keys it cannot
  *   find as Java would are left to the caller.
- * put_items: IndexFile.putKey for a run of keys, in order: each item linked to the newest one of
- *   its slot, the slot pointed at it, the header's counters moved as RocketMQ moves them.
+ * put_items: IndexFile.putKey (_index_put.h) for a run of keys, in order: each item linked to the
+ *   newest one of its slot, the slot pointed at it, the header's counters moved as RocketMQ moves them.
  * index_records: both at once, a few hundred keys at a time (the way the append's index is built):
  *   each key's slot is asked for when the key is found and written once the few hundred are found.
  */
@@ -15,12 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_index_keys.h" /* record_keys, record_total, be32, MOST_KEYS */
+#include "_index_keys.h" /* record_keys, MOST_KEYS; record_total (store/format/_layout.h) */
+#include "_index_put.h"  /* Index, open_index, put_key, write_item, slot_at, HEADER_FORMAT */
 
-#define HEADER_SIZE 40
-#define HEADER_INDEX_COUNT 36 /* beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset (8 each), hashSlotCount (4), indexCount (4) */
-#define SLOT_SIZE 4
-#define ITEM_SIZE 20
 #define PREFETCH_RECORDS 6  /* records ahead whose first and last bytes are asked for */
 #define LAG 256             /* put_items, put_shipped: keys ahead whose slot is asked for; a slot is
                                a miss to memory, and beside the append's copy a slow one */
@@ -72,7 +69,7 @@ static PyObject *find_keys(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (; i < n; i++) {
         prefetch_record(d, len, st, n, i + PREFETCH_RECORDS);
-        const int64_t total = record_total(d, len, st[i]);
+        const int64_t total = record_total(d, len, st[i], MIN_RECORD_LENGTH);
         const int64_t most = total < 0 ? 1 : (2 + total / 2 < MOST_KEYS ? 2 + total / 2 : MOST_KEYS);
         if (count + most > cap)
             break;
@@ -97,93 +94,6 @@ done:
     PyBuffer_Release(&ts);
     return result;
 }
-
-/* --- the IndexFile ------------------------------------------------------------------------ */
-typedef struct {
-    uint8_t *header, *slots, *items;
-    uint32_t slot_num;
-    uint64_t mod_m; /* UINT64_MAX / slot_num + 1: a % slot_num without a division (Lemire et al.) */
-    int64_t index_num;
-    long long begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count;
-} Index;
-
-static uint8_t *slot_of(const Index *ix, uint32_t key_hash) {
-    const uint32_t s = ix->slot_num == 1 ? 0 : (uint32_t)(((__uint128_t)(ix->mod_m * key_hash) * ix->slot_num) >> 64);
-    return ix->slots + SLOT_SIZE * (int64_t)s;
-}
-
-/* an item's timeDiff, big-endian: seconds since the file's beginTimestamp (0 while that is 0) */
-static uint32_t time_diff(const Index *ix, int64_t ts) {
-    int64_t diff = 0;
-    if (ix->begin_ts > 0) {
-        diff = (ts - ix->begin_ts) / 1000; /* C truncates toward zero, as Java's long division */
-        if (diff > INT32_MAX)
-            diff = INT32_MAX;
-        else if (diff < 0)
-            diff = 0;
-    }
-    return __builtin_bswap32((uint32_t)diff);
-}
-
-/* item number ``count`` of the file (``header``, ``items``), linked to ``slot``'s chain, and the slot
- * pointed at it; 1 when the slot was empty. ``ph`` and ``t`` come big-endian (a record's keys share
- * them). The header's indexCount counts the item before the slot points at it: a writer killed in
- * between leaves no slot past the count (RocketMQ's broker reads such a slot as empty and loses the
- * chain's older keys); the caller writes the rest of the header after the batch. Plain pointers, not
- * the Index: a store through a byte pointer may alias its fields, which would be read again per key */
-static inline int write_item(uint8_t *header, uint8_t *items, int64_t count, uint8_t *slot, uint32_t key_hash,
-                             uint64_t ph, uint32_t t) {
-    int64_t prev = (int32_t)be32(slot);
-    /* prev = 0 unless 0 < prev <= count, without a branch: in a new file the slots are about half
-     * empty, at random, and a mispredicted branch per key costs as much as the key's other work */
-    prev &= -(int64_t)((prev > 0) & (prev <= count));
-    uint8_t *item = items + ITEM_SIZE * count;
-    const uint32_t h = __builtin_bswap32(key_hash), pv = __builtin_bswap32((uint32_t)prev),
-                   n = __builtin_bswap32((uint32_t)count), counted = __builtin_bswap32((uint32_t)(count + 1));
-    memcpy(item, &h, 4);
-    memcpy(item + 4, &ph, 8);
-    memcpy(item + 12, &t, 4);
-    memcpy(item + 16, &pv, 4);
-    memcpy(header + HEADER_INDEX_COUNT, &counted, 4);
-    memcpy(slot, &n, 4);
-    return prev == 0;
-}
-
-/* IndexFile.putKey: 0 when the file is full */
-static int put_key(Index *ix, uint8_t *slot, uint32_t key_hash, int64_t phy, int64_t ts) {
-    if (ix->index_count >= ix->index_num)
-        return 0;
-    const int first = ix->index_count <= 1;
-    ix->slot_count += write_item(ix->header, ix->items, ix->index_count, slot, key_hash,
-                                 __builtin_bswap64((uint64_t)phy), time_diff(ix, ts));
-    ix->index_count++;
-    if (first) {
-        ix->begin_phy = phy;
-        ix->begin_ts = ts;
-    }
-    ix->end_phy = phy;
-    ix->end_ts = ts;
-    return 1;
-}
-
-/* The file and header arguments of put_items and index_records into ``ix``; 0 with an error set */
-static int open_index(Index *ix, Py_buffer *file, long long slot_num, long long index_num) {
-    if (slot_num <= 0 || slot_num > INT32_MAX || index_num < 2 || index_num > INT32_MAX
-        || file->len < HEADER_SIZE + SLOT_SIZE * slot_num + ITEM_SIZE * index_num || ix->index_count < 1) {
-        PyErr_SetString(PyExc_ValueError, "the index file does not match the geometry given");
-        return 0;
-    }
-    ix->header = (uint8_t *)file->buf;
-    ix->slots = ix->header + HEADER_SIZE;
-    ix->items = ix->slots + SLOT_SIZE * slot_num;
-    ix->slot_num = (uint32_t)slot_num;
-    ix->mod_m = UINT64_MAX / (uint64_t)slot_num + 1;
-    ix->index_num = index_num;
-    return 1;
-}
-
-#define HEADER_FORMAT "(LLLLLL)"
-#define HEADER_OUT(ix) (ix).begin_ts, (ix).end_ts, (ix).begin_phy, (ix).end_phy, (ix).slot_count, (ix).index_count
 
 /* put_items(file, slot_num, index_num, header, hash, phy, ts) -> (header, count)
  * file: the IndexFile's writable bytes; header: (beginTimestamp, endTimestamp, beginPhyOffset,
@@ -211,8 +121,8 @@ static PyObject *put_items(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (; k < n; k++) {
         if (k + LAG < n)
-            __builtin_prefetch(slot_of(&ix, hs[k + LAG]), 1);
-        if (!put_key(&ix, slot_of(&ix, hs[k]), hs[k], ps[k], tss[k]))
+            __builtin_prefetch(slot_at(&ix, hs[k + LAG]), 1);
+        if (!put_key(&ix, slot_at(&ix, hs[k]), hs[k], ps[k], tss[k]))
             break;
     }
     Py_END_ALLOW_THREADS
@@ -239,8 +149,8 @@ static void put_records(Index *ix, const uint32_t *hs, Py_ssize_t keys, Py_ssize
         const uint64_t ph = __builtin_bswap64((uint64_t)ps[r]);
         for (int32_t c = 0; c < cs[r]; c++, k++, count++) {
             if (k + LAG < keys + ahead)
-                __builtin_prefetch(slot_of(&g, hs[k + LAG]), 1);
-            slot_count += write_item(g.header, g.items, count, slot_of(&g, hs[k]), hs[k], ph, t);
+                __builtin_prefetch(slot_at(&g, hs[k + LAG]), 1);
+            slot_count += write_item(g.header, g.items, count, slot_at(&g, hs[k]), hs[k], ph, t);
         }
         if (cs[r] > 0)
             end_phy = ps[r];
@@ -281,7 +191,7 @@ static PyObject *put_shipped(PyObject *Py_UNUSED(self), PyObject *args) {
     const uint32_t *hs = hash.buf;
     const int64_t *ps = phy.buf;
     int over = 0;
-    uint32_t t = time_diff(&ix, ts); /* every key's: one store timestamp, and beginTimestamp moves only at item 1 */
+    uint32_t t = item_time_diff(&ix, ts); /* every key's: one store timestamp, and beginTimestamp moves only at item 1 */
     Py_BEGIN_ALLOW_THREADS
     while (i < n && most > 0 && ix.index_count < ix.index_num) {
         if (j >= cs[i]) {
@@ -310,8 +220,8 @@ static PyObject *put_shipped(PyObject *Py_UNUSED(self), PyObject *args) {
             break;
         }
         if (ix.index_count <= 1) { /* the file's first item sets beginTimestamp, which timeDiff is from */
-            run = put_key(&ix, slot_of(&ix, hs[k]), hs[k], ps[i], ts);
-            t = time_diff(&ix, ts);
+            run = put_key(&ix, slot_at(&ix, hs[k]), hs[k], ps[i], ts);
+            t = item_time_diff(&ix, ts);
         } else {
             const int32_t part = (int32_t)run;
             put_records(&ix, hs + k, run, keys - k - run, &part, ps + i, 1, ts, t);
@@ -381,7 +291,7 @@ static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
         int left = 0;
         for (; found < CHUNK && i < n; i++) {
             prefetch_record(d, len, st, n, i + PREFETCH_RECORDS);
-            const int64_t total = record_total(d, len, st[i]);
+            const int64_t total = record_total(d, len, st[i], MIN_RECORD_LENGTH);
             int64_t t = 0, count = total < 0 ? -1 : record_keys(d, len, st[i], total, &tc, scratch, &t);
             if (count < 0) {
                 left = 1;
@@ -390,7 +300,7 @@ static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
             for (int64_t j = i == first ? skip : 0; j < count; j++, found++) {
                 Pending *p = &pending[found];
                 p->hash = scratch[j], p->rank = (int32_t)j, p->rec = i, p->phy = base + st[i], p->ts = t;
-                p->slot = slot_of(&ix, p->hash);
+                p->slot = slot_at(&ix, p->hash);
                 __builtin_prefetch(p->slot, 1);
             }
         }

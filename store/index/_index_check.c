@@ -19,24 +19,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_index_keys.h" /* record_keys, be32, be64, MOST_KEYS */
+#include "_index_file.h" /* the IndexFile's geometry, slot_of, time_diff */
+#include "_index_keys.h" /* record_keys, MOST_KEYS; record_total, be32, be64 (store/format/_layout.h) */
 
-#define PHYSICALOFFSET_POS 28
-#define ITEM_SIZE 20
-#define ITEM_PHY 4
-#define ITEM_TIME_DIFF 12
-#define ITEM_PREV 16
 #define SLOT_LAG 32 /* chains_hold: items ahead whose slot is asked for */
 #define STREAM_AHEAD 2048 /* records_match: segment bytes ahead of the walk asked for */
-
-/* IndexFile.putKey's timeDiff: whole seconds since the file's begin timestamp (0 while it has none),
- * clamped to [0, Integer.MAX_VALUE] (store/index/check.py time_diffs) */
-static inline int64_t time_diff(int64_t ts, int64_t begin) {
-    if (begin <= 0 || ts < begin)
-        return 0;
-    const int64_t diff = (ts - begin) / 1000;
-    return diff > INT32_MAX ? INT32_MAX : diff;
-}
 
 /* A run of items of one IndexFile, as the file holds them (20 bytes each, big-endian) */
 typedef struct {
@@ -56,7 +43,7 @@ typedef struct {
 static inline const uint8_t *item_at(Cursor *c) {
     while (c->r < c->count && c->k >= c->runs[c->r].n)
         c->r++, c->k = 0;
-    return c->r < c->count ? c->runs[c->r].items + ITEM_SIZE * c->k : NULL;
+    return c->r < c->count ? c->runs[c->r].items + INDEX_ITEM_SIZE * c->k : NULL;
 }
 
 /* The walk of d[0, end) against the items; ``strict``: every key of every message record must have
@@ -66,21 +53,21 @@ static int walk_matches(const uint8_t *d, int64_t len, int64_t end, int64_t base
                         uint32_t *keys) {
     TopicCache tc = {NULL, 0, 0};
     int64_t pos = 0, ahead = 0;
-    while (pos <= end - MIN_RECORD_LENGTH) {
+    for (;;) {
         for (; ahead < pos + STREAM_AHEAD && ahead < end; ahead += 64)
             __builtin_prefetch(d + ahead);
-        const int64_t total = (int32_t)be32(d + pos);
-        if (total < MIN_RECORD_LENGTH || total > end - pos)
+        const int64_t total = record_total(d, end, pos, MIN_RECORD_LENGTH);
+        if (total < 0)
             break; /* the walk ends here, as walk.py's; items past it are told by the numpy path */
-        const uint32_t magic = be32(d + pos + 4);
-        if (magic == MAGIC_V1 || magic == MAGIC_V2) {
+        const uint32_t magic = be32(d + pos + POS_MAGICCODE);
+        if (magic == MESSAGE_MAGIC_CODE || magic == MESSAGE_MAGIC_CODE_V2) {
             const int64_t at = base + pos;
             const uint8_t *next = item_at(c);
-            const int64_t next_phy = next ? be64(next + ITEM_PHY) : INT64_MAX;
+            const int64_t next_phy = next ? be64(next + INDEX_ITEM_POS_PHY_OFFSET) : INT64_MAX;
             if (next_phy < at)
                 return 0; /* an item between records, at a BLANK, or an extra one of the record before */
             if (strict || next_phy == at) {
-                if (!strict && be64(d + pos + PHYSICALOFFSET_POS) != at)
+                if (!strict && be64(d + pos + POS_PHYSICALOFFSET) != at)
                     return 0;
                 int64_t ts = 0;
                 const int64_t count = record_keys(d, len, pos, total, &tc, keys, &ts);
@@ -88,11 +75,11 @@ static int walk_matches(const uint8_t *d, int64_t len, int64_t end, int64_t base
                     return 0; /* keys left to Python */
                 for (int64_t j = 0; j < count; j++, c->k++) {
                     const uint8_t *item = item_at(c);
-                    if (!item || be64(item + ITEM_PHY) != at || be32(item) != keys[j])
+                    if (!item || be64(item + INDEX_ITEM_POS_PHY_OFFSET) != at || be32(item) != keys[j])
                         return 0;
                     const Run *run = &c->runs[c->r];
                     if (!(c->k == 0 && run->first)
-                        && (int32_t)be32(item + ITEM_TIME_DIFF) != time_diff(ts, run->begin))
+                        && (int32_t)be32(item + INDEX_ITEM_POS_TIME_DIFF) != time_diff(ts, run->begin))
                         return 0;
                 }
             }
@@ -137,12 +124,12 @@ static PyObject *records_match(PyObject *Py_UNUSED(self), PyObject *args) {
                               &view, &begin, &first)
             || PyObject_GetBuffer(view, &views[held], PyBUF_SIMPLE) < 0)
             goto done;
-        if (views[held].len % ITEM_SIZE) {
+        if (views[held].len % INDEX_ITEM_SIZE) {
             held++;
             PyErr_SetString(PyExc_ValueError, "records_match: a run that is not whole items");
             goto done;
         }
-        runs[held] = (Run){views[held].buf, views[held].len / ITEM_SIZE, begin, first};
+        runs[held] = (Run){views[held].buf, views[held].len / INDEX_ITEM_SIZE, begin, first};
     }
     Cursor c = {runs, count, 0, 0};
     int whole;
@@ -160,36 +147,31 @@ done:
     return result;
 }
 
-/* h % slot_num without a division (Lemire et al.: mod_m = UINT64_MAX / slot_num + 1) */
-static inline uint32_t slot_of(uint32_t h, uint64_t mod_m, uint32_t slot_num) {
-    return slot_num == 1 ? 0 : (uint32_t)(((__uint128_t)(mod_m * h) * slot_num) >> 64);
-}
-
 /* The items (20 bytes each, big-endian) against the slots (4 bytes each): ``newest`` (slot_num
  * zeros) is each slot's newest item so far, which the next item of the slot must point back at. */
 static int chains_match(const uint8_t *items, Py_ssize_t n, const uint8_t *slots, uint32_t slot_num,
                         uint32_t *newest) {
-    const uint64_t mod_m = UINT64_MAX / slot_num + 1;
+    const uint64_t mod_m = slot_mod_m(slot_num);
     int64_t last_phy = INT64_MIN;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *item = items + ITEM_SIZE * i;
+        const uint8_t *item = items + INDEX_ITEM_SIZE * i;
         if (i + SLOT_LAG < n) {
-            const int32_t ahead = (int32_t)be32(item + ITEM_SIZE * SLOT_LAG);
+            const int32_t ahead = (int32_t)be32(item + INDEX_ITEM_SIZE * SLOT_LAG);
             if (ahead >= 0)
                 __builtin_prefetch(newest + slot_of((uint32_t)ahead, mod_m, slot_num), 1);
         }
         const int32_t h = (int32_t)be32(item);
-        const int64_t phy = be64(item + ITEM_PHY);
+        const int64_t phy = be64(item + INDEX_ITEM_POS_PHY_OFFSET);
         if (h < 0 || phy < last_phy)
             return 0;
         last_phy = phy;
         uint32_t *slot = newest + slot_of((uint32_t)h, mod_m, slot_num);
-        if (be32(item + ITEM_PREV) != *slot)
+        if (be32(item + INDEX_ITEM_POS_PREV_INDEX) != *slot)
             return 0;
         *slot = (uint32_t)(i + 1); /* items are numbered from 1: item 0 is never written */
     }
     for (uint32_t s = 0; s < slot_num; s++)
-        if (be32(slots + 4 * (int64_t)s) != newest[s])
+        if (be32(slots + INDEX_HASH_SLOT_SIZE * (int64_t)s) != newest[s])
             return 0;
     return 1;
 }
@@ -203,7 +185,8 @@ static PyObject *chains_hold(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     uint32_t *newest = NULL;
-    if (slot_num <= 0 || slot_num > INT32_MAX || slots.len < 4 * slot_num || items.len % ITEM_SIZE) {
+    if (slot_num <= 0 || slot_num > INT32_MAX || slots.len < INDEX_HASH_SLOT_SIZE * slot_num
+        || items.len % INDEX_ITEM_SIZE) {
         PyErr_SetString(PyExc_ValueError, "chains_hold: the slots or items do not match slot_num");
         goto done;
     }
@@ -213,7 +196,7 @@ static PyObject *chains_hold(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     int hold;
     Py_BEGIN_ALLOW_THREADS
-    hold = chains_match(items.buf, items.len / ITEM_SIZE, slots.buf, (uint32_t)slot_num, newest);
+    hold = chains_match(items.buf, items.len / INDEX_ITEM_SIZE, slots.buf, (uint32_t)slot_num, newest);
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(hold);
 done:
@@ -232,8 +215,8 @@ static PyObject *item_columns(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*LLw*w*w*", &items, &low, &limit, &phy, &key_hash, &diff))
         return NULL;
     PyObject *result = NULL;
-    const Py_ssize_t n = items.len / ITEM_SIZE;
-    if (items.len % ITEM_SIZE || phy.len != 8 * n || key_hash.len != 4 * n || diff.len != 4 * n) {
+    const Py_ssize_t n = items.len / INDEX_ITEM_SIZE;
+    if (items.len % INDEX_ITEM_SIZE || phy.len != 8 * n || key_hash.len != 4 * n || diff.len != 4 * n) {
         PyErr_SetString(PyExc_ValueError, "item_columns: columns of another length than the items");
         goto done;
     }
@@ -242,11 +225,11 @@ static PyObject *item_columns(PyObject *Py_UNUSED(self), PyObject *args) {
     int32_t *o_hash = key_hash.buf, *o_diff = diff.buf;
     Py_ssize_t outside = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++, it += ITEM_SIZE) {
-        const int64_t at = be64(it + ITEM_PHY);
+    for (Py_ssize_t i = 0; i < n; i++, it += INDEX_ITEM_SIZE) {
+        const int64_t at = be64(it + INDEX_ITEM_POS_PHY_OFFSET);
         o_phy[i] = at;
         o_hash[i] = (int32_t)be32(it);
-        o_diff[i] = (int32_t)be32(it + ITEM_TIME_DIFF);
+        o_diff[i] = (int32_t)be32(it + INDEX_ITEM_POS_TIME_DIFF);
         outside += at < low || at >= limit;
     }
     Py_END_ALLOW_THREADS

@@ -8,7 +8,7 @@
  * value does not count). Text that is not well-formed UTF-8 (Java replaces what it cannot decode)
  * and records whose lengths do not add up are left to the caller (record_keys returns -1).
  *
- * Positions are RocketMQ's (store/format/constants.py): BORNHOST and STOREHOST are 8 bytes, or 20
+ * Positions are RocketMQ's (store/format/_layout.h): BORNHOST and STOREHOST are 8 bytes, or 20
  * when sysFlag says IPv6, and move what follows them. Everything is static inline: a module that
  * includes it and leaves a helper unused gets no warning.
  */
@@ -19,34 +19,14 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAGIC_V1 0xDAA320A7u
-#define MAGIC_V2 0xDAA320ABu
-#define MIN_RECORD_LENGTH 91
-#define SYSFLAG_POS 36
-#define STORETIMESTAMP_POS 56
-#define BODYLENGTH_POS 84
-#define TRANSACTION_TYPE_MASK 0xC
-#define TRANSACTION_ROLLBACK_TYPE 0xC
-#define BORNHOST_V6_FLAG 0x10
-#define STOREHOSTADDRESS_V6_FLAG 0x20
+#include "../format/_layout.h" /* the record's positions, be32, be64, record_head, topic_length */
+
 #define ONES 0x0101010101010101ull
 #define HIGHS 0x8080808080808080ull
 #define LOWS 0x7F7F7F7F7F7F7F7Full
 #define UNIQ_KEY_WORD 0x59454B5F51494E55ull /* "UNIQ_KEY" read little-endian */
 #define KEYS_PAIR_WORD 0x15359454Bull       /* "KEYS\1" */
 #define MOST_KEYS 16386     /* of one record: UNIQ_KEY and a KEYS token per 2 of 32,767 bytes */
-
-static inline uint32_t be32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return __builtin_bswap32(v);
-}
-
-static inline int64_t be64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return (int64_t)__builtin_bswap64(v);
-}
 
 /* the n (> 0) bytes at p as a little-endian word, zeros above them (``avail`` readable from p) */
 static inline uint64_t word(const uint8_t *p, int64_t n, int64_t avail) {
@@ -206,26 +186,25 @@ typedef struct {
 static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int64_t total, TopicCache *tc,
                            uint32_t *hashes, int64_t *ts) {
     const uint8_t *r = d + at;
-    const uint32_t magic = be32(r + 4);
-    if (magic != MAGIC_V1 && magic != MAGIC_V2)
+    RecordHead head;
+    if (!record_head(r, &head))
         return -1;
-    const uint32_t sys_flag = be32(r + SYSFLAG_POS);
-    const int64_t born6 = (sys_flag & BORNHOST_V6_FLAG) ? 12 : 0;
-    const int64_t hosts = born6 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 12 : 0);
-    *ts = be64(r + STORETIMESTAMP_POS + born6);
-    if ((sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE)
+    *ts = be64(r + POS_STORETIMESTAMP_V4 + head.born_extra);
+    if ((head.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE)
         return 0;
-    int64_t p = BODYLENGTH_POS + hosts;
+    int64_t p = POS_BODYLENGTH_V4 + head.hosts_extra;
     if (p + 4 > total)
         return -1;
     const int64_t body_len = (int32_t)be32(r + p);
     if (body_len < 0)
         return -1;
     p += 4 + body_len;
-    const int wide = magic == MAGIC_V2;
+    const int wide = head.v2;
     if (p + 1 + wide > total)
         return -1;
-    const int64_t topic_len = wide ? ((int64_t)r[p] << 8 | r[p + 1]) : r[p];
+    const int64_t topic_len = topic_length(r + p, wide);
+    if (topic_len < 0)
+        return -1;
     const int64_t topic_at = p + 1 + wide;
     p = topic_at + topic_len;
     if (p + 2 > total)
@@ -307,15 +286,6 @@ static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int
         }
     }
     return count;
-}
-
-/* the TOTALSIZE of the record at d[at], or -1 when it is below a record's or the record does not fit
- * the buffer */
-static inline int64_t record_total(const uint8_t *d, int64_t len, int64_t at) {
-    if (at < 0 || at > len - MIN_RECORD_LENGTH)
-        return -1;
-    const int64_t total = (int32_t)be32(d + at);
-    return total >= MIN_RECORD_LENGTH && total <= len - at ? total : -1;
 }
 
 #endif

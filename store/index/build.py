@@ -14,10 +14,11 @@ import numpy as np
 
 from store.format.constants import (
     BORNHOST_V6_FLAG,
+    IPV6_HOST_EXTRA_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_LENGTH,
-    POS_BORNHOST,
+    POS_BODYLENGTH_V4,
     POS_STORETIMESTAMP_V4,
     POS_STORETIMESTAMP_V6,
     POS_SYSFLAG,
@@ -35,7 +36,6 @@ except ImportError:  # built without a C compiler: the numpy passes
     _index_build = None
 
 RECORD_LEFT = 2             # IndexFile.put_records: the C pass left a record to decoded_keys
-_BODY_LENGTH_POS = POS_BORNHOST + 8 + 8 + 8 + 4 + 8   # after BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUME, PREPARED
 _MOST_KEYS = 16386          # keys of one record at most: UNIQ_KEY and a token per 2 of 32,767 bytes
 
 
@@ -136,13 +136,17 @@ def _text_places(rec: bytes) -> tuple[int, tuple[int, int], tuple[int, int]] | N
             int.from_bytes(rec[4:8], "big") not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
         return None
     sys_flag = int.from_bytes(rec[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True)
-    p = _BODY_LENGTH_POS + 12 * bool(sys_flag & BORNHOST_V6_FLAG) + 12 * bool(sys_flag & STOREHOSTADDRESS_V6_FLAG)
+    p = POS_BODYLENGTH_V4 + IPV6_HOST_EXTRA_LENGTH * (bool(sys_flag & BORNHOST_V6_FLAG)
+                                                      + bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
     body_len = int.from_bytes(rec[p:p + 4], "big", signed=True)
     width = 2 if int.from_bytes(rec[4:8], "big") == MESSAGE_MAGIC_CODE_V2 else 1
     p += 4 + body_len
     if body_len < 0 or p + width > total:
         return None
-    topic = (p + width, p + width + int.from_bytes(rec[p:p + width], "big"))
+    topic_len = int.from_bytes(rec[p:p + width], "big", signed=True)     # as MessageVersion reads it
+    if topic_len < 0:
+        return None
+    topic = (p + width, p + width + topic_len)
     props_len = int.from_bytes(rec[topic[1]:topic[1] + 2], "big", signed=True)
     if topic[1] + 2 > total or topic[1] + 2 + max(props_len, 0) > total:
         return None

@@ -19,17 +19,9 @@
 #define AHEAD 4      /* records asked for ahead of the one checked */
 
 #include "../format/_crc32.h"     /* crc_init, crc32_of */
-
-static inline uint32_t be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
-
-static inline int64_t be64(const uint8_t *p) { return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4)); }
+#include "../format/_layout.h"    /* the record's positions, be32, be64, record_total, record_head, topic_length */
 
 typedef struct {
-    uint32_t magic_v1, magic_v2, born_v6, store_v6;
     int64_t min_length;
     int crc; /* check BODYCRC */
 } Rules;
@@ -40,60 +32,58 @@ typedef struct {
 
 /* 1 when the record at d[s:s + z] passes, its fields in *f */
 static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const Rules *r, Parsed *f) {
-    if (s < 0 || z < r->min_length || s + z > len)
+    if (s < 0 || s > len || z < r->min_length || z > len - s)
         return 0;
     const uint8_t *p = d + s;
     const int64_t end = s + z;
-    uint32_t magic = be32(p + 4);
-    if ((int64_t)(int32_t)be32(p) != z || (magic != r->magic_v1 && magic != r->magic_v2))
+    RecordHead head;
+    if ((int64_t)(int32_t)be32(p + POS_TOTALSIZE) != z || !record_head(p, &head))
         return 0;
-    int v2 = magic == r->magic_v2;
-    uint32_t flags = be32(p + 36);
-    int64_t hosts = (flags & r->born_v6 ? 12 : 0) + (flags & r->store_v6 ? 12 : 0);
-    int64_t body_pos = s + 84 + hosts;
+    const int v2 = head.v2;
+    const int64_t hosts = head.hosts_extra;
+    int64_t body_pos = s + POS_BODYLENGTH_V4 + hosts;
     if (body_pos + 4 > end)
         return 0;
     int64_t body_len = (int32_t)be32(d + body_pos);
     int64_t body = body_pos + 4;
     if (body_len < 0 || body + body_len + 1 + v2 > end)
         return 0;
-    if (r->crc && body_len > 0 && (crc32_of(d + body, body_len) & 0x7FFFFFFFu) != be32(p + 8))
+    if (r->crc && body_len > 0 && (crc32_of(d + body, body_len) & 0x7FFFFFFFu) != be32(p + POS_BODYCRC))
         return 0;
     int64_t t = body + body_len;
-    int64_t tl = v2 ? (int64_t)be16(d + t) : (int64_t)(int8_t)d[t];
+    int64_t tl = topic_length(d + t, v2);
     t += 1 + v2;
     if (tl < 0 || t + tl + 2 > end)
         return 0;
     int64_t pl = (int16_t)be16(d + t + tl);
     if (pl > 0 && t + tl + 2 + pl > end)
         return 0;
-    if (91 + body_len + tl + (pl > 0 ? pl : 0) + hosts + v2 != z)
+    if (FIXED_PART_LENGTH + body_len + tl + (pl > 0 ? pl : 0) + hosts + v2 != z)
         return 0;
-    f->queue_id = (int32_t)be32(p + 12);
-    f->sys_flag = (int32_t)flags;
+    f->queue_id = (int32_t)be32(p + POS_QUEUEID);
+    f->sys_flag = (int32_t)head.sys_flag;
     f->topic_pos = t;
     f->topic_len = tl;
     f->props_len = pl;
     return 1;
 }
 
-/* check(buf, starts, sizes, out, magic_v1, magic_v2, born_v6, store_v6, min_length)
+/* check(buf, starts, sizes, out)
  *     -> the index of the first record that fails (n when none does)
  * starts, sizes: int64; out: a writable (4, n) int64 array of QUEUEID, SYSFLAG, topic position and
  * TOPICLENGTH per record, filled for the records before it. */
 static PyObject *check(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf, st, sz, out;
-    unsigned int m1, m2, b6, s6;
-    long long min_length;
-    if (!PyArg_ParseTuple(args, "y*y*y*w*IIIIL", &buf, &st, &sz, &out, &m1, &m2, &b6, &s6, &min_length))
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &buf, &st, &sz, &out))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = st.len / 8;
     if (sz.len / 8 != n || out.len / 8 < 4 * n) {
-        PyErr_SetString(PyExc_ValueError, "check: starts, sizes and the output differ in length");
+        PyErr_Format(PyExc_ValueError, "check: %zd starts, %zd sizes and an out of %zd values (4 per record) differ",
+                     n, (Py_ssize_t)(sz.len / 8), (Py_ssize_t)(out.len / 8));
         goto done;
     }
-    const Rules rules = {m1, m2, b6, s6, min_length, 1};
+    const Rules rules = {MIN_RECORD_LENGTH, 1};
     const uint8_t *d = buf.buf;
     const int64_t *starts = st.buf, *sizes = sz.buf;
     int64_t *o = out.buf;
@@ -121,8 +111,6 @@ done:
 
 #define SCAN_COLUMNS 10 /* start, QUEUEID, QUEUEOFFSET, SYSFLAG, topic position, TOPICLENGTH,
                            PROPERTIESLENGTH, tagsCode, marks, topic id */
-#define QUEUEOFFSET_POS 20
-#define PHYSICALOFFSET_POS 28
 #define MARK_TAGS_SLOW 1   /* a TAGS value that is not ASCII: its tagsCode is left to Python */
 #define MARK_PROP_CRC 2    /* a piece named __CRC32#: the whole-record CRC is checked by Python */
 
@@ -168,7 +156,37 @@ static int64_t topic_id(const uint8_t *d, int64_t at, int64_t n, int64_t *table,
     return *last = (*count)++;
 }
 
-/* scan(buf, pos, end, stop_at, base, crc, fields, out, topics, magic_v1, magic_v2, born_v6, store_v6, min_length)
+/* 1 when scan's arguments let it read and write only inside its buffers, else 0 with a ValueError
+ * naming the first one that does not: the topic table's positions come back from an earlier call
+ * and are read again, so each must still lie in the buffer */
+static int scan_args_hold(Py_ssize_t len, long long pos, long long end, Py_ssize_t cap, long long need,
+                          const int64_t *table, int64_t most) {
+    if (end < 0 || end > len)
+        PyErr_Format(PyExc_ValueError, "scan: end %lld outside the buffer of %zd bytes", end, len);
+    else if (pos < 0)
+        PyErr_Format(PyExc_ValueError, "scan: pos %lld is negative", pos);
+    else if (need > cap)
+        PyErr_Format(PyExc_ValueError, "scan: out holds %zd records, the walk may find %lld", cap, need);
+    else if (most < 1)
+        PyErr_Format(PyExc_ValueError, "scan: topics holds room for %lld topics, at least 1 needed", (long long)most);
+    else if (table[0] < 0 || table[0] > most)
+        PyErr_Format(PyExc_ValueError, "scan: topics count %lld outside [0, %lld]", (long long)table[0],
+                     (long long)most);
+    else {
+        for (int64_t k = 0; k < table[0]; k++) {
+            const int64_t at = table[1 + 2 * k], n = table[2 + 2 * k];
+            if (at < 0 || n < 0 || at > len - n) {
+                PyErr_Format(PyExc_ValueError, "scan: topic %lld at %lld, %lld bytes, outside the buffer of %zd bytes",
+                             (long long)k, (long long)at, (long long)n, len);
+                return 0;
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* scan(buf, pos, end, stop_at, base, crc, fields, out, topics)
  *     -> (count, next, more, bad)
  * From the record start ``pos``, follow TOTALSIZE while it is plausible (>= min_length) and the
  * record fits below ``end``, as store/scan/walk.py does, pausing at the first record start past
@@ -180,23 +198,19 @@ static int64_t topic_id(const uint8_t *d, int64_t at, int64_t n, int64_t *table,
  * ``fields`` false (recovery: the record starts alone): no topic numbered, no PROPERTIES read. */
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf, out, topics;
-    long long pos, end, stop_at, base, min_length;
+    long long pos, end, stop_at, base;
+    const int64_t min_length = MIN_RECORD_LENGTH;
     int crc, fields;
-    unsigned int m1, m2, b6, s6;
-    if (!PyArg_ParseTuple(args, "y*LLLLppw*w*IIIIL", &buf, &pos, &end, &stop_at, &base, &crc, &fields, &out, &topics,
-                          &m1, &m2, &b6, &s6, &min_length))
+    if (!PyArg_ParseTuple(args, "y*LLLLppw*w*", &buf, &pos, &end, &stop_at, &base, &crc, &fields, &out, &topics))
         return NULL;
     PyObject *result = NULL;
     const Py_ssize_t cap = out.len / 8 / SCAN_COLUMNS;
     const int64_t most = (topics.len / 8 - 1) / 2, last = (end - min_length < stop_at ? end - min_length : stop_at);
     int64_t *table = topics.buf, last_topic = 0;
-    if (end > buf.len || pos < 0 || min_length < 1 || (last >= pos && (last - pos) / min_length + 1 > cap)
-        || most < 1 || table[0] < 0 || table[0] > most) {
-        PyErr_SetString(PyExc_ValueError, "scan: end past the buffer, the output holds too few records, or a "
-                                          "topic table out of shape");
+    const long long need = last >= pos ? (last - pos) / min_length + 1 : 0;
+    if (!scan_args_hold(buf.len, pos, end, cap, need, table, most))
         goto done;
-    }
-    const Rules rules = {m1, m2, b6, s6, min_length, crc};
+    const Rules rules = {min_length, crc};
     const uint8_t *d = buf.buf;
     int64_t *o = out.buf;
     Py_ssize_t i = 0;
@@ -208,19 +222,19 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
             more = p <= end - min_length;
             break;
         }
-        const int64_t total = (int32_t)be32(d + p);
-        if (total < min_length || p + total > end)
+        const int64_t total = record_total(d, end, p, min_length);
+        if (total < 0)
             break;
         if (p + total + 64 <= end)
             __builtin_prefetch(d + p + total + 64);
         Parsed f;
-        if (!check_one(d, end, p, total, &rules, &f) || be64(d + p + PHYSICALOFFSET_POS) != base + p) {
+        if (!check_one(d, end, p, total, &rules, &f) || be64(d + p + POS_PHYSICALOFFSET) != base + p) {
             bad = 1;
             break;
         }
         o[i] = p;
         o[cap + i] = f.queue_id;
-        o[2 * cap + i] = be64(d + p + QUEUEOFFSET_POS);
+        o[2 * cap + i] = be64(d + p + POS_QUEUEOFFSET);
         o[3 * cap + i] = f.sys_flag;
         o[4 * cap + i] = f.topic_pos;
         o[5 * cap + i] = f.topic_len;

@@ -3,7 +3,7 @@
  * numpy path that tests/test_readback_arrow.py compares with this file, column for column).
  *
  * The records were walked and checked by store/scan/record_check.py first; this pass still bounds every
- * read by the buffer. Field positions are RocketMQ's (store/format/constants.py names them):
+ * read by the buffer. Field positions are RocketMQ's (store/format/_layout.h names them):
  * BORNHOST and STOREHOST are 8 bytes, or 20 when sysFlag says IPv6, and move what follows them.
  * Hosts and topics repeat: each record gets an index into the distinct values, given back as the
  * position and length of their first occurrence, which the caller decodes once each. Past
@@ -14,24 +14,15 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../format/_layout.h" /* the record's positions, be32, be64, RecordHead */
+
 #define MAX_DISTINCT 256
 #define PREFETCH_AHEAD 16    /* records ahead whose first bytes are asked for (they lie far apart) */
-
-#define BORNHOST_V6_FLAG 0x10
-#define STOREHOSTADDRESS_V6_FLAG 0x20
 
 typedef struct {
     int64_t at[MAX_DISTINCT], len[MAX_DISTINCT];
     int32_t count, last, full;
 } Distinct;
-
-static uint32_t be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static int64_t be64(const uint8_t *p) {
-    return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4));
-}
 
 /* The index of d[at, at + len) among the distinct values seen so far (added when new), or -1
  * once more than MAX_DISTINCT were seen. */
@@ -103,7 +94,8 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args) {
     if (tpos.len != starts.len || tlen.len != starts.len || flag.len < n * 4 || reconsume.len < n * 4
         || born_host.len < n * 4 || store_host.len < n * 4 || topic.len < n * 4 || body_len.len < n * 4
         || born_ts.len < n * 8 || store_ts.len < n * 8 || body_pos.len < n * 8 || body_off.len < (n + 1) * 4) {
-        PyErr_SetString(PyExc_ValueError, "columns: output arrays of the wrong size");
+        PyErr_Format(PyExc_ValueError, "columns: %zd starts, but topic_pos, topic_len or an output array holds fewer "
+                     "(body_offsets needs %zd)", n, n + 1);
         goto done;
     }
     int64_t written = 0;
@@ -114,31 +106,37 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args) {
             __builtin_prefetch(d + st[r + PREFETCH_AHEAD] + 64);
         }
         const int64_t at = st[r];
-        /* the longest head: both hosts IPv6, up to and including BODYLENGTH */
-        if (at < 0 || at > len - 36 - 4) {
-            PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld is outside the buffer", r, (long long)at);
+        /* SYSFLAG, which says how long the hosts are */
+        if (at < 0 || at > len - (POS_SYSFLAG + 4)) {
+            PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld is outside the buffer of %lld bytes", r,
+                         (long long)at, (long long)len);
             goto done;
         }
         const uint8_t *rec = d + at;
-        const uint32_t sys_flag = be32(rec + 36);
-        const int64_t born_w = (sys_flag & BORNHOST_V6_FLAG) ? 20 : 8;
-        const int64_t store_w = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8;
-        const int64_t store_ts_at = 48 + born_w, store_at = store_ts_at + 8, tail = store_at + store_w;
-        if (at > len - (tail + 16)) {
-            PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld is outside the buffer", r, (long long)at);
+        const uint32_t sys_flag = be32(rec + POS_SYSFLAG);
+        const int64_t born_w = (sys_flag & BORNHOST_V6_FLAG) ? IPV6_HOST_LENGTH : IPV4_HOST_LENGTH;
+        const int64_t store_w = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? IPV6_HOST_LENGTH : IPV4_HOST_LENGTH;
+        /* STORETIMESTAMP, STOREHOST and RECONSUMETIMES follow BORNHOST; then PREPAREDTRANSACTIONOFFSET and
+         * BODYLENGTH (POS_BODYLENGTH_V4 - POS_RECONSUMETIMES_V4 = 12 bytes past RECONSUMETIMES) */
+        const int64_t store_ts_at = POS_BORNHOST + born_w, store_at = store_ts_at + 8, tail = store_at + store_w;
+        const int64_t body_len_at = tail + (POS_BODYLENGTH_V4 - POS_RECONSUMETIMES_V4);
+        if (at > len - (body_len_at + 4)) {
+            PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld is outside the buffer of %lld bytes", r,
+                         (long long)at, (long long)len);
             goto done;
         }
-        const int64_t blen = (int32_t)be32(rec + tail + 12), bpos = at + tail + 16;
+        const int64_t blen = (int32_t)be32(rec + body_len_at), bpos = at + body_len_at + 4;
         if (blen < 0 || blen > len - bpos || tp[r] < 0 || tl[r] < 0 || tp[r] > len || tl[r] > len - tp[r]) {
-            PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld: its body or topic is outside the buffer", r,
-                         (long long)at);
+            PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld: its body (%lld bytes) or topic (%lld bytes at "
+                         "%lld) is outside the buffer of %lld bytes", r, (long long)at, (long long)blen,
+                         (long long)tl[r], (long long)tp[r], (long long)len);
             goto done;
         }
-        o_flag[r] = (int32_t)be32(rec + 16);
-        o_born_ts[r] = be64(rec + 40);
+        o_flag[r] = (int32_t)be32(rec + POS_FLAG);
+        o_born_ts[r] = be64(rec + POS_BORNTIMESTAMP);
         o_store_ts[r] = be64(rec + store_ts_at);
         o_reconsume[r] = (int32_t)be32(rec + tail);
-        o_born[r] = distinct_id(hosts, d, at + 48, born_w);
+        o_born[r] = distinct_id(hosts, d, at + POS_BORNHOST, born_w);
         o_store[r] = distinct_id(hosts, d, at + store_at, store_w);
         o_topic[r] = distinct_id(topics, d, tp[r], tl[r]);
         o_bpos[r] = bpos;

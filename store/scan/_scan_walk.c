@@ -8,6 +8,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../format/_layout.h" /* record_total */
+
 #define STREAM_AHEAD 2048    /* bytes ahead of the walk asked for */
 
 /* walk(buf, pos, end, stop_at, min_length, positions) -> (count, next position, more)
@@ -22,8 +24,13 @@ static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*LLLLw*", &buf, &pos, &end, &stop_at, &min_length, &out))
         return NULL;
     PyObject *result = NULL;
-    if (end > buf.len || pos < 0 || min_length < 4) {
-        PyErr_SetString(PyExc_ValueError, "walk: end past the buffer, or a negative position");
+    if (end < 0 || end > buf.len) {
+        PyErr_Format(PyExc_ValueError, "walk: end %lld outside the buffer of %zd bytes", end, buf.len);
+        goto done;
+    }
+    if (pos < 0 || min_length < 4) {
+        PyErr_Format(PyExc_ValueError, "walk: pos %lld is negative or min_length %lld below 4 (TOTALSIZE's bytes)",
+                     pos, min_length);
         goto done;
     }
     const uint8_t *d = buf.buf;
@@ -46,9 +53,8 @@ static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
             more = 1;
             break;
         }
-        const uint8_t *p = d + pos;
-        int32_t total = (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
-        if (total < min_length || pos + total > end) {
+        const int64_t total = record_total(d, end, pos, min_length);
+        if (total < 0) {
             more = 0;
             break;
         }

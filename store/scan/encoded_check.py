@@ -19,13 +19,7 @@ import pyarrow as pa
 from store.errors import InvalidMessageError
 from store.format.batch_columns import binary_parts, int_column
 from store.format.codec import CodecConfig
-from store.format.constants import (
-    BORNHOST_V6_FLAG,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    MIN_RECORD_LENGTH,
-    STOREHOSTADDRESS_V6_FLAG,
-)
+from store.format.constants import MIN_RECORD_LENGTH
 from store.scan.fields import ScanColumns, be_ints, rows_at
 from store.scan.record_check import check_record, first_bad
 
@@ -109,8 +103,7 @@ def _records_c(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tup
     n = len(starts)
     out = np.empty((4, n), np.int64)
     first = _record_check.check(values, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),
-                                out, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG,
-                                STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
+                                out)
     queue_id, sys_flag, topic_pos, topic_len = out
     unused = np.zeros(n, np.int64)
     return first, ScanColumns(queue_id, unused, sys_flag, topic_pos, topic_len, unused)

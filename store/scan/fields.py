@@ -10,7 +10,10 @@ import numpy as np
 
 from store.format.constants import (
     BORNHOST_V6_FLAG,
+    IPV6_HOST_EXTRA_LENGTH,
     MESSAGE_MAGIC_CODE_V2,
+    POS_BODYLENGTH_V4,
+    POS_STORETIMESTAMP_V4,
     PROPERTY_SEPARATOR,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
@@ -32,6 +35,12 @@ def be_ints(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     items = np.ndarray((len(arr) - width + 1,), dtype=f"V{width}", buffer=arr, strides=(1,))
     return items[at].view(_DT[width]).astype(np.int64)
+
+
+def topic_lengths(arr: np.ndarray, at: np.ndarray, v2: np.ndarray) -> np.ndarray:
+    """TOPICLENGTH at ``at`` as RocketMQ's MessageVersion reads it: a signed byte in V1 records, a
+    signed short in V2 ones (``v2``); a negative length marks a corrupt record."""
+    return np.where(v2, be_ints(arr, at, 2), be_ints(arr, at, 1)) if v2.any() else be_ints(arr, at, 1)
 
 
 @dataclass
@@ -124,13 +133,12 @@ def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
     head = rows_at(arr, starts + 4, _HEAD.itemsize).view(_HEAD)[:, 0]
     sys_flag = head["sys_flag"].astype(np.int64)
     born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
-    hosts = born6 * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
-    body_pos = starts + 84 + hosts
+    hosts = (born6.astype(np.int64) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)) * IPV6_HOST_EXTRA_LENGTH
+    body_pos = starts + POS_BODYLENGTH_V4 + hosts
     body_len = be_ints(arr, body_pos, 4)
     v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
     tl_pos = body_pos + 4 + body_len
-    topic_len = be_ints(arr, tl_pos, 1) & 0xFF if not v2.any() else \
-        np.where(v2, be_ints(arr, tl_pos, 2), be_ints(arr, tl_pos, 1))
+    topic_len = topic_lengths(arr, tl_pos, v2)
     topic_pos = tl_pos + 1 + v2
     props_len = be_ints(arr, topic_pos + topic_len, 2)
     return _fields(arr, starts, sizes, head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64),
@@ -154,7 +162,7 @@ def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np
     if SCHEDULE_TOPIC in topics:
         sched = np.flatnonzero(topic_id == topics.index(SCHEDULE_TOPIC))
         born6 = (sys_flag[sched] & BORNHOST_V6_FLAG) != 0
-        store_ts[sched] = be_ints(arr, starts[sched] + 56 + born6 * 12, 8)
+        store_ts[sched] = be_ints(arr, starts[sched] + POS_STORETIMESTAMP_V4 + born6 * IPV6_HOST_EXTRA_LENGTH, 8)
     return RecordFields(
         starts=starts, sizes=sizes.astype(np.int64), queue_id=queue_id, queue_offset=queue_offset, sys_flag=sys_flag,
         store_timestamp=store_ts, topic_id=topic_id, topics=topics, props_pos=topic_pos + topic_len + 2,

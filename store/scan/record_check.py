@@ -18,15 +18,19 @@ from store.format.constants import (
     BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     END_FILE_MIN_BLANK_LENGTH,
+    FIXED_PART_LENGTH,
+    IPV6_HOST_EXTRA_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_LENGTH,
+    POS_BODYLENGTH_V4,
+    POS_SYSFLAG,
     PROPERTY_CRC32,
     STOREHOSTADDRESS_V6_FLAG,
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
-from store.scan.fields import ScanColumns, be_ints
+from store.scan.fields import ScanColumns, be_ints, topic_lengths
 from store.scan.walk import walk
 
 try:
@@ -96,8 +100,9 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
     if total > remaining:
         return _error(offset, "truncated", f"TOTALSIZE {total} but only {remaining} bytes left")
     rec_end = pos + total
-    sys_flag = _I32.unpack_from(mv, pos + 36)[0]
-    p = pos + 84 + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    sys_flag = _I32.unpack_from(mv, pos + POS_SYSFLAG)[0]
+    p = pos + POS_BODYLENGTH_V4 + IPV6_HOST_EXTRA_LENGTH * (bool(sys_flag & BORNHOST_V6_FLAG)
+                                                            + bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
     if p + 4 > rec_end:
         return _error(offset, "size", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
     body_len = _I32.unpack_from(mv, p)[0]
@@ -192,8 +197,9 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     is_v2 = magic == MESSAGE_MAGIC_CODE_V2
     ok = is_v2 | (magic == MESSAGE_MAGIC_CODE)
     sys_flag = heads["sys_flag"].astype(np.int64)
-    hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0) * 12 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0) * 12
-    body_pos = starts + 84 + hosts
+    v6_hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0).astype(np.int64) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)
+    hosts = v6_hosts * IPV6_HOST_EXTRA_LENGTH
+    body_pos = starts + POS_BODYLENGTH_V4 + hosts
     body_len = heads["body_length"].astype(np.int64)
     rec_end = starts + sizes
     ok &= body_pos + 4 <= rec_end
@@ -206,11 +212,12 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     window_ok = tl_pos + _TAIL_WINDOW <= len(arr)
     tails = _gather(arr, np.where(window_ok, tl_pos, 0), np.dtype(f"V{_TAIL_WINDOW}")).view(np.uint8).reshape(n, -1)
     rows = np.arange(n)
-    topic_len = np.where(is_v2, (tails[:, 0].astype(np.int64) << 8) | tails[:, 1], tails[:, 0].astype(np.int8))
+    # signed, as MessageVersion reads it (fields.topic_lengths)
+    topic_len = np.where(is_v2, (tails[:, 0].astype(np.int8).astype(np.int64) << 8) | tails[:, 1],
+                         tails[:, 0].astype(np.int8))
     near_end = np.flatnonzero(~window_ok)          # the window would run past the buffer
     if len(near_end):
-        topic_len[near_end] = np.where(is_v2[near_end], be_ints(arr, tl_pos[near_end], 2),
-                                       be_ints(arr, tl_pos[near_end], 1))
+        topic_len[near_end] = topic_lengths(arr, tl_pos[near_end], is_v2[near_end])
     ok &= (topic_len >= 0) & (tl_pos + 3 + v2 + topic_len <= rec_end)
     pl_off = np.where(ok, 1 + v2 + topic_len, 0)
     at = np.minimum(pl_off, _TAIL_WINDOW - 2)
@@ -219,7 +226,7 @@ def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.nd
     if len(far):
         props_len[far] = be_ints(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
     props_len = (props_len ^ 0x8000) - 0x8000          # int16
-    ok &= (91 + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
+    ok &= (FIXED_PART_LENGTH + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
     if placed:
         ok &= heads["physical_offset"] == starts + base_offset
     bad = np.flatnonzero(~ok)
@@ -327,8 +334,7 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
         cap = max(min(end - MIN_RECORD_LENGTH, stop_at) - pos, 0) // MIN_RECORD_LENGTH + 1
         out = np.empty((_SCAN_COLUMNS, cap), dtype=np.int64)
         count, next_pos, more, bad = _record_check.scan(
-            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, columns, out, topics,
-            MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, MIN_RECORD_LENGTH)
+            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, columns, out, topics)
         if count:
             parts.append(out[:, :count])
         ended = _where_it_ended(mv, next_pos, end, base_offset, config, more and not bad, until)

@@ -1,0 +1,108 @@
+/* The CommitLog record and IndexFile layout for every C pass (../shared/golden/FORMAT.md §3-5,
+ * INDEX_FORMAT_NOTES.md): the numbers of store/format/constants.py under the same names
+ * (tests/test_layout_header.py holds the two equal), and the reads every pass shares: big-endian
+ * integers, the TOTALSIZE step, the head of a message record and its TOPICLENGTH, read as
+ * RocketMQ's MessageVersion reads it (a signed byte in V1, a signed short in V2).
+ * Everything is static inline: a module that includes it and leaves a helper unused gets no warning.
+ */
+#ifndef COMMITLOG_LAYOUT_H
+#define COMMITLOG_LAYOUT_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* --- magic codes (FORMAT.md §4) */
+#define MESSAGE_MAGIC_CODE 0xDAA320A7u
+#define MESSAGE_MAGIC_CODE_V2 0xDAA320ABu
+#define BLANK_MAGIC_CODE 0xCBD43194u
+
+/* --- record layout (FORMAT.md §3), positions with IPv4 hosts; each IPv6 host moves what follows it */
+#define POS_TOTALSIZE 0
+#define POS_MAGICCODE 4
+#define POS_BODYCRC 8
+#define POS_QUEUEID 12
+#define POS_FLAG 16
+#define POS_QUEUEOFFSET 20
+#define POS_PHYSICALOFFSET 28
+#define POS_SYSFLAG 36
+#define POS_BORNTIMESTAMP 40
+#define POS_BORNHOST 48
+#define IPV4_HOST_LENGTH 8
+#define IPV6_HOST_LENGTH 20
+#define IPV6_HOST_EXTRA_LENGTH 12
+#define POS_STORETIMESTAMP_V4 56
+#define POS_STORETIMESTAMP_V6 68
+#define POS_STOREHOST_V4 64
+#define POS_RECONSUMETIMES_V4 72
+#define POS_PREPAREDTRANSACTIONOFFSET_V4 76
+#define POS_BODYLENGTH_V4 84
+#define MIN_RECORD_LENGTH 91
+#define FIXED_PART_LENGTH 91
+
+/* --- SYSFLAG bits (FORMAT.md §5) */
+#define TRANSACTION_TYPE_MASK 0xC
+#define TRANSACTION_ROLLBACK_TYPE 0xC
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOSTADDRESS_V6_FLAG 0x20
+
+/* --- IndexFile: header, hash slots, then items of keyHash, phyOffset, timeDiff, prevIndex */
+#define INDEX_HEADER_SIZE 40
+#define INDEX_HEADER_POS_INDEX_COUNT 36
+#define INDEX_HASH_SLOT_SIZE 4
+#define INDEX_ITEM_SIZE 20
+#define INDEX_ITEM_POS_PHY_OFFSET 4
+#define INDEX_ITEM_POS_TIME_DIFF 12
+#define INDEX_ITEM_POS_PREV_INDEX 16
+
+static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+static inline uint32_t be32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return __builtin_bswap32(v);
+}
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (int64_t)__builtin_bswap64(v);
+}
+
+/* The TOTALSIZE step of every walk: the size of the record at d[at], or -1 when no record of at
+ * least min_length bytes starts there within d[0, len) (at past the end, TOTALSIZE below
+ * min_length, or a record running past len). min_length >= 4. */
+static inline int64_t record_total(const uint8_t *d, int64_t len, int64_t at, int64_t min_length) {
+    if (at < 0 || at > len - min_length)
+        return -1;
+    const int64_t total = (int32_t)be32(d + at + POS_TOTALSIZE);
+    return total >= min_length && total <= len - at ? total : -1;
+}
+
+/* The fixed head of a message record, as far as its hosts move the rest */
+typedef struct {
+    uint32_t sys_flag;
+    int v2;                /* MESSAGE_MAGIC_CODE_V2: a two-byte TOPICLENGTH */
+    int64_t born_extra;    /* bytes an IPv6 born host adds before STORETIMESTAMP */
+    int64_t hosts_extra;   /* bytes both hosts add before RECONSUMETIMES */
+} RecordHead;
+
+/* The head of the record at r (MIN_RECORD_LENGTH bytes readable): 1, or 0 when MAGICCODE is not
+ * a message's */
+static inline int record_head(const uint8_t *r, RecordHead *h) {
+    const uint32_t magic = be32(r + POS_MAGICCODE);
+    if (magic != MESSAGE_MAGIC_CODE && magic != MESSAGE_MAGIC_CODE_V2)
+        return 0;
+    h->v2 = magic == MESSAGE_MAGIC_CODE_V2;
+    h->sys_flag = be32(r + POS_SYSFLAG);
+    h->born_extra = (h->sys_flag & BORNHOST_V6_FLAG) ? IPV6_HOST_EXTRA_LENGTH : 0;
+    h->hosts_extra = h->born_extra + ((h->sys_flag & STOREHOSTADDRESS_V6_FLAG) ? IPV6_HOST_EXTRA_LENGTH : 0);
+    return 1;
+}
+
+/* TOPICLENGTH at p as MessageVersion.getTopicLength reads it: V1 a signed byte, V2 a signed short
+ * (negative: the record is corrupt) */
+static inline int64_t topic_length(const uint8_t *p, int v2) {
+    return v2 ? (int64_t)(int16_t)be16(p) : (int64_t)(int8_t)p[0];
+}
+
+#endif

@@ -63,6 +63,7 @@ build() {
     if [ "$(stamp_of "$image")" = "$stamp" ]; then return 0; fi
     "$cli" build --network host -q --build-arg BASE="$BASE" --label commitlog.stamp="$stamp" "$@" \
         -f "$dockerfile" -t "$image" "$context" >/dev/null
+    "$cli" image prune -f >/dev/null   # the image this one replaced
     say "$image built in $((SECONDS - started)) s ($("$cli" image inspect --format '{{.Size}}' "$image" | awk '{printf "%d MB", $1/1e6}'))"
 }
 
@@ -76,9 +77,10 @@ kafka_image() {
     local ctx
     ctx="$(mktemp -d /var/tmp/commitlog-kafka-ctx.XXXXXX)"
     trap 'rm -rf "$ctx"' RETURN
-    cp -rL "$jars" "$ctx/libs"
-    cp "$root"/deploy/kafka/* "$ctx/"
-    build "$KAFKA_IMAGE" "$stamp" "$ctx" "$ctx/Dockerfile"
+    mkdir -p "$ctx/jvm/lib" "$ctx/kafka"
+    cp -rL "$jars" "$ctx/jvm/lib/kafka"
+    cp "$root"/deploy/kafka/* "$ctx/kafka/"
+    build "$KAFKA_IMAGE" "$stamp" "$ctx" "$ctx/kafka/Dockerfile"
 }
 
 prometheus_image() {

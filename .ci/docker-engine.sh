@@ -98,6 +98,11 @@ start_private() {
     for _ in $(seq 1 120); do
         if answers "$own_host"; then
             echo "$pid" > "$owner"
+            # A fresh private engine holds no container of ours: any left by a run that was killed
+            # (compose's jobs restart unless stopped) would hold the ports the tests take.
+            local left
+            left="$(DOCKER_HOST="$own_host" docker_cli ps -aq)"
+            [ -z "$left" ] || DOCKER_HOST="$own_host" docker_cli rm -f -v $left >/dev/null
             say "dockerd $(dockerd --version | sed 's/Docker version //; s/,.*//') up on $own_host in $((SECONDS - started)) s (log $dir/dockerd.log)"
             return 0
         fi

@@ -154,6 +154,10 @@ cmd_images() {
         say "no engine: no images built"
         return 0
     fi
+    if [ "$h" != "$own_host" ]; then
+        # a user's engine: the registry's bases, which it can pull (a caller's BASE stands)
+        export BASE="${BASE:-debian:bookworm-slim}" JOB_BASE="${JOB_BASE:-python:3.11-slim-bookworm}"
+    fi
     DOCKER_HOST="$h" DOCKER_CLI="$(command -v /usr/bin/docker || command -v docker)" \
         "$root/.ci/docker-images.sh"
 }

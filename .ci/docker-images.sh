@@ -11,8 +11,9 @@
 #   commitlog-ingest/prometheus  Debian's prometheus package (deploy/prometheus/Dockerfile)
 #   commitlog-ingest:0.1.0       the job (deploy/Dockerfile), installed with deploy/install.sh
 #
-# BASE (default: local/debian:bookworm) is every Dockerfile's build argument; where the registry
-# answers, BASE=debian:bookworm-slim (or the job's usual python:3.11-slim-bookworm) works the same.
+# BASE (default: local/debian:bookworm) is the Kafka and Prometheus images' base, JOB_BASE (default:
+# BASE) the job image's; .ci/docker-engine.sh sets them to the registry's debian:bookworm-slim and
+# python:3.11-slim-bookworm on a user's own engine, which can pull them.
 # Builds use the host's network (`--network host`): apt-get and pip inside them reach the package
 # mirrors directly, and the engine has no bridge.
 set -euo pipefail
@@ -23,6 +24,7 @@ if [ "${DOCKER_HOST:-}" = "unix:///var/tmp/commitlog-docker/docker.sock" ] || [ 
     export DOCKER_API_VERSION="${COMMITLOG_DOCKER_API:-1.41}"
 fi
 BASE="${BASE:-local/debian:bookworm}"
+JOB_BASE="${JOB_BASE:-$BASE}"
 KAFKA_IMAGE=commitlog-ingest/kafka:4.1.1
 PROMETHEUS_IMAGE=commitlog-ingest/prometheus:bookworm
 JOB_IMAGE=commitlog-ingest:0.1.0
@@ -40,9 +42,10 @@ apt_mirror() {
 }
 
 base_image() {
-    [ "$BASE" = local/debian:bookworm ] || return 0
-    "$cli" image inspect "$BASE" >/dev/null 2>&1 && return 0
-    command -v debootstrap >/dev/null || { say "no debootstrap (apt-get install debootstrap) for $BASE"; return 1; }
+    [ "$BASE" = local/debian:bookworm ] || [ "$JOB_BASE" = local/debian:bookworm ] || return 0
+    local local_base=local/debian:bookworm
+    "$cli" image inspect "$local_base" >/dev/null 2>&1 && return 0
+    command -v debootstrap >/dev/null || { say "no debootstrap (apt-get install debootstrap) for $local_base"; return 1; }
     local rootfs started=$SECONDS mirror
     mirror="$(apt_mirror)"
     rootfs="$(mktemp -d /var/tmp/commitlog-rootfs.XXXXXX)"
@@ -52,8 +55,8 @@ base_image() {
     rm -f "$rootfs.log"
     # what the registry's debian images do too: no docs and no apt lists in the layer
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
-    tar -C "$rootfs" -c . | "$cli" import --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' - "$BASE" >/dev/null
-    say "$BASE from debootstrap ($mirror) in $((SECONDS - started)) s"
+    tar -C "$rootfs" -c . | "$cli" import --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' - "$local_base" >/dev/null
+    say "$local_base from debootstrap ($mirror) in $((SECONDS - started)) s"
 }
 
 # build IMAGE STAMP CONTEXT DOCKERFILE [docker build options]
@@ -91,12 +94,12 @@ prometheus_image() {
 job_image() {
     # what deploy/Dockerfile copies
     local stamp
-    stamp="$BASE-$(hash_files deploy/Dockerfile pyproject.toml setup.py README.md ingest sink store \
+    stamp="$JOB_BASE-$(hash_files deploy/Dockerfile pyproject.toml setup.py README.md ingest sink store \
         deploy/install.sh deploy/driver.py deploy/entrypoint.sh deploy/spark-submit.sh \
         -not -name '*.so' -not -name '*.pyc')"
     local ca=""
     ca="$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)"
-    build "$JOB_IMAGE" "$stamp" "$root" "$root/deploy/Dockerfile" --build-arg EXTRA_CA_CERTS="$ca"
+    BASE="$JOB_BASE" build "$JOB_IMAGE" "$stamp" "$root" "$root/deploy/Dockerfile" --build-arg EXTRA_CA_CERTS="$ca"
 }
 
 case "${1:-all}" in

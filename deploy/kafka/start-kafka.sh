@@ -2,11 +2,11 @@
 # One KRaft node, broker and controller in one JVM, as Kafka's own scripts start it: the storage
 # formatted once (kafka.tools.StorageTool), then kafka.Kafka. Settings: a single-node default (one
 # replica and one partition for every internal topic), then each KAFKA_FOO_BAR variable as foo.bar
-# (apache/kafka's convention: `__` stands for `_`, `___` for `-`). KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS
-# and CLUSTER_ID are not settings.
+# (apache/kafka's convention: `__` stands for `_`, `___` for `-`). KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS,
+# CLUSTER_ID and SERVER_PROPERTIES (where the file goes) are not settings.
 set -euo pipefail
 
-props=/opt/kafka/config/server.properties
+props="${SERVER_PROPERTIES:-/opt/kafka/config/server.properties}"   # the test writes elsewhere
 declare -A settings=(
     [process.roles]=broker,controller
     [node.id]=1

@@ -21,7 +21,7 @@ from ingest.demo import committed_counts
 from tests.containers import ROOT, docker_cli, require_images, volume_path
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2.5)]
 
 IMAGE = "commitlog-ingest:0.1.0"
 RECORDS = 2000

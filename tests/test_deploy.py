@@ -2,9 +2,9 @@
 Dockerfile and the command lines in deploy/README.md use only `commitlog` options the real
 argument parser knows, with values the job accepts, and mount the store where they say.
 
-Nothing here needs Docker or Kubernetes (neither is on the machines this project is built on); the
-image, the compose stack and the manifest are checked as files, and the install steps themselves
-run in tests/test_deploy_install.py.
+Nothing here needs Docker or Kubernetes: the image, the compose stack and the manifest are checked
+as files. The install steps run in tests/test_deploy_install.py, the images and the compose stack
+in tests/test_compose.py and tests/test_cluster_containers.py (with the engine `make test` starts).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from ingest.demo import TOPICS, committed_counts
 from tests.containers import ROOT, require_images, volume_path
 from tests.kafka_helpers import store_by_coordinates
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=3)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=3.5)]
 
 EVENTS = 3000
 PROJECT = f"commitlog-compose-{os.getpid()}"

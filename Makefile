@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv jvm spark-archive prometheus test test-fast demo bench-quick clean
+.PHONY: venv jvm spark-archive prometheus docker test test-fast demo bench-quick clean
 
 # the C passes setup.py builds, and the headers they share
 KERNELS := $(wildcard ingest/*/_*.c ingest/*/_*.h store/*/_*.c store/*/_*.h)
@@ -37,8 +37,19 @@ spark-archive: $(STAMP)
 prometheus:
 	@.ci/install-tools.sh
 
-test: $(STAMP) jvm spark-archive prometheus
-	$(PY) -m pytest -q --durations=30 -n 2 --dist loadfile --no-loadscope-reorder
+# A Docker engine and the images the container tests run (.ci/docker-engine.sh): the user's engine
+# where one answers, else (root, apt-get) Debian's docker.io started privately on a socket of its own,
+# host network only; images built locally, each again only when its inputs change. The private engine
+# is stopped when `make test` ends; its DOCKER_HOST is given to pytest alone.
+DOCKER_ENGINE := .ci/docker-engine.sh
+
+docker: jvm
+	@$(DOCKER_ENGINE) start
+	@$(DOCKER_ENGINE) images
+
+test: $(STAMP) jvm spark-archive prometheus docker
+	@trap '$(DOCKER_ENGINE) stop' EXIT; \
+	DOCKER_HOST="$$($(DOCKER_ENGINE) host)" $(PY) -m pytest -q --durations=30 -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit
@@ -50,5 +61,5 @@ bench-quick: $(STAMP) jvm spark-archive
 	for b in store_append index_bound page_cache roll recovery adopt verify pipeline latency replay replay_files codecs index_lookup readback cluster brokers spool costs; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint .docker-engine
 	find ingest store -name '_*.so' -delete

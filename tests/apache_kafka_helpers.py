@@ -13,15 +13,24 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from ingest.broker import Broker, start_kafka
+from ingest.broker import Broker, container_missing, require_docker, start_container, start_kafka
 from ingest.config import JobConfig
+from tests.broker_report import note_broker
 from tests.kafka_helpers import store_by_coordinates, unique_topic
 
 
-def module_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """A module's own Apache Kafka (the session's broker may be another one); wrap it in a
-    module-scoped fixture."""
-    broker = start_kafka(data_dir=tmp_path_factory.mktemp("apache-kafka"))
+def module_kafka(tmp_path_factory: pytest.TempPathFactory, module: str) -> Iterator[Broker]:
+    """A module's own Apache Kafka (the session's broker may be another one): in a container where
+    the session's would be one (ingest.broker: an engine answers and the image is built; always
+    under CI), else from the `make jvm` jars; wrap it in a module-scoped fixture."""
+    missing = container_missing()
+    if missing is None:
+        broker = start_container()
+    elif require_docker():
+        pytest.fail(f"CI=true and {missing}", pytrace=False)
+    else:
+        broker = start_kafka(data_dir=tmp_path_factory.mktemp("apache-kafka"))
+    note_broker(module, broker)
     try:
         yield broker
     finally:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker_report import note_broker, report_lines, start_report
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The Spark drivers the tests start (the shared session, each `commitlog run` / `replay` a test
@@ -36,11 +38,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -by_module[item.nodeid.split("::", 1)[0]])
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.cache is not None:
+        start_report(Path(config.cache.mkdir("brokers")))
+
+
+def pytest_terminal_summary(terminalreporter: "object", config: pytest.Config) -> None:
+    lines = [] if hasattr(config, "workerinput") else report_lines()
+    if lines:
+        terminalreporter.write_sep("-", "Kafka broker per module")  # type: ignore[attr-defined]
+        for line in lines:
+            terminalreporter.write_line(line)  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
-    """The broker every Kafka test uses: $KAFKA_BOOTSTRAP_SERVERS, else a testcontainers Kafka
-    when a Docker engine answers, else Apache Kafka from the jars `make jvm` resolves, else the
-    embedded Tansu broker (ingest.broker)."""
+    """The broker every Kafka test uses: $KAFKA_BOOTSTRAP_SERVERS, else Apache Kafka in a container
+    (our image, through testcontainers) when a Docker engine answers (required under CI), else
+    Apache Kafka from the jars `make jvm` resolves, else the embedded Tansu broker (ingest.broker)."""
     from ingest.broker import broker
 
     with broker(log_dir=tmp_path_factory.mktemp("broker")) as b:
@@ -48,8 +63,9 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]
         yield b
 
 
-@pytest.fixture(scope="session")
-def bootstrap_servers(kafka_broker: "object") -> str:
+@pytest.fixture(scope="module")
+def bootstrap_servers(kafka_broker: "object", request: pytest.FixtureRequest) -> str:
+    note_broker(request.module.__name__, kafka_broker)
     return kafka_broker.bootstrap_servers  # type: ignore[attr-defined]
 
 

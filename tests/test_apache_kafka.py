@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    yield from module_kafka(tmp_path_factory)
+    yield from module_kafka(tmp_path_factory, __name__)
 
 
 class TransactionalProducer:

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    yield from module_kafka(tmp_path_factory)
+    yield from module_kafka(tmp_path_factory, __name__)
 
 
 def test_the_job_waits_for_a_restarted_broker_and_resumes_exactly_once(kafka: Broker, tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 Dockerfile and the command lines in deploy/README.md use only `commitlog` options the real
 argument parser knows, with values the job accepts, and mount the store where they say.
 
-Nothing here needs Docker or Kubernetes (neither is on the machines this project is built on); the
-image, the compose stack and the manifest are checked as files, and the install steps themselves
-run in tests/test_deploy_install.py.
+Nothing here needs Docker or Kubernetes: the image, the compose stack and the manifest are checked
+as files. The install steps run in tests/test_deploy_install.py, the images and the compose stack
+in tests/test_compose.py and tests/test_cluster_containers.py (with the engine `make test` starts).
 """
 
 from __future__ import annotations
@@ -69,9 +69,12 @@ def compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
-def test_compose_runs_kafka_in_kraft_mode_from_the_official_image(compose: dict) -> None:
+def test_compose_runs_kafka_in_kraft_mode_from_an_image_built_from_our_jars(compose: dict) -> None:
     kafka = compose["services"]["kafka"]
-    assert kafka["image"].startswith("apache/kafka:")
+    assert kafka["image"] == "commitlog-ingest/kafka:4.1.1"
+    build = ROOT / kafka["build"]["context"]
+    assert (build / kafka["build"]["dockerfile"]).exists() and (build / ".dockerignore").exists()
+    assert "!jvm/lib/kafka" in (build / ".dockerignore").read_text().split()
     env = kafka["environment"]
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
@@ -79,6 +82,53 @@ def test_compose_runs_kafka_in_kraft_mode_from_the_official_image(compose: dict)
 
 
 JOBS = ("commitlog-a", "commitlog-b")     # the two broker groups of docker-compose.yml
+HOSTNET = ROOT / "docker-compose.hostnet.yml"
+
+
+def test_compose_reads_with_compose_v1_and_builds_every_image_but_grafana_locally(compose: dict) -> None:
+    # compose 1.29 refuses a top-level `name:`; without `version:` both v1 and v2 read the Compose Specification
+    assert set(compose) <= {"services", "volumes"} | {k for k in compose if k.startswith("x-")}
+    for name, service in compose["services"].items():
+        if name == "grafana":
+            assert service["profiles"] == ["dashboard"], "the registry's image: an optional profile"
+        else:
+            assert "build" in service, f"{name}: an image built locally, not pulled"
+
+
+def test_compose_hostnet_override_changes_only_the_network(compose: dict) -> None:
+    override = yaml.safe_load(HOSTNET.read_text())
+    assert set(override["services"]) == set(compose["services"])
+    network_keys = {"network_mode", "extra_hosts"}
+    for name, service in override["services"].items():
+        assert service["network_mode"] == "host"
+        assert {h.split(":")[0] for h in service["extra_hosts"]} >= {"kafka"} | set(JOBS)
+        extra = set(service) - network_keys
+        if name == "kafka":        # where it listens and what it advertises: 127.0.0.1
+            assert extra == {"environment"}
+            assert set(service["environment"]) == {"KAFKA_LISTENERS", "KAFKA_ADVERTISED_LISTENERS"}
+            assert all("127.0.0.1" in v for v in service["environment"].values())
+        elif name == "prometheus":  # its listen address, the rest of its command as in the base file
+            assert extra == {"command"}
+            assert set(service["command"]) - set(compose["services"][name]["command"]) == {
+                "--web.listen-address=127.0.0.1:9090"}
+        elif name in JOBS:          # Spark binds to 127.0.0.1 (the host's name is not resolvable there)
+            assert extra == {"environment"} and service["environment"] == {"SPARK_LOCAL_IP": "127.0.0.1"}
+        else:
+            assert not extra, f"{name}: {extra}"
+
+
+def test_compose_publishes_ports_only_in_the_bridge_networks_override(compose: dict) -> None:
+    assert not any("ports" in s for s in compose["services"].values()), "host network: no published ports"
+    published = yaml.safe_load((ROOT / "docker-compose.override.yml").read_text())["services"]
+    assert published["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]
+    assert published["grafana"]["ports"] == ["127.0.0.1:3000:3000"]
+
+
+def test_compose_jobs_use_distinct_ports_so_they_can_share_the_hosts_network(compose: dict) -> None:
+    argvs = [compose["services"][s]["command"] for s in JOBS]
+    assert len({option_value(a, "--metrics-port") for a in argvs}) == 2
+    ui = [[v for v in a if str(v).startswith("spark.ui.port=")] for a in argvs]
+    assert all(len(u) == 1 for u in ui) and ui[0] != ui[1]
 
 
 @pytest.mark.parametrize("service", JOBS)
@@ -269,7 +319,8 @@ def test_manifest_requests_resources_and_runs_as_the_image_user(manifests: dict[
 def test_dockerfile_installs_with_install_sh_as_non_root_with_volumes() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    assert lines[0].startswith("FROM python:3.11-")
+    # the registry's Python by default, a local Debian base as a build argument (.ci/docker-images.sh)
+    assert lines[0].startswith("ARG BASE=python:3.11-") and lines[1] == "FROM ${BASE}"
     assert any("deploy/install.sh --system" in line for line in lines)
     assert "openjdk-17-jre-headless" in (DEPLOY / "install.sh").read_text()
     user = [line for line in lines if line.startswith("USER ")]

@@ -3,9 +3,10 @@ environment: a plain `python -m venv`, no system site-packages, the project's co
 the Dockerfile's COPY lines take, installed non-editable with all its dependencies.
 
 pip takes the dependencies from its cache or the package index, as a `docker build` would (the
-pyspark wheel alone is ~450 MB: a cold cache makes this test slow, a warm one ~30 s). What this
-cannot check without a Docker engine: the apt-get step (`--system`) and the image's user and
-volumes; tests/test_deploy.py checks those as text.
+pyspark wheel alone is ~450 MB: a cold cache makes this test slow, a warm one ~30 s). The apt-get
+step (`--system`) and the image's user and volumes are the image build's (`make test` builds it:
+.ci/docker-images.sh; tests/test_compose.py and tests/test_cluster_containers.py run it), and
+tests/test_deploy.py checks them as text.
 """
 
 from __future__ import annotations

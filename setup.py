@@ -14,6 +14,8 @@ store/format/_layout.h.
   as Arrow (store/scan/record_batch.py, store/scan/arrow_text.py).
 - store/index/_index_build.c: the index's keys found and put as the append writes
   (store/index/build.py, store/index/file.py).
+- store/log/_page_probe.c: whether the pages of a mapped range can be read, a SIGBUS caught (a file
+  truncated under a reader, EIO from the disk), for store/log/segment.py's check_readable.
 - store/index/_index_check.c: verify's comparison of a healthy index with the commit log and of each
   IndexFile's chains with its slots (store/index/check.py); any difference goes to the numpy checks.
 """
@@ -39,6 +41,7 @@ setup(ext_modules=[
               depends=[LAYOUT]),
     Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS,
               depends=INDEX_KEYS),
+    Extension("store.log._page_probe", ["store/log/_page_probe.c"], optional=True, extra_compile_args=FLAGS),
     Extension("store.index._index_check", ["store/index/_index_check.c"], optional=True, extra_compile_args=FLAGS,
               depends=INDEX_KEYS),
 ])

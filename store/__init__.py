@@ -29,6 +29,7 @@ from store.errors import (
     StoreError,
     StoreLockedError,
     StoreReadOnlyError,
+    UnreadablePageError,
 )
 
 if TYPE_CHECKING:
@@ -77,5 +78,5 @@ __all__ = [
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "ForeignTailError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",
     "QueueOffsetMismatchError", "SegmentAllocationError", "SegmentSizeError", "StoreError",
-    "StoreLockedError", "StoreReadOnlyError",
+    "StoreLockedError", "StoreReadOnlyError", "UnreadablePageError",
 ]

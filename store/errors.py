@@ -34,6 +34,16 @@ class CommittedDataCorruptError(CorruptRecordError):
     to truncate there (``truncate_on_corruption=True``), which loses everything after it."""
 
 
+class UnreadablePageError(CorruptRecordError):
+    """A page of a mapped segment cannot be read: the file was truncated under the reader, or the
+    disk answered EIO when the page was faulted in (SIGBUS, caught: the process goes on)."""
+
+    def __init__(self, offset: int, segment: str, file_size: int | None = None) -> None:
+        why = (f"the file is {file_size} bytes now (truncated under the reader)" if file_size is not None
+               else "an I/O error reading the page (the disk's or the file system's)")
+        super().__init__(offset, "unreadable", f"the bytes at this offset cannot be read: {why}", segment)
+
+
 class ForeignTailError(StoreError):
     """Past the commit point lie records another writer (a RocketMQ broker) appended, and the open
     cannot keep them as asked (an unfinished batch of ours precedes them, or adopting was refused);

@@ -41,6 +41,8 @@ from store.reader_arrow import ArrowReads
 
 
 _HEAD = struct.Struct(">iI")
+# a walk checks the pages ahead of it can be read this much at a time (Segment.check_readable)
+_PROBE_STEP = 4 << 20
 _I64 = struct.Struct(">q")
 _MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
@@ -73,6 +75,7 @@ class RecordReads:
         pos = off - seg.base_offset
         if pos + MIN_RECORD_LENGTH > seg.size:
             raise NotARecordStartError(f"offset {off} is not the start of a message record")
+        seg.check_readable(pos, pos + MIN_RECORD_LENGTH)
         total, magic = _HEAD.unpack_from(seg.view, pos)
         if (magic not in _MESSAGE_MAGICS or total < MIN_RECORD_LENGTH or pos + total > seg.size
                 or off + total > limit
@@ -80,6 +83,7 @@ class RecordReads:
             raise NotARecordStartError(
                 f"offset {off} is not the start of a message record (segment "
                 f"{seg.path.name}, position {pos})")
+        seg.check_readable(pos, pos + total)
         return self._checked(decode_message(seg.view, pos), off, seg.path.name)
 
     def _checked(self, msg: DecodedMessage, offset: int, segment: str) -> DecodedMessage:
@@ -117,10 +121,14 @@ class RecordReads:
             p = pos - base
             seg_stop = min(seg.size, stop - base)
             to_next_segment = False
+            readable_to = p
             while p < seg_stop:
                 if p + 8 > seg.size:
                     to_next_segment = True
                     break
+                if p + MIN_RECORD_LENGTH > readable_to:
+                    readable_to = min(seg.size, max(p + MIN_RECORD_LENGTH, min(seg_stop, p + _PROBE_STEP)))
+                    seg.check_readable(p, readable_to)
                 total, magic = _HEAD.unpack_from(view, p)
                 if magic == BLANK_MAGIC_CODE:
                     to_next_segment = True
@@ -131,6 +139,9 @@ class RecordReads:
                                              f"no message record at offset {base + p} (MAGICCODE 0x{magic:08X}, "
                                              f"TOTALSIZE {total}), below the readable end {stop}",
                                              seg.path.name)
+                if p + total > readable_to:
+                    readable_to = min(seg.size, max(p + total, min(seg_stop, p + _PROBE_STEP)))
+                    seg.check_readable(p, readable_to)
                 yield base + p, self._checked(decode_message(view, p), base + p, seg.path.name)
                 p += total
             pos = seg.end_offset if to_next_segment else base + p
@@ -140,6 +151,7 @@ class RecordReads:
         seg = self._segments.find(offset)
         if seg is None or offset - seg.base_offset + 8 > seg.size:
             return False
+        seg.check_readable(offset - seg.base_offset, offset - seg.base_offset + 8)
         total, magic = _HEAD.unpack_from(seg.view, offset - seg.base_offset)
         return magic == BLANK_MAGIC_CODE and offset + total == seg.end_offset
 

@@ -44,6 +44,7 @@ class ArrowReads:
         rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
         config = CodecConfig(check_crc_on_recover=self._check_crc if check_crc is None else check_crc)
         for seg, start, end, until in self._segment_ranges(from_offset, to_offset):
+            seg.check_readable(start, end if until is None else min(end, until))
             yield from segment_record_batches(seg.view, seg.base_offset, start, end, until=until,
                                               batch_size=batch_size, record_filter=rf, config=config,
                                               zero_copy=zero_copy, segment_name=seg.path.name)
@@ -92,6 +93,8 @@ class ArrowReads:
                 raise NotARecordStartError(
                     f"offset {off} is outside the readable commit log [{self.min_offset}, {self._committed})")
             j = int(np.searchsorted(offsets, min(seg.end_offset, self._committed)))
+            # the span from the first record to the end of the last: the pages between are touched too
+            seg.check_readable(off - seg.base_offset, int((offsets[i:j] + sizes[i:j]).max()) - seg.base_offset)
             yield from record_batches_at(seg.view, seg.base_offset, offsets[i:j] - seg.base_offset, sizes[i:j],
                                          batch_size=batch_size, record_filter=rf,
                                          config=CodecConfig(check_crc_on_recover=self._check_crc if check_crc is None

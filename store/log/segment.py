@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from store.errors import UnreadablePageError
 from store.format.constants import FILE_NAME_DIGITS, OS_PAGE_SIZE
 from store.space import create_reserved, reserve
 
@@ -117,6 +118,18 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+try:
+    from store.log._page_probe import probe as _probe
+except ImportError:  # no C compiler at install: a truncated file is still found, by its size
+    _probe = None
+
+
+def first_unreadable(mm: mmap.mmap, start: int, end: int) -> int:
+    """The first offset in [start, end) of ``mm`` whose page cannot be read (SIGBUS caught), or -1;
+    always -1 without the C probe."""
+    return _probe(mm, start, end) if _probe is not None and end > start else -1
+
+
 def _mapping_address(mm: mmap.mmap) -> int:
     """Where ``mm`` is mapped. The ctypes view exports the buffer, so it is dropped at once (an
     exported mmap refuses to close); the address stays valid until the mapping is closed."""
@@ -157,6 +170,20 @@ class Segment:
         self.view = memoryview(self._mm)
         self._locked = False
         self._address = 0 if read_only else _mapping_address(self._mm)
+
+    def check_readable(self, start: int, end: int) -> None:
+        """Raise UnreadablePageError unless every page of [start, end) can be read: a page of the
+        mapping beyond the file's end (truncated under us) or one the disk cannot give (EIO) would
+        otherwise arrive as SIGBUS and end the process. Readers call this before they parse bytes."""
+        start, end = max(start, 0), min(end, self.size)
+        if end <= start:
+            return
+        actual = os.fstat(self._fd).st_size
+        if actual < end:
+            raise UnreadablePageError(self.base_offset + max(start, actual), self.path.name, actual)
+        bad = first_unreadable(self._mm, start, end)
+        if bad >= 0:
+            raise UnreadablePageError(self.base_offset + bad, self.path.name)
 
     # --- creation ------------------------------------------------------------------------
     @classmethod

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.errors import StoreError
+from store.errors import StoreError, UnreadablePageError
 from store.format.constants import CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR
+from store.log.segment import first_unreadable
 from store.queue.units import is_file_name
 
 
@@ -147,6 +148,11 @@ def mapped(seg: SegmentFile) -> Iterator[memoryview]:
             yield memoryview(b"")
             return
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    # a page the disk cannot give (EIO) would arrive as SIGBUS while it is read, and end the process
+    bad = first_unreadable(mm, 0, size)
+    if bad >= 0:
+        mm.close()
+        raise UnreadablePageError(seg.base_offset + bad, seg.path.name)
     try:
         mv = memoryview(mm)
         try:

@@ -239,7 +239,7 @@ class StoreReader(RecordReads, ArrowReads):
         CorruptRecordError naming its offset and segment, it is never handed out."""
         root = Path(root)
         cdir = root / COMMITLOG_DIR
-        segments = SegmentQueue(cdir, _segment_size_of(cdir) or 4096, read_only=True, preallocate=False)
+        segments = SegmentQueue(cdir, segment_size_on_disk(cdir) or 4096, read_only=True, preallocate=False)
         cq = ConsumeQueueStore(root, read_only=True)
         return cls(root, segments, cq, codec or CodecConfig(), check_crc)
 
@@ -248,10 +248,10 @@ class StoreReader(RecordReads, ArrowReads):
         both on)."""
         cdir = self.root / COMMITLOG_DIR
         if not self._segments.segments:
-            size = _segment_size_of(cdir)
+            size = segment_size_on_disk(cdir)
             if size:
                 self._segments = SegmentQueue(cdir, size, read_only=True, preallocate=False)
-        if _segment_size_of(cdir):
+        if segment_size_on_disk(cdir):
             self._segments.load()
         # retention may have deleted old segments: their consume-queue units no longer count
         if self._cq is not None:
@@ -313,8 +313,3 @@ class StoreReader(RecordReads, ArrowReads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _segment_size_of(cdir: Path) -> int:
-    """A reader has no config: the segment size is the size of the store's segment files."""
-    return segment_size_on_disk(cdir)

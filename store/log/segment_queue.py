@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -301,19 +302,28 @@ def _next_data(fd: int, pos: int, end: int) -> int:
 
 
 def segment_size_on_disk(directory: str | os.PathLike[str]) -> int:
-    """The size of a commit log's segments, as its files have it (0: no segment yet): the size most
-    of them have, the larger on a tie (a damaged file is cut short, never longer), so that one cut
-    short is named as the odd one. A store keeps the segment size it was made with."""
+    """The size of a commit log's segments, as its files have it (0: no segment yet): see
+    store_segment_size. A store keeps the segment size it was made with."""
     cdir = Path(directory)
     if not cdir.is_dir():
         return 0
-    sizes: dict[int, int] = {}
+    sizes: list[int] = []
     for p in cdir.iterdir():
         if parse_segment_name(p.name) is not None:
             try:
-                size = p.stat().st_size
+                sizes.append(p.stat().st_size)
             except FileNotFoundError:
                 continue
-            if size:
-                sizes[size] = sizes.get(size, 0) + 1
-    return max(sizes, key=lambda size: (sizes[size], size)) if sizes else 0
+    return store_segment_size(sizes)
+
+
+def store_segment_size(sizes: Iterable[int]) -> int:
+    """The segment size of a store whose segment files have ``sizes``: the size most of them have,
+    the larger on a tie (a damaged file is cut short, never longer), so that one cut short is named
+    as the odd one; empty files do not count (0: none). The one rule the writer, the readers and the
+    tools take a store's segment size by."""
+    counts: dict[int, int] = {}
+    for size in sizes:
+        if size:
+            counts[size] = counts.get(size, 0) + 1
+    return max(counts, key=lambda size: (counts[size], size)) if counts else 0

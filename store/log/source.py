@@ -18,6 +18,7 @@ from pathlib import Path
 from store.errors import StoreError, UnreadablePageError
 from store.format.constants import CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR
 from store.log.segment import first_unreadable
+from store.log.segment_queue import store_segment_size
 from store.queue.units import is_file_name
 
 
@@ -194,13 +195,8 @@ class LayoutProblem:
 
 
 def segment_size_of(src: Source) -> int:
-    """The segment size of a store: the size most of its segments have."""
-    if not src.segments:
-        return 0
-    sizes: dict[int, int] = {}
-    for s in src.segments:
-        sizes[s.size] = sizes.get(s.size, 0) + 1
-    return max(sizes, key=lambda size: (sizes[size], size))
+    """The segment size of a store: segment_queue.store_segment_size over its segments."""
+    return store_segment_size(s.size for s in src.segments)
 
 
 def layout_problems(src: Source) -> list[LayoutProblem]:

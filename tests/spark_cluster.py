@@ -12,13 +12,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.waiting import wait_until
 
 
 class SparkClusterError(RuntimeError):
@@ -94,19 +94,6 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
         pass
 
 
-def _wait_for(predicate, timeout_s: float, what: str, logs) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = exc
-        time.sleep(0.5)
-    raise SparkClusterError(f"{what} within {timeout_s:.0f} s (last error: {last})\n{logs()}")
-
-
 @contextmanager
 def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
                        env: Mapping[str, str] | None = None,
@@ -143,7 +130,8 @@ def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
             with urllib.request.urlopen(f"{web}/json/", timeout=3) as r:
                 return json.load(r).get("status") == "ALIVE"
 
-        _wait_for(master_alive, timeout_s, "the Master did not answer", logs)
+        wait_until(master_alive, timeout_s, "the Master to answer", interval_s=0.5,
+                   retry_on=(OSError, ValueError), error=lambda m: SparkClusterError(f"{m}\n{logs()}"))
 
         for w in range(workers):
             wlog = open(worker_log if w == 0 else base / "logs" / f"worker{w}.log", "wb")
@@ -164,7 +152,8 @@ def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
                 alive = [w for w in json.load(r).get("workers", []) if w.get("state") == "ALIVE"]
             return len(alive) >= workers
 
-        _wait_for(worker_registered, timeout_s, "the Workers did not register", logs)
+        wait_until(worker_registered, timeout_s, "the Workers to register", interval_s=0.5,
+                   retry_on=(OSError, ValueError), error=lambda m: SparkClusterError(f"{m}\n{logs()}"))
         worker = procs[1]
         yield SparkCluster(master_url, web, home, base / "work", master.pid, worker.pid,
                            master_log, worker_log)

@@ -15,7 +15,7 @@ import pytest
 from store import StoreReader
 from tests.kafka_helpers import create_topics, produce, unique_topic
 from tests.test_damaged_records import SEG, damaged_store
-from tests.test_job_crash import job_command
+from tests.job_process_helpers import job_command
 from tests.test_tools_holes import four_segments
 
 pytestmark = pytest.mark.integration

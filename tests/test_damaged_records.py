@@ -12,7 +12,7 @@ import pytest
 
 from sink import CommitLogWriter
 from store import CorruptRecordError, Message, MessageStore, StoreConfig, StoreReader
-from tests.test_commands import run
+from tests.cli_helpers import run
 
 pytestmark = pytest.mark.unit
 SEG = 1 << 16

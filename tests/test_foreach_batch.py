@@ -18,16 +18,9 @@ from sink import CommitLogWriter
 from sink.foreach_batch import BatchWriteError, ForeachBatchSink
 from store import StoreConfig
 from store.format.codec import CodecConfig
-from tests.test_mapping import kafka_rows
+from tests.batch_helpers import collected, kafka_rows
 
 pytestmark = pytest.mark.unit
-
-
-def collected(first_offset: int, n: int = 5) -> pa.Table:
-    """A batch as ``collect`` leaves it on the driver: n records of orders/0 from first_offset."""
-    rows = kafka_rows(*[{"key": b"k%d" % i, "value": b"v%d" % i, "offset": i}
-                        for i in range(first_offset, first_offset + n)])
-    return pa.Table.from_batches([map_and_encode(rows, MappingConfig(), CodecConfig())])
 
 
 class HookedWriter(CommitLogWriter):

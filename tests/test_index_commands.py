@@ -17,7 +17,7 @@ from store import MessageStore, StoreConfig, StoreReader
 from store.format.codec import CodecConfig, Message
 from store.format.constants import COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_ZSTD
 from store.index.service import IndexConfig
-from tests.test_commands import jsonl, run
+from tests.cli_helpers import jsonl, run
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000

@@ -20,7 +20,7 @@ from store.index.service import IndexConfig
 from store.index.settings import IndexSettings, write_index_settings
 from store.log.source import open_source
 from store.tools.verify import verify_source
-from tests.test_commands import run
+from tests.cli_helpers import run
 from tests.test_index_commands import write_store
 
 pytestmark = pytest.mark.unit

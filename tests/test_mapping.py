@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -16,16 +15,9 @@ from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
 from store.format.hosts import HostAddress
 from store.format.properties import string_to_properties, tags_code
+from tests.batch_helpers import TS, kafka_rows
 
 pytestmark = pytest.mark.unit
-
-TS = datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
-
-
-def kafka_rows(*rows: dict) -> pa.RecordBatch:
-    base = {"key": None, "value": b"v", "topic": "orders", "partition": 0, "offset": 0,
-            "timestamp": TS, "timestampType": 0, "headers": []}
-    return pa.RecordBatch.from_pylist([{**base, **r} for r in rows], schema=KAFKA_SCHEMA)
 
 
 def one(batch: pa.RecordBatch, cfg: MappingConfig | None = None) -> dict:

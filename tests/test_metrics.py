@@ -24,7 +24,7 @@ from ingest.replay.export_rows import read_export
 from sink import BatchStats
 from store import DeadLetterReason, Message, MessageStore, StoreConfig
 from store.format.codec import CodecConfig
-from tests.test_mapping import kafka_rows
+from tests.batch_helpers import kafka_rows
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ import pytest
 from ingest.replay.export_rows import read_export
 from store import MessageStore, StoreConfig
 from store.format.codec import Message
-from tests.test_commands import run
+from tests.cli_helpers import run
 from tests.test_replay_files import ROOT, good, parquet_export, write_jsonl
 from tests.test_tools_holes import SEG, four_segments
 

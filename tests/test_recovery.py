@@ -138,7 +138,7 @@ def test_a_damaged_body_below_the_commit_point_is_kept_and_costs_nothing_after_i
         assert got[100] != want[100]
         assert sum(s3.next_queue_offsets().values()) == 1200
         assert int(r.physical_offsets[-1]) < end
-    from tests.test_commands import run
+    from tests.cli_helpers import run
 
     rc, out, _ = run("verify", str(root), "--json")
     assert rc == 1 and [(p["offset"], p["kind"]) for p in json.loads(out)["problems"]] == [(victim, "crc")]

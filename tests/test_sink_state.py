@@ -109,7 +109,7 @@ def test_the_broker_group_rides_in_the_state_and_is_kept_by_every_commit() -> No
 def test_a_writer_records_its_broker_group_on_a_new_store_only(tmp_path: Path) -> None:
     from store import StoreConfig
     from sink import CommitLogWriter
-    from tests.test_foreach_batch import collected
+    from tests.batch_helpers import collected
 
     config = StoreConfig(segment_size=1 << 20)
     with CommitLogWriter(tmp_path / "s", config, broker_group="0/2") as w:

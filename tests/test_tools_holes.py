@@ -10,7 +10,7 @@ import pytest
 from store import MessageStore, StoreConfig, StoreReader
 from store.errors import StoreError
 from store.format.codec import Message
-from tests.test_commands import run
+from tests.cli_helpers import run
 
 pytestmark = pytest.mark.unit
 SEG = 1 << 16

@@ -33,7 +33,7 @@ from tests.apache_kafka_helpers import (
     stored,
 )
 from tests.kafka_helpers import Sent, produce, store_by_coordinates, unique_topic
-from tests.test_job import assert_exactly_once, assert_queues_contiguous_in_partition_order
+from tests.job_helpers import assert_exactly_once, assert_queues_contiguous_in_partition_order
 from tests.waiting import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")

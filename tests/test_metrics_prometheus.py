@@ -24,7 +24,7 @@ from ingest.metrics import OBSERVED
 from store import read_commit_point
 from tests.kafka_helpers import create_topics, produce, unique_topic
 from tests.test_deploy_monitoring import dashboard_exprs
-from tests.test_job import job_config
+from tests.job_helpers import job_config
 from tests.waiting import wait_until
 
 pytestmark = [

@@ -17,7 +17,7 @@ from ingest.replay.export_rows import read_export
 from store import MessageStore, StoreConfig
 from store.format.codec import Message
 from tests.cli_helpers import run
-from tests.test_replay_files import ROOT, good, parquet_export, write_jsonl
+from tests.export_helpers import ROOT, good, parquet_export, write_jsonl
 from tests.test_tools_holes import SEG, four_segments
 
 pytestmark = pytest.mark.unit

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from store.log.commit_point import read_commit_point
-from tests.test_replay_support import kafka_coordinates, new_topic, produce, store_messages
+from tests.replay_helpers import kafka_coordinates, new_topic, produce, store_messages
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=1.6)]

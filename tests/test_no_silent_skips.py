@@ -18,7 +18,7 @@ from store import MessageStore, StoreConfig
 from store.format.codec import Message
 from tests.cli_helpers import run
 from tests.export_helpers import ROOT, good, parquet_export, write_jsonl
-from tests.test_tools_holes import SEG, four_segments
+from tests.store_helpers import SEG, four_segments
 
 pytestmark = pytest.mark.unit
 

@@ -1,10 +1,11 @@
 """Batches for the tests: Kafka rows as Spark's Kafka source gives them, and the encoded batches
-ingest hands the sink."""
+ingest hands the sink (and one with a byte of a record flipped)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow as pa
 
 from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig
@@ -30,3 +31,14 @@ def collected(first_offset: int, n: int = 5) -> pa.Table:
     rows = kafka_rows(*[{"key": b"k%d" % i, "value": b"v%d" % i, "offset": i}
                         for i in range(first_offset, first_offset + n)])
     return pa.Table.from_batches([map_and_encode(rows, MappingConfig(), CodecConfig())])
+
+
+def corrupt(batch: pa.RecordBatch, row: int, at: int) -> pa.RecordBatch:
+    """``batch`` with one byte of one record flipped (what an encoder bug could hand over)."""
+    records = batch.column("record")
+    offsets = np.frombuffer(records.buffers()[1], np.int32)[records.offset:]
+    data = bytearray(records.buffers()[2].to_pybytes())
+    data[int(offsets[row]) + at] ^= 0xFF
+    flipped = pa.Array.from_buffers(pa.binary(), len(records), [None, pa.py_buffer(offsets.tobytes()),
+                                                                pa.py_buffer(bytes(data))])
+    return batch.set_column(0, "record", flipped)

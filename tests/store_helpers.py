@@ -1,14 +1,20 @@
 """Small stores for the tests (64 KiB segments): written and committed, crashed, a byte flipped,
-four whole segments, a damaged body."""
+four whole segments, a damaged body; which pages of a file are in the page cache."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
 from pathlib import Path
+
+import numpy as np
 
 from store import Message, MessageStore, StoreConfig
 
 SEG = 64 * 1024
 CONFIG = StoreConfig(segment_size=SEG, preallocate=False)
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def msgs(n: int, start: int = 0) -> list[Message]:
@@ -68,3 +74,20 @@ def damaged_store(root: Path, n: int = 100) -> tuple[list[int], int]:
     data[at] ^= 0x01
     seg.write_bytes(bytes(data))
     return offsets, victim
+
+
+def resident_pages(path: Path, length: int) -> np.ndarray:
+    """Which of the first ``length`` bytes' pages of ``path`` are in the page cache (mincore)."""
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ)
+    try:
+        view = np.frombuffer(mm, dtype=np.uint8)
+        addr = view.ctypes.data
+        pages = -(-length // mmap.PAGESIZE)
+        vec = (ctypes.c_ubyte * pages)()
+        assert _LIBC.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(length), vec) == 0, \
+            f"mincore: {os.strerror(ctypes.get_errno())}"
+        del view
+        return np.frombuffer(vec, dtype=np.uint8) & 1
+    finally:
+        mm.close()

@@ -1,5 +1,5 @@
 """Stores with an index for the index tests (keys an hour apart, a small index), and where an
-index file's parts lie."""
+index file's parts lie; the keys RocketMQ's rule gives decoded messages (the oracle of the C pass)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from hypothesis import strategies as st
+
 from store import EncodedBatch, MessageStore, StoreConfig
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, Message
+from store.format.properties import string_to_properties
+from store.index.hashing import index_key_hashes
+from store.index.keys import indexed_keys
 from store.index.service import IndexConfig
 from store.index.settings import IndexSettings, write_index_settings
 
@@ -74,3 +79,20 @@ def golden_index_stores(golden_dir: Path, tmp_path: Path) -> Iterator[tuple[Path
         shutil.copytree(case / "index", store / "index")
         write_index_settings(store, IndexSettings(settings["maxHashSlotNum"], settings["maxIndexNum"]))
         yield case, settings, store
+
+
+# property text and names as hypothesis draws them: separators, keys' names, non-ASCII
+property_texts = st.lists(
+    st.sampled_from(list("ab \x01\x02Ué#") + ["KEYS", "UNIQ_KEY", "KEYS\x01", "UNIQ_KEY\x01", "\U0001F600", "\u6771",
+                                              "abcdefghij"]),
+    max_size=8).map("".join)
+property_names = st.one_of(st.sampled_from(["KEYS", "UNIQ_KEY", "TAGS"]), property_texts)
+
+
+def expected(messages: list[Message]) -> tuple[list[int], list[int]]:
+    records, hashes = [], []
+    for i, m in enumerate(messages):
+        keys = indexed_keys(string_to_properties(m.properties), m.sys_flag)
+        records += [i] * len(keys)
+        hashes += index_key_hashes([m.topic] * len(keys), keys).tolist()
+    return records, hashes

@@ -91,3 +91,9 @@ def resident_pages(path: Path, length: int) -> np.ndarray:
         return np.frombuffer(vec, dtype=np.uint8) & 1
     finally:
         mm.close()
+
+
+def golden_stores(golden_dir: Path) -> list[Path]:
+    found = sorted(p for p in golden_dir.glob("store_*") if (p / "manifest.json").is_file())
+    assert found, f"no golden store_* folders in {golden_dir}"
+    return found

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -19,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from ingest.broker.base import free_port
 from ingest.job import run_stream
 from ingest.metrics import OBSERVED
 from store import read_commit_point
+from tests.job_helpers import job_config
 from tests.kafka_helpers import create_topics, produce, unique_topic
 from tests.test_deploy_monitoring import dashboard_exprs
-from tests.job_helpers import job_config
 from tests.waiting import wait_until
 
 pytestmark = [
@@ -35,12 +35,6 @@ pytestmark = [
 ]
 
 RECORDS, TOO_LARGE, PARTITIONS = 600, 3, 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, timeout: float = 10) -> bytes:

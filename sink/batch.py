@@ -42,7 +42,8 @@ ENCODED_SCHEMA = pa.schema([
     ("tags_code", pa.int64()), ("delay_level", pa.int32()),
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
     (VALUE_KIND, pa.int8()), ("dead_reason", pa.string()), ("dead_code", pa.string()), ("raw_key", pa.binary()),
-    ("raw_value", pa.binary()), ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()), (INDEX_KEYS, pa.list_(pa.int32())),
+    ("raw_value", pa.binary()), ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()),
+    (INDEX_KEYS, pa.list_(pa.int32())),
 ])
 assert set(RECORD_COLUMNS) | set(COORD_COLUMNS) | set(RAW_COLUMNS) | set(DEAD_COLUMNS) | {VALUE_KIND} \
     == set(ENCODED_SCHEMA.names)

@@ -1,6 +1,6 @@
 """The dead-letter file: records that could not become RocketMQ messages, with the reason (its text
-and its store.DeadLetterReason code) and the raw record. Exactly once like the commit log: its committed length rides in each commit, and opening cuts
-away whatever a crashed batch appended after it."""
+and its store.DeadLetterReason code) and the raw record. Exactly once like the commit log: its
+committed length rides in each commit, and opening cuts away whatever a crashed batch appended after it."""
 
 from __future__ import annotations
 

@@ -162,7 +162,8 @@ def _decode_text(raw: bytes | None, what: str) -> str:
     try:
         return (raw or b"").decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _Dead(DeadLetterReason.HEADER_INVALID, f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise _Dead(DeadLetterReason.HEADER_INVALID,
+                    f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 class _Dead(Exception):
@@ -182,9 +183,11 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
     for i, h in enumerate(headers):
         # Kafka has neither; an export file written by other tools may (parquet allows both)
         if h is None:
-            raise _Dead(DeadLetterReason.HEADER_INVALID, f"header {i} is null (a Kafka header has a name and a value or null value)")
+            raise _Dead(DeadLetterReason.HEADER_INVALID,
+                        f"header {i} is null (a Kafka header has a name and a value or null value)")
         if h["key"] is None:
-            raise _Dead(DeadLetterReason.HEADER_INVALID, f"header {i} has a null name (a Kafka header's name is text)")
+            raise _Dead(DeadLetterReason.HEADER_INVALID,
+                        f"header {i} has a null name (a Kafka header's name is text)")
         seen[h["key"]] = seen.get(h["key"], 0) + 1
     lossy = False
     for h in headers:
@@ -286,7 +289,8 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
             if name in RESERVED_PROPERTIES - {PROPERTY_KEYS}:
                 continue
             if not name or _has_separator(name) or PROPERTY_SEPARATOR in val:
-                raise _Dead(DeadLetterReason.ENVELOPE_INVALID, f"envelope property {name!r} contains a RocketMQ property separator")
+                raise _Dead(DeadLetterReason.ENVELOPE_INVALID,
+                            f"envelope property {name!r} contains a RocketMQ property separator")
             header_parts.append(_prop(name, val))
     problem = topic_problem(target_topic)
     if problem:
@@ -303,10 +307,12 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
     properties = "".join(key_parts + header_parts + empty_mark + coords)
     size = len(properties.encode("utf-8"))
     if size > MAX_PROPERTIES_LENGTH:
-        raise _Dead(DeadLetterReason.PROPERTIES_TOO_LARGE, f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")
+        raise _Dead(DeadLetterReason.PROPERTIES_TOO_LARGE,
+                    f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")
     body_len = len(body or b"")
     if body_len > cfg.max_message_size:
-        raise _Dead(DeadLetterReason.BODY_TOO_LARGE, f"body is {body_len} bytes, over the limit of {cfg.max_message_size} (maxMessageSize)")
+        raise _Dead(DeadLetterReason.BODY_TOO_LARGE,
+                    f"body is {body_len} bytes, over the limit of {cfg.max_message_size} (maxMessageSize)")
     return _Row(target_topic, queue_id, flag, body or EMPTY_VALUE_BODY, properties, tags, born or default_born, kind)
 
 
@@ -344,7 +350,8 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_
         live["properties"], live["tags"], zeros32, pc.divide(ts, 1000).fill_null(0), born_host,
         pa.repeat(pa.scalar(store_host, pa.binary()), n), zeros32, pa.array(np.zeros(n, np.int64)),
         batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
-        batch.column("offset").cast(pa.int64()), live["value_kind"].cast(pa.int8()), dead_reason, dead_code, raw_cols["key"], raw_cols["value"],
+        batch.column("offset").cast(pa.int64()), live["value_kind"].cast(pa.int8()), dead_reason, dead_code,
+        raw_cols["key"], raw_cols["value"],
         raw_cols["headers"], ts.fill_null(0),
     ]
     return pa.RecordBatch.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],

@@ -17,7 +17,6 @@ keeps counting input rows as the packed batches Spark moves, not records.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -43,30 +42,8 @@ OBSERVED = "commitlog"      # the name of the observed metrics in Spark's progre
 LATENCY_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
                    300.0, 1800.0)
 
-# Dead-letter reasons name sizes, files and lines; the label is the kind of reason, from the
-# wording of the code that wrote it (ingest.encode.mapping, store.errors.FieldLimitError,
-# ingest.replay.export_rows), so that the label has a few values, not one per record.
-_FILE_ROW = re.compile(r".* (line \d+|row group \d+ row \d+): ")
-FILE_ROW_INVALID = "file_row_invalid"
-_REASON_KINDS = (
-    ("body is ", "body_too_large"), ("properties are ", "properties_too_large"),
-    ("properties is ", "properties_too_large"), ("message is ", "record_too_large"),
-    ("topic ", "topic_invalid"), ("envelope ", "envelope_invalid"), ("header ", "header_invalid"),
-)
-
-
 class MetricsPortError(OSError):
     """The metrics port cannot be served (in use, no such address)."""
-
-
-def reason_kind(reason: str) -> str:
-    """The ``reason`` label of a dead letter's reason text."""
-    if _FILE_ROW.match(reason):
-        return FILE_ROW_INVALID
-    for prefix, kind in _REASON_KINDS:
-        if reason.startswith(prefix):
-            return kind
-    return "other"
 
 
 class StoreCollector(Collector):
@@ -205,9 +182,10 @@ class JobMetrics:
             self.latency.observe(stats.latency_s(), int(stats.born_ms.max()))
 
     def count_dead_letters(self, reasons: Mapping[str, int]) -> None:
-        """Count dead letters by their reason texts (a batch's, or a replay's file rows with no place)."""
-        for reason, n in reasons.items():
-            self.dead_letters.labels(reason_kind(reason)).inc(n)
+        """Count dead letters by their reason codes (store.DeadLetterReason: a batch's, or a replay's
+        file rows with no place)."""
+        for code, n in reasons.items():
+            self.dead_letters.labels(code).inc(n)
 
     def kafka_lag(self, behind: Mapping[tuple[str, int], int]) -> None:
         """Set the lag of each partition given; a partition no longer read keeps its last value until

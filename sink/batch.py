@@ -27,7 +27,9 @@ COORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
 # the store.
 INDEX_KEYS = INDEX_KEYS_COLUMN
 RECORD_COLUMNS = ("record", "topic", "queue_id", "sys_flag", "tags_code", "delay_level", INDEX_KEYS)
-# Dead rows only: why, and the Kafka record as it came (key, value, headers, timestamp).
+# Dead rows only: why (DEAD_COLUMNS: the text, and its store.DeadLetterReason code), and the Kafka
+# record as it came (key, value, headers, timestamp).
+DEAD_COLUMNS = ("dead_reason", "dead_code")
 RAW_COLUMNS = ("raw_key", "raw_value", "raw_headers", "raw_timestamp")
 # Live rows: what the body holds, for the counts of the batch log line. A Kafka null or 0-byte
 # value is stored as a one-byte body and a property (store.format.constants.EMPTY_VALUE_BODY).
@@ -39,10 +41,11 @@ ENCODED_SCHEMA = pa.schema([
     ("record", pa.binary()), ("topic", pa.string()), ("queue_id", pa.int32()), ("sys_flag", pa.int32()),
     ("tags_code", pa.int64()), ("delay_level", pa.int32()),
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-    (VALUE_KIND, pa.int8()), ("dead_reason", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
-    ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()), (INDEX_KEYS, pa.list_(pa.int32())),
+    (VALUE_KIND, pa.int8()), ("dead_reason", pa.string()), ("dead_code", pa.string()), ("raw_key", pa.binary()),
+    ("raw_value", pa.binary()), ("raw_headers", HEADERS_TYPE), ("raw_timestamp", pa.int64()),
+    (INDEX_KEYS, pa.list_(pa.int32())),
 ])
-assert set(RECORD_COLUMNS) | set(COORD_COLUMNS) | set(RAW_COLUMNS) | {VALUE_KIND, "dead_reason"} \
+assert set(RECORD_COLUMNS) | set(COORD_COLUMNS) | set(RAW_COLUMNS) | set(DEAD_COLUMNS) | {VALUE_KIND} \
     == set(ENCODED_SCHEMA.names)
 
 

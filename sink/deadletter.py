@@ -1,6 +1,6 @@
-"""The dead-letter file: records that could not become RocketMQ messages, with the reason and the raw
-record. Exactly once like the commit log: its committed length rides in each commit, and opening cuts
-away whatever a crashed batch appended after it."""
+"""The dead-letter file: records that could not become RocketMQ messages, with the reason (its text
+and its store.DeadLetterReason code) and the raw record. Exactly once like the commit log: its
+committed length rides in each commit, and opening cuts away whatever a crashed batch appended after it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+
+from store import DeadLetterReason
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +48,13 @@ class DeadLetterLog:
         if dead.num_rows == 0:
             return self.size
         rows = dead.select(["kafka_topic", "kafka_partition", "kafka_offset", "raw_timestamp",
-                            "dead_reason", "raw_key", "raw_value", "raw_headers"]).to_pylist()
+                            "dead_reason", "dead_code", "raw_key", "raw_value", "raw_headers"]).to_pylist()
         lines = []
         for r in rows:
             lines.append(json.dumps({
                 "topic": r["kafka_topic"], "partition": r["kafka_partition"], "offset": r["kafka_offset"],
-                "timestampUs": r["raw_timestamp"], "reason": r["dead_reason"], "batchId": batch_id,
+                "timestampUs": r["raw_timestamp"], "reason": r["dead_reason"],
+                "reasonCode": r["dead_code"] or DeadLetterReason.OTHER.value, "batchId": batch_id,
                 "keyBase64": _b64(r["raw_key"]), "valueBase64": _b64(r["raw_value"]),
                 "headers": [None if h is None else {"key": h["key"], "valueBase64": _b64(h["value"])}
                             for h in r["raw_headers"] or []],
@@ -69,8 +72,12 @@ class DeadLetterLog:
 
 
 def read_dead_letters(store_root: str | os.PathLike[str]) -> list[dict]:
-    """Every dead letter of a store (the committed part is all there is once the writer closed)."""
+    """Every dead letter of a store (the committed part is all there is once the writer closed). A
+    letter written before reasons had codes has ``reasonCode`` None."""
     path = Path(store_root) / DEAD_LETTER_DIR / DEAD_LETTER_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    letters = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    for letter in letters:
+        letter.setdefault("reasonCode", None)
+    return letters

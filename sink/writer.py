@@ -23,7 +23,7 @@ from sink.batch import COORD_COLUMNS, RECORD_COLUMNS, VALUE_EMPTY, VALUE_KIND, V
 from sink.deadletter import DeadLetterLog
 from sink.faults import CrashPoints
 from sink.state import SinkState, tp_key
-from store import EncodedBatch, MessageStore, StoreConfig
+from store import DeadLetterReason, EncodedBatch, MessageStore, StoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class BatchStats:
     collect_ms: float = 0.0         # Spark's part: read, encode, collect (set by sink.foreach_batch)
     topic_records: Mapping[str, int] = field(default_factory=dict)   # messages stored, per RocketMQ topic
     topic_bytes: Mapping[str, int] = field(default_factory=dict)     # their commit-log bytes
-    dead_reasons: Mapping[str, int] = field(default_factory=dict)    # dead letters, per reason text
+    dead_reasons: Mapping[str, int] = field(default_factory=dict)    # dead letters, per DeadLetterReason code
     tombstones: int = 0             # records whose Kafka value was null, stored as a 1-byte body
     empty_values: int = 0           # ... 0 bytes, the same
     committed_ms: int = 0           # when the commit point covering the batch was written (epoch ms)
@@ -72,7 +72,9 @@ def topic_totals(batch: EncodedBatch) -> tuple[dict[str, int], dict[str, int]]:
 def reason_counts(dead: pa.Table) -> dict[str, int]:
     if dead.num_rows == 0:
         return {}
-    counted = pc.value_counts(dead.column("dead_reason").combine_chunks())
+    # a row with a reason but no code comes from a hand-over that did not set one: "other"
+    codes = dead.column("dead_code").combine_chunks().fill_null(DeadLetterReason.OTHER.value)
+    counted = pc.value_counts(codes)
     return {str(v): int(c) for v, c in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist())}
 
 

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class StoreError(Exception):
     """Base class of every error the store raises."""
+
+
+class DeadLetterReason(StrEnum):
+    """Why a record became a dead letter, as a code: set where the record is refused, carried beside
+    the reason text (which names sizes, fields and lines) to the dead-letter file and the metrics'
+    ``reason`` label, so that the label has a few values, not one per record."""
+
+    BODY_TOO_LARGE = "body_too_large"
+    PROPERTIES_TOO_LARGE = "properties_too_large"
+    RECORD_TOO_LARGE = "record_too_large"
+    TOPIC_INVALID = "topic_invalid"
+    ENVELOPE_INVALID = "envelope_invalid"
+    HEADER_INVALID = "header_invalid"
+    FILE_ROW_INVALID = "file_row_invalid"      # a replayed export's row that is not a Kafka record
+    OTHER = "other"
+
+
+# FieldLimitError.field -> its dead-letter reason ("record" is the store's own check of a whole
+# record, "message" the codec's)
+_FIELD_REASONS = {"body": DeadLetterReason.BODY_TOO_LARGE, "properties": DeadLetterReason.PROPERTIES_TOO_LARGE,
+                  "topic": DeadLetterReason.TOPIC_INVALID, "message": DeadLetterReason.RECORD_TOO_LARGE,
+                  "record": DeadLetterReason.RECORD_TOO_LARGE}
 
 
 class FieldLimitError(StoreError, ValueError):
@@ -12,6 +36,7 @@ class FieldLimitError(StoreError, ValueError):
 
     def __init__(self, field: str, size: int, limit: int, detail: str = "") -> None:
         self.field, self.size, self.limit = field, size, limit
+        self.reason = _FIELD_REASONS.get(field, DeadLetterReason.OTHER)
         msg = f"{field} is {size} bytes, over the limit of {limit}"
         super().__init__(f"{msg}: {detail}" if detail else msg)
 

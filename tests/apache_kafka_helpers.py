@@ -5,7 +5,6 @@ consumer reads, the job's command line, what the store holds."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ingest.broker import Broker, container_missing, require_docker, start_conta
 from ingest.config import JobConfig
 from tests.broker_report import note_broker
 from tests.kafka_helpers import store_by_coordinates, unique_topic
+from tests.waiting import wait_until
 
 
 def module_kafka(tmp_path_factory: pytest.TempPathFactory, module: str) -> Iterator[Broker]:
@@ -64,11 +64,18 @@ def readable(bootstrap: str, topic: str, partitions: int, isolation: str = "read
     consumer.seek_to_beginning()
     ends = consumer.end_offsets(tps)
     out: set[tuple[str, int, int]] = set()
-    deadline = time.monotonic() + 60
-    while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-        for tp, records in consumer.poll(timeout_ms=500).items():
+
+    def read_to_the_end() -> bool:
+        if all(consumer.position(tp) >= ends[tp] for tp in tps):
+            return True
+        for tp, records in consumer.poll(timeout_ms=500).items():      # the poll is the wait
             out.update((topic, tp.partition, r.offset) for r in records if r.offset < ends[tp])
-    consumer.close()
+        return False
+
+    try:
+        wait_until(read_to_the_end, 60, f"{topic} read to its end offsets {ends}", interval_s=0)
+    finally:
+        consumer.close()
     return out
 
 
@@ -96,11 +103,4 @@ def stored(store: Path) -> set[tuple[str, int, int]]:
     return set(store_by_coordinates(str(store)))
 
 
-def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.5) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval_s)
-    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
 

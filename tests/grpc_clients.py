@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tests.rocketmq import RocketBroker
 from tests.rocketmq_proxy import mqadmin
+from tests.waiting import wait_until
 
 
 @dataclass(frozen=True)
@@ -136,33 +137,39 @@ def simple_consume(endpoint: str, group: str, topics: list[str], expect: int, *,
     consumer.startup()
     run = SimpleRun([], [], 0, 0.0, 0.0)
     empties = 0
-    deadline = time.monotonic() + deadline_s
+
+    def received_all(acks: ThreadPoolExecutor) -> bool:
+        """One receive (the receive is the wait), its acks; whether every message and the empty round are in."""
+        nonlocal empties
+        if len(run.messages) >= expect and empties >= len(topics):
+            return True
+        t0 = time.monotonic()
+        try:
+            run.receives += 1
+            messages = consumer.receive(batch, invisible_s)
+        except Exception as e:          # "settings is null" before the settings came: try again
+            run.failures.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.2)
+            return False
+        finally:
+            run.receive_s += time.monotonic() - t0
+        if not messages:
+            empties += 1
+            return False
+        empties = 0
+        run.messages.extend(received(m) for m in messages)
+        t0 = time.monotonic()
+        for done in [acks.submit(consumer.ack, m) for m in messages]:
+            done.result()
+        run.ack_s += time.monotonic() - t0
+        return False
+
     try:
         with ThreadPoolExecutor(ack_threads) as acks:
-            while len(run.messages) < expect or empties < len(topics):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"SimpleConsumer {group}: {len(run.messages)} of {expect} messages in "
-                                       f"{deadline_s:.0f} s; {len(run.failures)} receives failed, the last: "
-                                       f"{run.failures[-1:]}")
-                t0 = time.monotonic()
-                try:
-                    run.receives += 1
-                    messages = consumer.receive(batch, invisible_s)
-                except Exception as e:          # "settings is null" before the settings came: try again
-                    run.failures.append(f"{type(e).__name__}: {e}")
-                    time.sleep(0.2)
-                    continue
-                finally:
-                    run.receive_s += time.monotonic() - t0
-                if not messages:
-                    empties += 1
-                    continue
-                empties = 0
-                run.messages.extend(received(m) for m in messages)
-                t0 = time.monotonic()
-                for done in [acks.submit(consumer.ack, m) for m in messages]:
-                    done.result()
-                run.ack_s += time.monotonic() - t0
+            wait_until(lambda: received_all(acks), deadline_s, f"SimpleConsumer {group} to receive {expect} messages",
+                       interval_s=0, error=lambda m: TimeoutError(
+                           f"{m}: {len(run.messages)} in; {len(run.failures)} receives failed, the last: "
+                           f"{run.failures[-1:]}"))
     finally:
         consumer.shutdown()
     return run
@@ -185,20 +192,21 @@ def push_consume(endpoint: str, group: str, topics: list[str], expect: int, *, d
     consumer = rmq.PushConsumer(_configuration(endpoint), group, Collect(),
                                 {t: rmq.FilterExpression("*") for t in topics})
     consumer.startup()
-    deadline = time.monotonic() + deadline_s
+    seen, since = 0, time.monotonic()
+
+    def all_in_and_quiet() -> bool:
+        nonlocal seen, since
+        now = time.monotonic()
+        with lock:
+            n = len(got)
+        if n != seen:
+            seen, since = n, now
+            return False
+        return n >= expect and now - since >= quiet_s
+
     try:
-        seen, since = 0, time.monotonic()
-        while True:
-            now = time.monotonic()
-            with lock:
-                n = len(got)
-            if n != seen:
-                seen, since = n, now
-            elif n >= expect and now - since >= quiet_s:
-                break
-            if now > deadline:
-                raise TimeoutError(f"PushConsumer {group}: {n} of {expect} messages in {deadline_s:.0f} s")
-            time.sleep(0.1)
+        wait_until(all_in_and_quiet, deadline_s, f"PushConsumer {group} to be handed {expect} messages",
+                   interval_s=0.1, error=lambda m: TimeoutError(f"{m}: {seen} in"))
     finally:
         consumer.shutdown()
     with lock:

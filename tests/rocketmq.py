@@ -31,6 +31,7 @@ from pathlib import Path
 from ingest.broker.process import ServerProcess
 from ingest.jvm import classpath, jar_set, java
 from store.topics import is_system_topic, known_queue_counts
+from tests.waiting import WaitTimeout, wait_until
 
 # version -> the jar set of deploy/jvm/pom.xml
 JAR_SETS = {"4": "rocketmq4", "5": "rocketmq5"}
@@ -94,15 +95,13 @@ def wait_for_routes(namesrv: str, topics: Iterable[str], broker: str, timeout_s:
     a broker's first registration is sure to have landed: RocketMQ 5 registers on a thread of its own,
     and a registration lost to a slow machine is repeated only after 30 s."""
     pending, named = set(topics), f'"{broker}"'.encode()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pending = {t for t in pending if named not in (topic_route(namesrv, t) or b"")}
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            raise RocketMQError(f"the NameServer {namesrv} has no route to {broker} for "
-                                f"{sorted(pending)[:5]} after {timeout_s:.0f} s")
-        time.sleep(0.5)
+
+    def routed() -> bool:
+        pending.difference_update({t for t in pending if named in (topic_route(namesrv, t) or b"")})
+        return not pending
+
+    wait_until(routed, timeout_s, f"the NameServer {namesrv} to route every topic to {broker}", interval_s=0.5,
+               error=lambda m: RocketMQError(f"{m}; no route yet for {sorted(pending)[:5]}"))
 
 
 def free_port_block(offsets: Sequence[int] = (0,)) -> int:
@@ -131,17 +130,21 @@ def _start(proc: ServerProcess, what: str, timeout_s: float, ready: bytes = b"bo
     with its NameServer by then) in what the process logs from now on."""
     since = proc.log_path.stat().st_size if proc.log_path.exists() else 0
     proc.start()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def started() -> bool:
         with open(proc.log_path, "rb") as f:
             f.seek(since)
             if ready in f.read():
-                return
+                return True
         if not proc.alive():
             raise RocketMQError(f"{what} exited while starting; its log:\n{proc.log_tail(4000)}")
-        time.sleep(0.2)
-    proc.stop()
-    raise RocketMQError(f"{what} did not start in {timeout_s:.0f} s; its log:\n{proc.log_tail(4000)}")
+        return False
+
+    try:
+        wait_until(started, timeout_s, f"{what} to log {ready.decode()!r}", interval_s=0.2)
+    except WaitTimeout as exc:
+        proc.stop()
+        raise RocketMQError(f"{what} did not start: {exc}; its log:\n{proc.log_tail(4000)}") from None
 
 
 def _server_argv(version: str, home: Path, main: str, conf: Path, *extra: str) -> list[str]:

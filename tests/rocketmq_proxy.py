@@ -7,7 +7,6 @@ import json
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from ingest.broker.process import ServerProcess
 from ingest.jvm import classpath, java
 from tests.rocketmq import (JAR_SETS, OPENS, SERVER_HEAP, NameServer, RocketMQError, _start,
                             free_port_block)
+from tests.waiting import wait_until
 
 
 PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
@@ -74,13 +74,18 @@ class Proxy:
         proc = ServerProcess(argv, home / "proxy.out")
         proxy = cls(home, grpc_port, remoting_port, proc, conf)
         _start(proc, "the RocketMQ 5 proxy", timeout_s, ready=PROXY_READY)
-        deadline = time.monotonic() + timeout_s
-        while not port_answers(proxy.endpoint):
-            if time.monotonic() > deadline or not proc.alive():
-                proc.stop()
-                raise RocketMQError(f"the proxy's gRPC port {grpc_port} does not answer; "
-                                    f"its log:\n{proxy.log_tail()}")
-            time.sleep(0.2)
+
+        def answers() -> bool:
+            if not proc.alive():
+                raise RocketMQError(f"the proxy exited before its gRPC port {grpc_port} answered")
+            return port_answers(proxy.endpoint)
+
+        try:
+            wait_until(answers, timeout_s, f"the proxy's gRPC port {grpc_port} to answer", interval_s=0.2,
+                       error=RocketMQError)
+        except RocketMQError as exc:
+            proc.stop()
+            raise RocketMQError(f"{exc}; its log:\n{proxy.log_tail()}") from None
         return proxy
 
     def log_tail(self, chars: int = 4000) -> str:

@@ -23,21 +23,30 @@ BATCH = 400
 
 @contextmanager
 def small_filesystem(path: Path, size: str, *, read_only: bool = False) -> Iterator[Path]:
-    """A tmpfs of ``size`` (read-only if asked) mounted at ``path`` while the block runs."""
+    """A tmpfs of ``size`` (read-only if asked) mounted at ``path`` while the block runs. Where none
+    can be mounted the test is skipped with the reason (pytest's -ra, on in pyproject.toml, lists it)."""
     import pytest
 
     path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a small filesystem needs root to mount a tmpfs")
+    if os.geteuid() != 0:
+        pytest.skip(f"a real full disk needs a tmpfs, and mounting one needs root (this is uid {os.geteuid()}); "
+                    "run the full-disk tests as root, e.g. in the CI container")
+    if shutil.which("mount") is None:
+        pytest.skip("a real full disk needs a tmpfs, and there is no mount command on PATH (util-linux)")
     options = f"{'ro,' if read_only else ''}size={size}"
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                           capture_output=True, text=True)
     if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs at {path} (mount -t tmpfs -o {options} exited {done.returncode}): "
+                    f"{done.stderr.strip()}")
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
+        undone = subprocess.run(["umount", "-l", str(path)], capture_output=True, text=True)
+        if undone.returncode:
+            import warnings
+
+            warnings.warn(f"the tmpfs at {path} is still mounted: umount said {undone.stderr.strip()}", stacklevel=2)
 
 
 def fill(filler: Path, leave: int = 0) -> None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from ingest.broker.base import free_port
+from tests.waiting import wait_until
 
 
 class SparkClusterError(RuntimeError):
@@ -55,12 +55,6 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def daemon_env(home: Path, base: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The daemons' environment. Executors inherit it, so it must not lead to the project: no
     PYTHONPATH, and the daemons run in a scratch directory, not the checkout."""
@@ -92,19 +86,6 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def _wait_for(predicate, timeout_s: float, what: str, logs) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = exc
-        time.sleep(0.5)
-    raise SparkClusterError(f"{what} within {timeout_s:.0f} s (last error: {last})\n{logs()}")
 
 
 @contextmanager
@@ -143,7 +124,8 @@ def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
             with urllib.request.urlopen(f"{web}/json/", timeout=3) as r:
                 return json.load(r).get("status") == "ALIVE"
 
-        _wait_for(master_alive, timeout_s, "the Master did not answer", logs)
+        wait_until(master_alive, timeout_s, "the Master to answer", interval_s=0.5,
+                   retry_on=(OSError, ValueError), error=lambda m: SparkClusterError(f"{m}\n{logs()}"))
 
         for w in range(workers):
             wlog = open(worker_log if w == 0 else base / "logs" / f"worker{w}.log", "wb")
@@ -164,7 +146,8 @@ def standalone_cluster(base: Path, cores: int = 1, memory: str = "1g",
                 alive = [w for w in json.load(r).get("workers", []) if w.get("state") == "ALIVE"]
             return len(alive) >= workers
 
-        _wait_for(worker_registered, timeout_s, "the Workers did not register", logs)
+        wait_until(worker_registered, timeout_s, "the Workers to register", interval_s=0.5,
+                   retry_on=(OSError, ValueError), error=lambda m: SparkClusterError(f"{m}\n{logs()}"))
         worker = procs[1]
         yield SparkCluster(master_url, web, home, base / "work", master.pid, worker.pid,
                            master_log, worker_log)

@@ -31,10 +31,10 @@ from tests.apache_kafka_helpers import (
     new_topic,
     readable,
     stored,
-    wait_until,
 )
 from tests.kafka_helpers import Sent, produce, store_by_coordinates, unique_topic
-from tests.test_job import assert_exactly_once, assert_queues_contiguous_in_partition_order
+from tests.job_helpers import assert_exactly_once, assert_queues_contiguous_in_partition_order
+from tests.waiting import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
@@ -127,7 +127,7 @@ def test_an_open_transaction_holds_the_job_at_the_last_stable_offset_without_a_b
                                            "--kafka-option", "isolation.level=read_committed"),
                                stdout=out, stderr=out, start_new_session=True)
     try:
-        wait_until(lambda: stored(tmp_path / "store") >= set(before), 900, "the committed records")
+        wait_until(lambda: stored(tmp_path / "store") >= set(before), 900, "the committed records", interval_s=0.5)
 
         def idle_cpu_s(seconds: float) -> float:
             start = process_tree_cpu_s(job.pid)
@@ -140,7 +140,7 @@ def test_an_open_transaction_holds_the_job_at_the_last_stable_offset_without_a_b
         plain = produce(bootstrap, [(topic, 1, b"k", b"plain", [])] * 30)
         beside = {(s.topic, s.partition, s.offset) for s in plain}
         # partition 1 goes on while partition 0 waits at its last stable offset
-        wait_until(lambda: stored(tmp_path / "store") >= beside, 120, "the other partition's records")
+        wait_until(lambda: stored(tmp_path / "store") >= beside, 120, "the other partition's records", interval_s=0.5)
         holding = idle_cpu_s(6.0)
         now = stored(tmp_path / "store")
         assert not now & set(held), "a record of the open transaction was stored before its commit"
@@ -149,7 +149,7 @@ def test_an_open_transaction_holds_the_job_at_the_last_stable_offset_without_a_b
                                                f"idling {baseline:.1f}: a busy loop")
 
         tx.producer.commit_transaction(30)
-        wait_until(lambda: stored(tmp_path / "store") >= set(held), 120, "the transaction's records after its commit")
+        wait_until(lambda: stored(tmp_path / "store") >= set(held), 120, "the transaction's records after its commit", interval_s=0.5)
     finally:
         job.send_signal(signal.SIGTERM)
         code = job.wait(timeout=120)
@@ -204,14 +204,15 @@ def test_offsets_deleted_by_retention_while_stopped_fail_in_one_line_or_are_coun
     assert len(store_by_coordinates(cfg.store)) == 100
 
     produce(bootstrap, [(topic, 0, None, b"lost-%d" % i, []) for i in range(100)])   # 100..199
-    time.sleep(0.3)
-    # 200 rolls into a new segment; stamped 30 min ahead (Kafka takes up to 1 h), it outlives retention.ms=100 (a segment
-    # whose newest record breaches it goes, the active one too: Kafka rolls it first)
+    # 200 rolls into a new segment: Kafka's segment.ms counts from the segment's first record's timestamp
+    # to the new record's, and this one is stamped 30 min ahead (Kafka takes up to 1 h), so it rolls
+    # whatever the wall clock did; it outlives retention.ms=100 (a segment whose newest record breaches it
+    # goes, the active one too: Kafka rolls it first)
     kept = produce_at(bootstrap, topic, b"kept", int(time.time() * 1000) + 1_800_000)
     alter_topic(bootstrap, topic, retention_ms="100")
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     tp = TopicPartition(topic, 0)
-    wait_until(lambda: consumer.beginning_offsets([tp])[tp] == 200, 60, "retention to delete offsets 0..199")
+    wait_until(lambda: consumer.beginning_offsets([tp])[tp] == 200, 60, "retention to delete offsets 0..199", interval_s=0.5)
     consumer.close()
 
     strict = subprocess.run(job_command(bootstrap, tmp_path, "--subscribe", topic, "--trigger", "available-now",
@@ -275,13 +276,13 @@ def test_partitions_added_while_running_are_read_within_a_few_batches(
     job = JobThread(job_config(bootstrap, [topic], tmp_path), spark)
     job.start()
     try:
-        wait_until(lambda: len(stored(tmp_path / "store")) == 100, 600, "the first records")
+        wait_until(lambda: len(stored(tmp_path / "store")) == 100, 600, "the first records", interval_s=0.5)
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.create_partitions({topic: NewPartitions(total_count=4)})
         admin.close()
         grown = produce(bootstrap, [(topic, 2 + i % 2, None, b"new%d" % i, []) for i in range(100)])
         batches_then = job.batches
-        wait_until(lambda: len(stored(tmp_path / "store")) == 200, 180, "the new partitions' records")
+        wait_until(lambda: len(stored(tmp_path / "store")) == 200, 180, "the new partitions' records", interval_s=0.5)
         assert job.batches - batches_then <= 4, f"{job.batches - batches_then} batches to reach new partitions"
     finally:
         job.finish()
@@ -296,10 +297,10 @@ def test_a_subscribe_pattern_picks_up_a_topic_created_later(kafka: Broker, spark
     job = JobThread(job_config(bootstrap, None, tmp_path, subscribe_pattern=f"{prefix}-.*"), spark)
     job.start()
     try:
-        wait_until(lambda: len(stored(tmp_path / "store")) == 50, 600, "the first topic's records")
+        wait_until(lambda: len(stored(tmp_path / "store")) == 50, 600, "the first topic's records", interval_s=0.5)
         two = new_topic(bootstrap, prefix, 3)
         later = produce(bootstrap, [(two, i % 3, None, b"w%d" % i, []) for i in range(60)])
-        wait_until(lambda: len(stored(tmp_path / "store")) == 110, 180, "the later topic's records")
+        wait_until(lambda: len(stored(tmp_path / "store")) == 110, 180, "the later topic's records", interval_s=0.5)
     finally:
         job.finish()
     assert_exactly_once(str(tmp_path / "store"), first + later)

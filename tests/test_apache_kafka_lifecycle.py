@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ingest.broker import Broker
-from tests.apache_kafka_helpers import job_command, module_kafka, new_topic, readable, stored, wait_until
+from tests.apache_kafka_helpers import job_command, module_kafka, new_topic, readable, stored
 from tests.kafka_helpers import store_by_coordinates
-from tests.test_job_crash import Producer, crash_and_check
+from tests.job_process_helpers import Producer, crash_and_check
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
@@ -33,16 +34,16 @@ def test_the_job_waits_for_a_restarted_broker_and_resumes_exactly_once(kafka: Br
         job = subprocess.Popen(job_command(bootstrap, tmp_path, "--subscribe", topic, "--trigger", "300ms"),
                                stdout=out, stderr=out, start_new_session=True)
     try:
-        wait_until(lambda: len(stored(tmp_path / "store")) > 200, 900, "batches to flow")
+        wait_until(lambda: len(stored(tmp_path / "store")) > 200, 900, "batches to flow", interval_s=0.5)
         kafka.restart()
         before = len(producer.sent)
-        wait_until(lambda: len(producer.sent) > before + 300, 120, "the producer to go on after the restart")
+        wait_until(lambda: len(producer.sent) > before + 300, 120, "the producer to go on after the restart", interval_s=0.5)
         producer.stop_event.set()
         producer.join(timeout=120)
         assert producer.error is None, producer.error
         # what Kafka holds (a batch sent again after the restart may be there twice, as two records)
         expected = readable(bootstrap, topic, 4)
-        wait_until(lambda: stored(tmp_path / "store") >= expected, 240, "every record after the restart")
+        wait_until(lambda: stored(tmp_path / "store") >= expected, 240, "every record after the restart", interval_s=0.5)
         assert job.poll() is None, f"the job exited: {log.read_text()[-3000:]}"
     finally:
         producer.stop_event.set()

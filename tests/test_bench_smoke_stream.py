@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bench_smoke import STREAM_SCRIPTS, quick_run_prints_its_figures
+from tests.bench_helpers import STREAM_SCRIPTS, quick_run_prints_its_figures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=4.2)]
 

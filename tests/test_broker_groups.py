@@ -17,7 +17,7 @@ from ingest.replay.command import group_plan, remaining
 from ingest.replay.plan import PartitionPlan, ReplayPlan
 from sink import CommitLogWriter
 from store import StoreConfig
-from tests.test_foreach_batch import collected
+from tests.batch_helpers import collected
 
 pytestmark = pytest.mark.unit
 

@@ -24,7 +24,8 @@ from ingest.replay.command import ReplayOptions, replay
 from store.topics import known_queue_counts
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
 from tests.rocketmq import RocketBroker, clients
-from tests.test_job_crash import Producer, wait_for_line
+from tests.job_process_helpers import Producer, logged
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=1.8)]
 
@@ -113,26 +114,28 @@ def test_two_groups_hold_the_topic_exactly_once_through_a_sigkill(bootstrap_serv
     procs = [start(group_command(bootstrap_servers, topic, tmp_path, g), logs[g]) for g in range(GROUPS)]
     try:
         for g in range(GROUPS):
-            assert wait_for_line(logs[g], "batch 1:", procs[g], 600), f"group {g} ran no batch: {logs[g]}"
+            wait_until(lambda: logged(logs[g], "batch 1:", procs[g]), 600, f"group {g}'s batch 1: {logs[g]}",
+                       interval_s=0.2)
         time.sleep(random.Random(38).uniform(0.0, 2.0))
         kill(procs[1], signal.SIGKILL)                 # mid-stream: group 0 goes on, group 1 is down
         procs[1].wait()
         before = batches_logged(logs[1])
         procs[1] = start(group_command(bootstrap_servers, topic, tmp_path, 1), logs[1])
         # started again, it catches up from its store's Kafka offsets and goes on taking new records
-        deadline = time.monotonic() + 600            # a busy machine takes its time, a dead job is seen at once
-        while batches_logged(logs[1]) < before + 3 and procs[1].poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert procs[1].poll() is None, f"the restarted group 1 died: {logs[1]}"
-        assert batches_logged(logs[1]) >= before + 3, f"the restarted group 1 wrote no batch: {logs[1]}"
+        def three_more_batches() -> bool:
+            assert procs[1].poll() is None, f"the restarted group 1 died: {logs[1]}"
+            return batches_logged(logs[1]) >= before + 3
+
+        # a busy machine takes its time, a dead job is seen at once
+        wait_until(three_more_batches, 600, f"three batches of the restarted group 1: {logs[1]}", interval_s=0.5)
         producer.stop_event.set()
         producer.join(timeout=60)
         assert producer.error is None, producer.error
-        deadline = time.monotonic() + 600              # both take in the rest of what was produced
-        while not all(caught_up(stores[g], producer.sent, g) for g in range(GROUPS)):
+        def all_caught_up() -> bool:              # both take in the rest of what was produced
             assert all(p.poll() is None for p in procs), f"a group died: {logs}"
-            assert time.monotonic() < deadline, f"the groups did not catch up: {logs}"
-            time.sleep(1)
+            return all(caught_up(stores[g], producer.sent, g) for g in range(GROUPS))
+
+        wait_until(all_caught_up, 600, f"the groups to catch up: {logs}", interval_s=1)
     finally:
         producer.stop_event.set()
         producer.join(timeout=60)

@@ -13,14 +13,9 @@ import pytest
 from tests.cli_helpers import jsonl, run
 
 from store.tools.progress import Progress
+from tests.store_helpers import golden_stores
 
 pytestmark = pytest.mark.unit
-
-
-def golden_stores(golden_dir: Path) -> list[Path]:
-    found = sorted(p for p in golden_dir.glob("store_*") if (p / "manifest.json").is_file())
-    assert found, f"no golden store_* folders in {golden_dir}"
-    return found
 
 
 def golden_corrupt(golden_dir: Path) -> list[Path]:

@@ -11,16 +11,11 @@ import pytest
 from store.errors import ConsumeQueueGapError, InvalidTopicError
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.queue.units import read_units
+from tests.store_helpers import golden_stores
 
 pytestmark = pytest.mark.unit
 
 BLANK = (0, 2147483647, 0)
-
-
-def golden_stores(golden_dir: Path) -> list[Path]:
-    found = sorted(p for p in golden_dir.glob("store_*") if (p / "manifest.json").is_file())
-    assert found, f"no golden store_* folders in {golden_dir}"
-    return found
 
 
 def dispatch_list(cq: ConsumeQueueStore, rows: list[tuple[str, int, int, int, int, int]], **kw: object) -> None:

@@ -7,16 +7,14 @@ every record."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from store import StoreReader
 from tests.kafka_helpers import create_topics, produce, unique_topic
-from tests.test_damaged_records import SEG, damaged_store
-from tests.test_job_crash import job_command
-from tests.test_tools_holes import four_segments
+from tests.store_helpers import SEG, damaged_store, four_segments
+from tests.job_process_helpers import job_command
 
 pytestmark = pytest.mark.integration
 

@@ -11,27 +11,11 @@ from pathlib import Path
 import pytest
 
 from sink import CommitLogWriter
-from store import CorruptRecordError, Message, MessageStore, StoreConfig, StoreReader
-from tests.test_commands import run
+from store import CorruptRecordError, Message, MessageStore, StoreReader
+from tests.cli_helpers import run
+from tests.store_helpers import CONFIG, SEG, damaged_store
 
 pytestmark = pytest.mark.unit
-SEG = 1 << 16
-CONFIG = StoreConfig(segment_size=SEG, preallocate=False)
-
-
-def damaged_store(root: Path, n: int = 100) -> tuple[list[int], int]:
-    """A store closed cleanly, then one committed body's byte flipped: (offsets, the damaged one)."""
-    with MessageStore.open(root, CONFIG) as store:
-        offsets = store.append([Message("T", b"body-%03d " % i * 10, queue_id=i % 2) for i in range(n)]) \
-            .physical_offsets.tolist()
-        store.commit()
-    victim = offsets[n // 2]
-    seg = root / "commitlog" / f"{victim // SEG * SEG:020d}"
-    data = bytearray(seg.read_bytes())
-    at = data.index(b"body-%03d" % (n // 2), victim % SEG)
-    data[at] ^= 0x01
-    seg.write_bytes(bytes(data))
-    return offsets, victim
 
 
 def test_every_read_of_a_reader_refuses_a_damaged_body_naming_its_offset_and_segment(tmp_path: Path) -> None:

@@ -24,33 +24,26 @@ from ingest.kafka.decode import CorruptBatchError
 from ingest.kafka.fetch import ArrowChunk, fast_partition_records
 from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.read import chunk_to_batch
-from ingest.kafka.source import arrow_schema, kafka_schema
 from ingest.encode.restore import kafka_value
 from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
 from store.format.codec import CodecConfig, decode_message
+from tests.direct_encode_helpers import (
+    MAPPINGS,
+    PARTITION,
+    RECORDS,
+    Record,
+    SCHEMA,
+    TOPIC,
+    assert_same,
+    plain_records,
+)
 
 # The kernel is built by ``pip install`` wherever a C compiler is; with none, there is nothing to test.
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
                                                    reason="no C compiler on this machine, so no C kernel")]
 
-TOPIC, PARTITION = "orders", 3
-SCHEMA = arrow_schema(kafka_schema(True))
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4   # Kafka's codec ids in a batch's attributes
-Record = tuple  # (key, value, headers)
-
-
-def plain_records(rnd: random.Random, count: int) -> list[Record]:
-    """What real streams hold: ASCII keys (or none), any body, a few ASCII headers."""
-    out = []
-    for _ in range(count):
-        key = rnd.choice([None, b"", b"order-%d" % rnd.randrange(10**6), b"k"])
-        value = rnd.choice([None, b"", rnd.randbytes(rnd.choice([1, 100, 1000]))])
-        names = ["TAGS", "trace", "KAFKA_OFFSET", "UNIQ_KEY", "x-y"]
-        headers = [(rnd.choice(names), rnd.choice([None, b"", b"Tag%d" % rnd.randrange(5), b"a\x00b"]))
-                   for _ in range(rnd.choice([0, 0, 1, 2, 4]))]
-        out.append((key, value, headers))
-    return out
 
 
 def fetched(batches: list[tuple[int, list[Record], int]], seed: int = 1, log_append: bool = False) -> bytes:
@@ -90,13 +83,6 @@ def both_ways(data: bytes, fetch_offset: int, until: int, mapping: MappingConfig
     return direct, the_general_way(chunk_of(data, fetch_offset)), encoder
 
 
-def assert_same(direct: pa.RecordBatch | None, general: pa.RecordBatch) -> None:
-    assert direct is not None, "the direct path refused a fetch it covers"
-    assert direct.schema == general.schema
-    for name in general.schema.names:
-        assert direct.column(name).equals(general.column(name)), name
-
-
 def test_the_kernel_is_built_where_a_compiler_is() -> None:
     assert direct_encode.available(), "setup.py's extension did not build: run `make venv` and read pip's output"
 
@@ -117,15 +103,6 @@ def test_the_range_is_cut_at_the_fetch_offset_and_at_the_task_end() -> None:
     direct, general, _ = both_ways(data, 117, 163)
     assert direct.column("kafka_offset").to_pylist() == list(range(117, 163))
     assert_same(direct, general)
-
-
-# settings that change every record's bytes (the queue, the topic, the hosts)
-MAPPINGS = pytest.mark.parametrize("mapping", [
-    MappingConfig(queue_mode="key-hash", queue_count=7),
-    MappingConfig(topic_map={TOPIC: "OrderTopic"}, born_host="10.1.2.3:4567"),
-    MappingConfig(store_host="[2001:db8::1]:10911", born_host="[::1]:1"),
-    MappingConfig(broker_groups=2),
-], ids=["key-hash", "renamed-topic", "ipv6-hosts", "broker-groups"])
 
 
 @MAPPINGS
@@ -210,16 +187,8 @@ def test_handed_back_records_keep_their_place_across_batches_and_codecs() -> Non
     assert direct.column("kafka_offset").to_pylist()[:59] == sorted(direct.column("kafka_offset").to_pylist()[:59])
 
 
-_TEXTS = st.one_of(st.text(max_size=6).map(str.encode), st.binary(max_size=6),
-                   st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"bornHost", b"a\x01", b"\x02"]))
-_RECORDS = st.lists(st.tuples(
-    st.one_of(st.none(), _TEXTS), st.one_of(st.none(), st.binary(max_size=40)),
-    st.lists(st.tuples(_TEXTS.map(lambda b: b.decode("utf-8", "replace")), st.one_of(st.none(), _TEXTS)),
-             max_size=4)), min_size=1, max_size=30)
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=_RECORDS, key_hash=st.booleans())
+@given(records=RECORDS, key_hash=st.booleans())
 def test_any_records_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool) -> None:
     mapping = MappingConfig(queue_mode="key-hash", queue_count=5) if key_hash else MappingConfig()
     direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, len(records), mapping)

@@ -15,8 +15,8 @@ from ingest.encode.direct_encode import DirectEncoder
 from ingest.encode.mapping import PROBLEM, MappingConfig
 from ingest.encode.prepare import map_and_encode, map_and_encode_batches, partition_runs
 from store.format.codec import CodecConfig
-from tests.test_direct_encode import (
-    _RECORDS,
+from tests.direct_encode_helpers import (
+    RECORDS,
     MAPPINGS,
     PARTITION,
     SCHEMA,
@@ -146,7 +146,7 @@ def test_columns_of_spark_s_large_variable_types_are_read_as_the_usual_ones() ->
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=_RECORDS, key_hash=st.booleans(), start=st.integers(0, 3))
+@given(records=RECORDS, key_hash=st.booleans(), start=st.integers(0, 3))
 def test_any_rows_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool, start: int) -> None:
     mapping = MappingConfig(queue_mode="key-hash", queue_count=5) if key_hash else MappingConfig()
     rows = kafka_rows(records).slice(min(start, len(records) - 1))

@@ -10,6 +10,7 @@ import pytest
 
 from store import InvalidMessageError, check_encoded
 from store.format.batch_codec import encode_batch_to_arrow
+from tests.batch_helpers import corrupt
 
 pytestmark = pytest.mark.unit
 
@@ -40,17 +41,6 @@ def records(n: int = 6, v6: bool = False, topics: tuple[str, str] = ("orders", "
         "prepared_transaction_offset": pa.array([0] * n, pa.int64()),
     })
     return encode_batch_to_arrow(table)
-
-
-def corrupt(batch: pa.RecordBatch, row: int, at: int) -> pa.RecordBatch:
-    """``batch`` with one byte of one record flipped (what an encoder bug could hand over)."""
-    records = batch.column("record")
-    offsets = np.frombuffer(records.buffers()[1], np.int32)[records.offset:]
-    data = bytearray(records.buffers()[2].to_pybytes())
-    data[int(offsets[row]) + at] ^= 0xFF
-    flipped = pa.Array.from_buffers(pa.binary(), len(records), [None, pa.py_buffer(offsets.tobytes()),
-                                                                pa.py_buffer(bytes(data))])
-    return batch.set_column(0, "record", flipped)
 
 
 @pytest.mark.parametrize("v6", [False, True])

@@ -326,7 +326,7 @@ def test_warm_first_faults_the_first_index_file_in_and_a_flush_writes_only_what_
     """warm_first_segment: the first IndexFile's items are faulted in when it is made, as the
     first segment is at open; the flushes still write only the header, the slots and the items
     put (the zeros faulted in ahead are not theirs to write)."""
-    from tests.test_store_drop_behind import resident_pages
+    from tests.store_helpers import resident_pages
 
     class Flushes:
         def __init__(self, mm: mmap.mmap) -> None:

@@ -17,36 +17,10 @@ from store import MessageStore, StoreConfig, StoreReader
 from store.format.codec import CodecConfig, Message
 from store.format.constants import COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_ZSTD
 from store.index.service import IndexConfig
-from tests.test_commands import jsonl, run
+from tests.cli_helpers import jsonl, run
+from tests.index_helpers import T0, encoded_batch, keyed, write_store
 
 pytestmark = pytest.mark.unit
-T0 = 1_700_000_000_000
-
-
-def keyed(topic: str, i: int, keys: str) -> Message:
-    return Message(topic, f"body-{i}".encode(), queue_id=i % 2,
-                   properties=f"KEYS\x01{keys}\x02UNIQ_KEY\x01U{i:031d}\x02")
-
-
-def write_store(root: Path, index: IndexConfig | None = None, batches: int = 3) -> list[int]:
-    """Three batches an hour apart: T1 messages keyed "k<i> shared", T2 keyed "Aa" (its hash is
-    the hash of "BB": "T2#Aa" and "T2#BB" share a hash slot chain)."""
-    config = StoreConfig(segment_size=1 << 16, index=index or IndexConfig())
-    offsets = []
-    with MessageStore.open(root, config) as store:
-        for b in range(batches):
-            msgs = [keyed("T1", b * 10 + i, f"k{b * 10 + i} shared") for i in range(8)] + \
-                   [keyed("T2", b * 10 + 8, "Aa")]
-            res = store.append_encoded(_encode(msgs), store_timestamp=T0 + b * 3_600_000)
-            offsets += res.physical_offsets.tolist()
-            store.commit()
-    return offsets
-
-
-def _encode(msgs: list[Message]):
-    from store.format.batch_codec import encode_messages
-
-    return encode_messages(msgs, CodecConfig())
 
 
 def test_get_by_key_returns_every_message_carrying_it_in_offset_order(tmp_path: Path) -> None:
@@ -113,7 +87,7 @@ def test_reindex_with_small_files_rolls_over_and_the_writer_keeps_that_geometry(
     assert len(files) == 8 and all(p.stat().st_size == 40 + 4 * 4 + 20 * 8 for p in files)   # 52 keys, 7 a file
     # a writer opened with the default settings keeps the index's own, and goes on indexing
     with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=1 << 16)) as store:
-        store.append_encoded(_encode([keyed("T1", 99, "late")]))
+        store.append_encoded(encoded_batch([keyed("T1", 99, "late")]))
         store.commit()
     rc, out, _ = run("get", str(tmp_path / "s"), "--topic", "T1", "--key", "late", "--json")
     assert rc == 0 and jsonl(out)[0]["physicalOffset"] > offsets[-1]

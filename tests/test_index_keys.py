@@ -11,19 +11,8 @@ from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, Message
 from store.format.constants import TRANSACTION_ROLLBACK_TYPE
 from store.scan.fields import record_fields
-from store.format.properties import string_to_properties
 from store.index.batch_keys import batch_keys
-from store.index.hashing import index_key_hashes
-from store.index.keys import indexed_keys
-
-
-def expected(messages: list[Message]) -> tuple[list[int], list[int]]:
-    records, hashes = [], []
-    for i, m in enumerate(messages):
-        keys = indexed_keys(string_to_properties(m.properties), m.sys_flag)
-        records += [i] * len(keys)
-        hashes += index_key_hashes([m.topic] * len(keys), keys).tolist()
-    return records, hashes
+from tests.index_helpers import expected
 
 
 def found(messages: list[Message]) -> tuple[list[int], list[int]]:

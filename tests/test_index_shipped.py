@@ -20,7 +20,7 @@ from store.format.constants import TRANSACTION_ROLLBACK_TYPE
 from store.index import file as index_file
 from store.index.build import record_keys
 from store.index.service import IndexConfig, IndexService
-from tests.test_index_build import _name, _text
+from tests.index_helpers import property_names, property_texts
 
 pytestmark = pytest.mark.unit
 SEG = 1 << 16
@@ -99,7 +99,7 @@ def test_records_the_c_pass_cannot_decode_are_shipped_as_java_decodes_them(tmp_p
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(["T", "Tö", "x" * 130]),
-                                   st.lists(st.tuples(_name, _text), max_size=4),
+                                   st.lists(st.tuples(property_names, property_texts), max_size=4),
                                    st.sampled_from([0, 4, TRANSACTION_ROLLBACK_TYPE])), min_size=1, max_size=25),
                 min_size=1, max_size=4))
 def test_any_records_index_alike_shipped_or_found(tmp_path_factory: pytest.TempPathFactory, batches: list) -> None:

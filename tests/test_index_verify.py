@@ -7,9 +7,7 @@ config/messageIndex.json says is on but is not there."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,23 +18,19 @@ from store.index.service import IndexConfig
 from store.index.settings import IndexSettings, write_index_settings
 from store.log.source import open_source
 from store.tools.verify import verify_source
-from tests.test_commands import run
-from tests.test_index_commands import write_store
+from tests.cli_helpers import run
+from tests.index_helpers import (
+    HEADER,
+    ITEMS,
+    SLOT_TABLE,
+    SLOTS,
+    golden_index_stores,
+    item_at,
+    overwrite,
+    small_index_store,
+)
 
 pytestmark = pytest.mark.unit
-
-SLOTS, ITEMS = 64, 256
-HEADER, SLOT_TABLE = 40, 4 * SLOTS
-
-
-def small_index_store(root: Path) -> list[int]:
-    return write_store(root, IndexConfig(True, SLOTS, ITEMS))
-
-
-def overwrite(path: Path, at: int, length: int, seed: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[at:at + length] = random.Random(seed).randbytes(length)
-    path.write_bytes(bytes(data))
 
 
 def verify(root: Path) -> tuple[int, dict]:
@@ -126,12 +120,6 @@ def test_a_key_no_item_holds_is_reported_at_its_message(tmp_path: Path) -> None:
     missing = [p for p in report["problems"] if p["kind"] == "indexKeyMissing"]
     assert rc == 1 and {p["offset"] for p in missing} == {offsets[-1]}, report["problems"]
     assert "commitlog reindex" in missing[0]["detail"]
-
-
-def item_at(index_file: Path, i: int) -> tuple[int, int]:
-    """(keyHash, phyOffset) of item ``i`` (0-based) of a small-index file."""
-    data = index_file.read_bytes()[HEADER + SLOT_TABLE + 20 * i:][:12]
-    return int.from_bytes(data[:4], "big"), int.from_bytes(data[4:12], "big")
 
 
 def test_an_item_with_another_hash_is_reported_and_its_key_as_missing(tmp_path: Path) -> None:
@@ -233,20 +221,6 @@ def test_an_index_written_with_gaps_is_not_held_to_every_key(tmp_path: Path) -> 
     shutil.rmtree(tmp_path / "s" / "index")
     write_index_settings(tmp_path / "s", IndexSettings(SLOTS, ITEMS, complete=False))
     assert verify(tmp_path / "s")[0] == 0 and offsets
-
-
-def golden_index_stores(golden_dir: Path, tmp_path: Path) -> Iterator[tuple[Path, dict, Path]]:
-    """Each IndexFile vector of RocketMQ's own (../shared/golden/INDEX_FORMAT_NOTES.md) with the store
-    it indexes, copied under ``tmp_path`` as one store: (its case folder, its settings.json, the store)."""
-    cases = sorted(p.parent for p in golden_dir.glob("store_*_index/**/settings.json"))
-    assert cases
-    for i, case in enumerate(cases):
-        settings = json.loads((case / "settings.json").read_text())
-        store = tmp_path / str(i)
-        shutil.copytree(golden_dir / settings["store"], store)
-        shutil.copytree(case / "index", store / "index")
-        write_index_settings(store, IndexSettings(settings["maxHashSlotNum"], settings["maxIndexNum"]))
-        yield case, settings, store
 
 
 def test_rocketmqs_own_index_files_verify_clean(golden_dir: Path, tmp_path: Path) -> None:

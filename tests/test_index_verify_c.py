@@ -28,8 +28,16 @@ from store.log.source import committed_end, mapped, open_source
 from store.tools import verify_index
 from store.tools.reindex import reindex
 from store.tools.verify_index import index_problems
-from tests.test_index_verify import (HEADER, ITEMS, SLOT_TABLE, SLOTS, golden_index_stores, item_at, overwrite,
-                                     small_index_store)
+from tests.index_helpers import (
+    HEADER,
+    ITEMS,
+    SLOT_TABLE,
+    SLOTS,
+    golden_index_stores,
+    item_at,
+    overwrite,
+    small_index_store,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -19,12 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from ingest.encode.mapping import MappingConfig, map_kafka_batch
 from ingest.encode.prepare import map_and_encode
 from ingest.lag import LagLog, partition_lag
-from ingest.metrics import PHASES, JobMetrics, MetricsPortError, MetricsServer, reason_kind
+from ingest.metrics import PHASES, JobMetrics, MetricsPortError, MetricsServer
 from ingest.replay.export_rows import read_export
 from sink import BatchStats
-from store import Message, MessageStore, StoreConfig
+from store import DeadLetterReason, Message, MessageStore, StoreConfig
 from store.format.codec import CodecConfig
-from tests.test_mapping import kafka_rows
+from tests.batch_helpers import kafka_rows
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.unit
 def stats(batch_id: int = 0, **kw) -> BatchStats:
     figures = {"records": 3, "dead_letters": 1, "append_ms": 4.0, "flush_ms": 2.0, "commit_ms": 1.0,
                "commit_offset": 900, "index_ms": 0.5, "collect_ms": 250.0, "topic_records": {"a": 2, "b": 1},
-               "topic_bytes": {"a": 400, "b": 150}, "dead_reasons": {"body is 9 bytes, over the limit of 4": 1}}
+               "topic_bytes": {"a": 400, "b": 150}, "dead_reasons": {"body_too_large": 1}}
     return BatchStats(batch_id, **{**figures, **kw})
 
 
@@ -82,33 +82,47 @@ def test_kafka_lag_per_partition_follows_each_progress() -> None:
     assert partition_lag('{"t":{"0":3}}', {"t": {"0": 9}, "u": {"0": 1}}) == {("t", 0): 6}
 
 
-def test_every_dead_letter_reason_the_code_writes_has_a_kind() -> None:
-    def reason(rows: pa.RecordBatch, mapping: MappingConfig = MappingConfig(), codec: CodecConfig = CodecConfig()):
-        out = map_and_encode(rows, mapping, codec).column("dead_reason").drop_null().to_pylist()
-        assert len(out) == 1, out
-        return out[0]
+def test_every_dead_letter_carries_the_code_of_where_it_was_refused() -> None:
+    def dead(rows: pa.RecordBatch | pa.Table, mapping: MappingConfig = MappingConfig(),
+             codec: CodecConfig = CodecConfig()) -> tuple[str, str]:
+        out = map_and_encode(rows, mapping, codec).to_pylist()
+        letters = [(r["dead_code"], r["dead_reason"]) for r in out if r["dead_reason"] is not None]
+        assert len(letters) == 1, letters
+        return letters[0]
 
-    assert reason_kind(reason(kafka_rows({"value": b"x" * 300}), MappingConfig(max_message_size=100))) \
-        == "body_too_large"
-    assert reason_kind(reason(kafka_rows({"headers": [{"key": "h", "value": b"v" * 40_000}]}))) \
-        == "properties_too_large"
-    assert reason_kind(reason(kafka_rows({"topic": "no spaces"}))) == "topic_invalid"
-    assert reason_kind(reason(kafka_rows({"headers": [{"key": "bornHost", "value": b"nowhere"}]}))) \
-        == "header_invalid"
-    assert reason_kind(reason(kafka_rows({"value": b"{not json"}), MappingConfig(envelope=True))) \
-        == "envelope_invalid"
-    whole = reason(kafka_rows({"value": b"x" * 3000}), MappingConfig(max_message_size=3500),
-                   CodecConfig(max_message_size=3500, segment_room=2048))
-    assert whole.startswith("message is") and reason_kind(whole) == "record_too_large"
-    assert map_kafka_batch(kafka_rows({"value": b"ok"}), MappingConfig()).column("dead_reason").null_count == 1
+    assert dead(kafka_rows({"value": b"x" * 300}), MappingConfig(max_message_size=100))[0] \
+        == DeadLetterReason.BODY_TOO_LARGE
+    assert dead(kafka_rows({"headers": [{"key": "h", "value": b"v" * 40_000}]}))[0] \
+        == DeadLetterReason.PROPERTIES_TOO_LARGE
+    assert dead(kafka_rows({"topic": "no spaces"}))[0] == DeadLetterReason.TOPIC_INVALID
+    assert dead(kafka_rows({"headers": [{"key": "bornHost", "value": b"nowhere"}]}))[0] \
+        == DeadLetterReason.HEADER_INVALID
+    assert dead(kafka_rows({"value": b"{not json"}), MappingConfig(envelope=True))[0] \
+        == DeadLetterReason.ENVELOPE_INVALID
+    code, text = dead(kafka_rows({"value": b"x" * 3000}), MappingConfig(max_message_size=3500),
+                      CodecConfig(max_message_size=3500, segment_room=2048))
+    assert text.startswith("message is") and code == DeadLetterReason.RECORD_TOO_LARGE
+    live = map_kafka_batch(kafka_rows({"value": b"ok"}), MappingConfig())
+    assert live.column("dead_reason").null_count == live.column("dead_code").null_count == 1
 
 
-def test_a_replayed_file_row_reason_is_a_file_row_kind(tmp_path: Path) -> None:
+def test_a_replayed_file_row_with_a_problem_is_a_file_row_dead_letter(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_text(json.dumps({"topic": "t", "partition": 0, "offset": 0, "key": "***",
                                                   "value": None}) + "\n")
-    (problem,) = read_export(tmp_path, "jsonl").table.column("problem").to_pylist()
-    assert reason_kind(problem) == "file_row_invalid"
-    assert reason_kind("something new") == "other"
+    rows = read_export(tmp_path, "jsonl").table
+    (letter,) = map_and_encode(rows, MappingConfig(), CodecConfig()).to_pylist()
+    assert letter["dead_code"] == DeadLetterReason.FILE_ROW_INVALID
+    assert letter["dead_reason"] == rows.column("problem")[0].as_py()
+
+
+def test_dead_letters_are_counted_by_their_code() -> None:
+    m = JobMetrics("run", "/s")
+    m.batch(stats(0, dead_letters=3, dead_reasons={"topic_invalid": 2, "other": 1}))
+    m.count_dead_letters({DeadLetterReason.FILE_ROW_INVALID: 4})
+    got = samples(m)
+    assert got[("commitlog_dead_letters_total", (("reason", "topic_invalid"),))] == 2
+    assert got[("commitlog_dead_letters_total", (("reason", "other"),))] == 1
+    assert got[("commitlog_dead_letters_total", (("reason", "file_row_invalid"),))] == 4
 
 
 def test_a_scrape_reads_the_store_as_it_is_then(tmp_path: Path) -> None:

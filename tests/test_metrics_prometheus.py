@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -19,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from ingest.broker.base import free_port
 from ingest.job import run_stream
 from ingest.metrics import OBSERVED
 from store import read_commit_point
+from tests.job_helpers import job_config
 from tests.kafka_helpers import create_topics, produce, unique_topic
 from tests.test_deploy_monitoring import dashboard_exprs
-from tests.test_job import job_config
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -36,29 +37,9 @@ pytestmark = [
 RECORDS, TOO_LARGE, PARTITIONS = 600, 3, 4
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get(url: str, timeout: float = 10) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read()
-
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = 180) -> object:
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except OSError as exc:          # not up yet
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what} (last: {last})")
 
 
 @pytest.fixture
@@ -80,7 +61,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Callable[[int], None]]]:
         urllib.request.urlopen(request, timeout=10).read()
 
     try:
-        wait_for("prometheus to be ready", lambda: proc.poll() is None and get(f"{url}/-/ready"), 60)
+        wait_until(lambda: proc.poll() is None and get(f"{url}/-/ready"), 60, "prometheus to be ready", interval_s=0.5, retry_on=(OSError,))
         yield url, scrape
     finally:
         proc.terminate()
@@ -122,28 +103,28 @@ def test_prometheus_scrapes_the_stored_total_the_dead_letters_and_no_lag(
     runner = threading.Thread(target=job, name="commitlog-run")
     runner.start()
     try:
-        wait_for("the job's metrics endpoint", lambda: get(f"http://127.0.0.1:{metrics_port}/metrics"), 120)
+        wait_until(lambda: get(f"http://127.0.0.1:{metrics_port}/metrics"), 120, "the job's metrics endpoint", interval_s=0.5, retry_on=(OSError,))
         scrape(metrics_port)
-        wait_for("prometheus to scrape the job", lambda: scalar(url, 'up{job="commitlog"}') == 1)
+        wait_until(lambda: scalar(url, 'up{job="commitlog"}') == 1, 180, "prometheus to scrape the job", interval_s=0.5, retry_on=(OSError,))
         records = [(topic, i % PARTITIONS, b"k%d" % i, b"v" * (i % 50), []) for i in range(RECORDS)]
         records += [(topic, i % PARTITIONS, None, b"x" * 5000, []) for i in range(TOO_LARGE)]
         produced_at = time.time()
         produce(bootstrap_servers, records)
 
-        wait_for("every record stored, as Prometheus has it",
-                 lambda: scalar(url, "sum(commitlog_stored_records_total)") == RECORDS)
-        wait_for("no lag left on any partition", lambda: scalar(url, "count(commitlog_kafka_lag_records)") == PARTITIONS
-                 and scalar(url, "sum(commitlog_kafka_lag_records)") == 0)
+        wait_until(lambda: scalar(url, "sum(commitlog_stored_records_total)") == RECORDS, 180,
+                   "every record stored, as Prometheus has it", interval_s=0.5, retry_on=(OSError,))
+        wait_until(lambda: scalar(url, "count(commitlog_kafka_lag_records)") == PARTITIONS
+                   and scalar(url, "sum(commitlog_kafka_lag_records)") == 0, 180, "no lag left on any partition", interval_s=0.5, retry_on=(OSError,))
         assert scalar(url, 'sum(commitlog_dead_letters_total{reason="body_too_large"})') == TOO_LARGE
         assert scalar(url, "sum(commitlog_stored_records_total)") == RECORDS, "no record counted twice"
         assert scalar(url, 'commitlog_batch_phase_seconds_count{phase="commit"}') >= 1
         # every stored record's latency, from its Kafka timestamp to its commit: counted once, each under
         # the time since it was produced
-        wait_for("every record's latency counted", lambda: scalar(url, "commitlog_end_to_end_latency_seconds_count")
-                 == RECORDS)
+        wait_until(lambda: scalar(url, "commitlog_end_to_end_latency_seconds_count") == RECORDS, 180,
+                   "every record's latency counted", interval_s=0.5, retry_on=(OSError,))
         p99 = scalar(url, "histogram_quantile(0.99, commitlog_end_to_end_latency_seconds_bucket)")
         assert p99 is not None and 0 < p99 <= time.time() - produced_at
-        wait_for("nothing left uncommitted", lambda: scalar(url, "commitlog_uncommitted_age_seconds") == 0)
+        wait_until(lambda: scalar(url, "commitlog_uncommitted_age_seconds") == 0, 180, "nothing left uncommitted", interval_s=0.5, retry_on=(OSError,))
         assert scalar(url, "commitlog_store_segments") >= 1
         committed = scalar(url, "commitlog_store_committed_offset_bytes")
         assert committed == scalar(url, "sum(commitlog_stored_bytes_total)")   # one store, one run: all of it
@@ -151,7 +132,7 @@ def test_prometheus_scrapes_the_stored_total_the_dead_letters_and_no_lag(
         for expr in dashboard_exprs():        # every panel of the dashboard has data to show
             live = expr.replace("$instance", ".*").replace("$__rate_interval", "1m").replace("$__range", "10m")
             # a rate needs two scrapes of its series: on a busy machine the second may still be to come
-            wait_for(f"the dashboard's query to find data: {expr}", lambda: promql(url, live), 60)
+            wait_until(lambda: promql(url, live), 60, f"the dashboard's query to find data: {expr}", interval_s=0.5, retry_on=(OSError,))
 
         exposition = get(f"http://127.0.0.1:{metrics_port}/metrics")
         check = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, timeout=60)

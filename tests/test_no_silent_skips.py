@@ -16,9 +16,9 @@ import pytest
 from ingest.replay.export_rows import read_export
 from store import MessageStore, StoreConfig
 from store.format.codec import Message
-from tests.test_commands import run
-from tests.test_replay_files import ROOT, good, parquet_export, write_jsonl
-from tests.test_tools_holes import SEG, four_segments
+from tests.cli_helpers import run
+from tests.export_helpers import ROOT, good, parquet_export, write_jsonl
+from tests.store_helpers import SEG, four_segments
 
 pytestmark = pytest.mark.unit
 
@@ -78,7 +78,7 @@ def test_dump_with_a_limit_that_shows_nothing_is_refused(tmp_path: Path, limit: 
 
 
 def test_get_with_begin_after_end_says_the_range_is_empty(tmp_path: Path) -> None:
-    from tests.test_index_commands import write_store
+    from tests.index_helpers import write_store
 
     write_store(tmp_path / "s", batches=1)
     rc, out, err = run("get", str(tmp_path / "s"), "--topic", "T1", "--key", "shared",

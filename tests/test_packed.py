@@ -10,14 +10,9 @@ from ingest.encode.prepare import encode_and_pack, map_and_encode
 from sink.batch import ENCODED_SCHEMA
 from sink.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
 from store.format.codec import CodecConfig
-from tests.test_mapping import kafka_rows
+from tests.batch_helpers import encoded, kafka_rows
 
 pytestmark = pytest.mark.unit
-
-
-def encoded(first: int, count: int) -> pa.RecordBatch:
-    return map_and_encode(kafka_rows(*[{"offset": i, "value": b"v%d" % i} for i in range(first, first + count)]),
-                          MappingConfig(), CodecConfig())
 
 
 def test_batches_come_back_whole_and_in_order_whatever_the_chunking_of_the_column() -> None:

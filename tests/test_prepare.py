@@ -17,7 +17,7 @@ from store import EncodedBatch, StoreConfig
 from store.index.build import record_keys
 from store.index.service import IndexService
 from store.format.codec import CodecConfig, decode_message
-from tests.test_mapping import kafka_rows
+from tests.batch_helpers import kafka_rows
 
 pytestmark = pytest.mark.unit
 

@@ -16,6 +16,7 @@ from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.options import KafkaSourceError
 from ingest.kafka.read import KafkaColumns, read_range
 from ingest.kafka.source import arrow_schema, kafka_schema
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +41,8 @@ def test_a_broker_that_comes_back_within_the_wait_is_read() -> None:
     starter = threading.Timer(3.0, lambda: brokers.append(start_embedded("tansu", port=port)))
     starter.start()
     try:
-        deadline = time.monotonic() + 60
-
         def produce_when_up() -> None:
-            while not brokers and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: brokers, 60, "the broker to start", interval_s=0.1)
             producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}")
             for i in range(5):
                 producer.send("waited", value=b"v%d" % i, partition=0)

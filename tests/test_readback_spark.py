@@ -159,7 +159,7 @@ def test_what_was_produced_to_kafka_reads_back_from_the_store(bootstrap_servers:
     from pyspark.sql import functions as F
 
     from tests.kafka_helpers import create_topics, produce, unique_topic
-    from tests.test_job import job_config, run_until_caught_up
+    from tests.job_helpers import job_config, run_until_caught_up
 
     topics = [unique_topic("readback-a"), unique_topic("readback-b")]
     create_topics(bootstrap_servers, topics)

@@ -10,47 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from store import CommittedDataCorruptError, Message, MessageStore, SegmentSizeError, StoreConfig, StoreReader
+from store import CommittedDataCorruptError, MessageStore, SegmentSizeError, StoreConfig, StoreReader
+from tests.store_helpers import SEG, committed_store, crash, flip, msgs, open_store, seg_path
 
 pytestmark = pytest.mark.unit
-
-SEG = 64 * 1024
-
-
-def msgs(n: int, start: int = 0) -> list[Message]:
-    return [Message(topic="R", queue_id=i % 3, body=(f"m{i}-".encode() * 40)[:100 + i % 50])
-            for i in range(start, start + n)]
-
-
-def open_store(root: Path, **kw) -> MessageStore:
-    return MessageStore.open(root, StoreConfig(segment_size=SEG, preallocate=False), **kw)
-
-
-def crash(s: MessageStore) -> None:
-    """Leave the store as a SIGKILLed writer does: written bytes stay in the page cache, the
-    abort file stays, the flock goes away with the file descriptors."""
-    s.abandon()
 
 
 def bodies(s: MessageStore) -> list[bytes]:
     return [m.body.tobytes() for _, m in s.iter_messages()]
 
 
-def seg_path(root: Path, offset: int) -> Path:
-    return root / "commitlog" / str(offset - offset % SEG).zfill(20)
-
-
 def poke(root: Path, offset: int, data: bytes) -> None:
     with open(seg_path(root, offset), "r+b") as f:
         f.seek(offset % SEG)
         f.write(data)
-
-
-def committed_store(root: Path, n: int = 900) -> tuple[MessageStore, list[int]]:
-    s = open_store(root)
-    r = s.append(msgs(n))
-    s.commit(metadata={"n": n})
-    return s, r.physical_offsets.tolist()
 
 
 def test_clean_close_reopens_at_the_commit_point_without_rescanning(tmp_path: Path) -> None:
@@ -88,14 +61,6 @@ def test_a_crash_keeps_everything_up_to_the_commit_point_and_nothing_after(tmp_p
         assert stale == bytes(len(stale))      # nothing left that a scan could take for data
         assert s2.next_queue_offsets() == {("R", 0): 300, ("R", 1): 300, ("R", 2): 300}
         assert s2.append(msgs(1, 900)).queue_offsets.tolist() == [300]
-
-
-def flip(root: Path, offset: int) -> None:
-    with open(seg_path(root, offset), "r+b") as f:
-        f.seek(offset % SEG)
-        b = f.read(1)
-        f.seek(offset % SEG)
-        f.write(bytes([b[0] ^ 0x10]))
 
 
 def test_broken_framing_in_committed_data_refuses_to_open_until_truncation_is_asked(tmp_path: Path) -> None:
@@ -138,7 +103,7 @@ def test_a_damaged_body_below_the_commit_point_is_kept_and_costs_nothing_after_i
         assert got[100] != want[100]
         assert sum(s3.next_queue_offsets().values()) == 1200
         assert int(r.physical_offsets[-1]) < end
-    from tests.test_commands import run
+    from tests.cli_helpers import run
 
     rc, out, _ = run("verify", str(root), "--json")
     assert rc == 1 and [(p["offset"], p["kind"]) for p in json.loads(out)["problems"]] == [(victim, "crc")]

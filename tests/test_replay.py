@@ -15,7 +15,7 @@ from ingest.config import JobConfig
 from ingest.replay.command import ReplayOptions, replay
 from ingest.replay.files import export_records, read_kafka_files
 from ingest.replay.plan import Bound
-from tests.test_replay_support import (
+from tests.replay_helpers import (
     kafka_coordinates,
     new_topic,
     produce,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from store.log.commit_point import read_commit_point
-from tests.test_replay_support import kafka_coordinates, new_topic, produce, store_messages
+from tests.replay_helpers import kafka_coordinates, new_topic, produce, store_messages
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=1.6)]
 
@@ -63,10 +64,8 @@ def test_replay_killed_repeatedly_ends_with_every_record_exactly_once(bootstrap_
                 proc.wait(timeout=240)
                 assert proc.returncode == -signal.SIGKILL, f"run did not die at {crash_at}; see {tmp_path}/replay.log"
             else:
-                deadline = time.monotonic() + 240
-                while committed_records(store) <= progress[-1] and proc.poll() is None:
-                    assert time.monotonic() < deadline, f"no commit in 240 s; see {tmp_path}/replay.log"
-                    time.sleep(0.05)
+                wait_until(lambda: committed_records(store) > progress[-1] or proc.poll() is not None, 240,
+                           f"a commit; see {tmp_path}/replay.log")
                 time.sleep(rng.uniform(0.0, 1.5))   # anywhere in the next batch(es)
                 assert proc.poll() is None, f"the replay finished before it could be killed; see {tmp_path}/replay.log"
         finally:

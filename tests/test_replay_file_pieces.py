@@ -18,7 +18,7 @@ from ingest.replay.export_rows import _read_jsonl, read_export
 from ingest.replay.fast_rows import jsonl_rows
 from ingest.replay.file_pieces import FilePiece, plan_pieces, read_piece, scan_export
 from ingest.replay.files import read_kafka_files
-from tests.test_replay_files import TOPIC, bad_export, good, parquet_export, write_jsonl
+from tests.export_helpers import TOPIC, bad_export, good, parquet_export, write_jsonl
 
 
 @pytest.mark.unit

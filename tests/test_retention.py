@@ -12,6 +12,7 @@ import pytest
 from store.errors import DiskFullError
 from store.queue.consume_queue import ConsumeQueueStore
 from store.retention import DiskUsage, RetentionConfig, RetentionService, plan_clean
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -182,10 +183,10 @@ def test_the_background_service_runs_passes_until_stopped(tmp_path: Path) -> Non
     make_store(tmp_path, [100, 1], FOUR)
     svc = RetentionService(tmp_path, RetentionConfig(interval_s=0.01), committed_offset=lambda: 2 * SEG,
                            clock=lambda: FOUR, disk_usage=Disk(tmp_path, 0)).start()
-    deadline = time.monotonic() + 5
-    while remaining(tmp_path) != [1] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    svc.stop()
+    try:
+        wait_until(lambda: remaining(tmp_path) == [1], 5, "a pass to delete the expired segment")
+    finally:
+        svc.stop()
     assert remaining(tmp_path) == [1]
 
 
@@ -242,9 +243,8 @@ def test_a_running_store_deletes_its_old_segments_and_stays_verifiable(tmp_path:
     with MessageStore.open(root, cfg) as store:
         store.append([Message(topic="T", body=b"x" * 300, queue_id=i % 2) for i in range(60)])
         store.commit()
-        deadline = time.monotonic() + 10
-        while store.queue_range("T", 0)[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)                               # segments go first, then queue files
+        # segments go first, then queue files
+        wait_until(lambda: store.queue_range("T", 0)[0] > 0, 10, "retention to delete the queue's head")
         assert store.min_offset > 0                        # old segments went
         lo, hi = store.queue_range("T", 0)
         assert 0 < lo < hi == 30                           # the queue's head follows the log

@@ -23,6 +23,7 @@ import pytest
 
 from store.topics import merge_topics
 from tests.rocketmq import RocketBroker, clients
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.1)]
 
@@ -88,12 +89,14 @@ def written(request: pytest.FixtureRequest, rocketmq_nameservers: object,
         results = c.run("send", ns.address, f"producer-{version}", stdin=[m.line() for m in sent])
         assert [r["status"] for r in results] == ["SEND_OK"] * len(sent)
         wanted = sum(m.kind != "rollback" for m in sent)      # the delayed one and the committed one too
-        deadline = time.monotonic() + 120
-        while True:
-            got = [r for r in c.run("pull", ns.address, f"check-{time.monotonic_ns()}", TOPIC) if "via" in r]
-            if len(got) >= wanted or time.monotonic() > deadline:
-                break
-            time.sleep(2)
+        got: list[dict] = []
+
+        def pulled_all() -> bool:
+            got[:] = [r for r in c.run("pull", ns.address, f"check-{time.monotonic_ns()}", TOPIC) if "via" in r]
+            return len(got) >= wanted
+
+        wait_until(pulled_all, 120, f"the broker to serve {wanted} messages", interval_s=2,
+                   error=lambda m: AssertionError(f"{m}: it served {len(got)}"))
         assert len(got) == wanted, f"the broker served {len(got)} of {wanted} messages before it was stopped"
     finally:
         broker.stop()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,6 +10,7 @@ import pytest
 from store import Message, MessageStore, SegmentSizeError, StoreConfig
 from store.log.segment import Segment, parse_segment_name, segment_name
 from store.log.segment_queue import SegmentQueue, zero_range
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -57,28 +58,35 @@ def test_loading_refuses_a_segment_of_another_size_and_a_gap(tmp_path: Path) -> 
         SegmentQueue(tmp_path, SEG).load()
 
 
-def test_the_next_segment_is_created_ahead_and_a_roll_takes_it(tmp_path: Path) -> None:
+def test_the_next_segment_is_created_ahead_and_a_roll_takes_it(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    created: list[int] = []
+    create = Segment.create.__func__
+
+    def recorded(cls: type[Segment], directory: Path, base_offset: int, *args: object, **kwargs: object) -> Segment:
+        created.append(base_offset)
+        return create(cls, directory, base_offset, *args, **kwargs)
+
+    monkeypatch.setattr(Segment, "create", classmethod(recorded))
     root = tmp_path / "s"
     with MessageStore.open(root, StoreConfig(segment_size=SEG, preallocate=True)) as s:
         nxt = root / "commitlog" / segment_name(SEG)
         s.append([Message(topic="P", body=bytes(SEG // 8))])
         s.flush()
-        time.sleep(0.2)
-        assert not nxt.exists()                                # an eighth full: not yet
+        # the append decides whether to prepare the next segment and starts that thread before it
+        # returns: once no such thread is left running, what it created is in ``created``
+        for t in threading.enumerate():
+            if t.name.startswith("segment-prealloc-"):
+                t.join()
+        assert created == [0] and not nxt.exists()             # an eighth full: not yet
         s.append([Message(topic="P", body=bytes(SEG // 8))])   # a quarter full: now
-        deadline = time.monotonic() + 10
-        while not nxt.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert nxt.exists()                                    # before anyone needed it
+        wait_until(nxt.exists, 10, f"{nxt.name} prepared")     # before anyone needed it
         inode = nxt.stat().st_ino
         r = s.append([Message(topic="P", body=bytes(20_000)) for _ in range(3)])
         assert int(r.physical_offsets[-1]) >= SEG
         assert nxt.stat().st_ino == inode                      # the roll used the prepared file
         # past the store's first segment, the next one is prepared as soon as the writer is in one
-        deadline = time.monotonic() + 10
-        while not (root / "commitlog" / segment_name(2 * SEG)).exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert (root / "commitlog" / segment_name(2 * SEG)).exists()
+        wait_until((root / "commitlog" / segment_name(2 * SEG)).exists, 10, f"{segment_name(2 * SEG)} prepared")
     # an unused prepared segment does not outlive the writer
     assert sorted(p.name for p in (root / "commitlog").iterdir()) == [segment_name(0), segment_name(SEG)]
 
@@ -149,10 +157,7 @@ def test_a_window_ahead_of_the_writer_is_faulted_in_and_written_bytes_are_left_a
         seg.wrote = 5000
 
         def settled(expected: int) -> bool:
-            deadline = time.monotonic() + 10
-            while warm.warmed_to != expected and time.monotonic() < deadline:
-                time.sleep(0.01)
-            return warm.warmed_to == expected
+            return wait_until(lambda: warm.warmed_to == expected, 10, f"the window warmed to {expected}")
 
         warm.nudge()
         assert settled(5000 + (1 << 20))                   # one window past the write position, no more
@@ -175,11 +180,8 @@ def test_the_window_ahead_grows_to_two_of_the_last_batch(tmp_path: Path) -> None
     try:
         seg.wrote = 4096
         warm.nudge(3 << 20)                                # a batch of 3 MiB was just written
-        deadline = time.monotonic() + 10
         want = 4096 + BATCHES_AHEAD * (3 << 20)
-        while warm.warmed_to != want and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert warm.warmed_to == want
+        wait_until(lambda: warm.warmed_to == want, 10, f"the window warmed to {want}")
         warm.nudge(1000)                                   # small batches: the window's least size
         assert warm.window == 1 << 20
     finally:
@@ -197,10 +199,7 @@ def test_the_window_moves_on_from_where_the_last_one_ended_between_pages(tmp_pat
     warm = WarmAhead(q, window=1 << 20, step=256 << 10)
     try:
         def settled(expected: int) -> bool:
-            deadline = time.monotonic() + 10
-            while warm.warmed_to != expected and time.monotonic() < deadline:
-                time.sleep(0.01)
-            return warm.warmed_to == expected
+            return wait_until(lambda: warm.warmed_to == expected, 10, f"the window warmed to {expected}")
 
         seg.wrote = 5000
         warm.nudge()

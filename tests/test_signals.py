@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
-from tests.test_job_crash import Producer, job_command, wait_for_line
+from tests.job_process_helpers import Producer, job_command, logged
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=3.6)]
 
@@ -26,7 +27,8 @@ def signalled(cmd: list[str], out: Path, *signals: tuple[int, bool], timeout_s: 
     with open(out, "wb") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=f, start_new_session=True)
     try:
-        assert wait_for_line(out, " rec/s", proc, 240), out.read_text(errors="replace")[-3000:]
+        wait_until(lambda: logged(out, " rec/s", proc), 240, "the first batch's line", interval_s=0.2,
+                   error=lambda m: AssertionError(f"{m}\n{out.read_text(errors='replace')[-3000:]}"))
         for i, (sig, to_group) in enumerate(signals):
             if i:
                 time.sleep(0.05)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from ingest.encode.mapping import HEADER_TYPE
-from sink.deadletter import DeadLetterLog, read_dead_letters
+from sink.deadletter import DEAD_LETTER_DIR, DEAD_LETTER_FILE, DeadLetterLog, read_dead_letters
 from sink.state import SinkState, parse_tp_key, tp_key
 from sink.writer import kafka_next_offsets
 
@@ -20,7 +21,7 @@ def dead_rows(*offsets: int) -> pa.Table:
     return pa.table({
         "kafka_topic": ["t"] * n, "kafka_partition": pa.array([0] * n, pa.int32()),
         "kafka_offset": pa.array(list(offsets), pa.int64()), "raw_timestamp": pa.array([1] * n, pa.int64()),
-        "dead_reason": ["too big"] * n, "raw_key": pa.array([b"k"] * n), "raw_value": pa.array([b"\xff"] * n),
+        "dead_reason": ["too big"] * n, "dead_code": ["body_too_large"] * n, "raw_key": pa.array([b"k"] * n), "raw_value": pa.array([b"\xff"] * n),
         "raw_headers": pa.array([[{"key": "h", "value": b"v"}]] * n, HEADER_TYPE),
     })
 
@@ -58,6 +59,29 @@ def test_dead_letters_beyond_the_commit_are_cut_on_open(tmp_path: Path) -> None:
     letters = read_dead_letters(tmp_path)
     assert [d["offset"] for d in letters] == [1, 2]
     assert letters[0]["reason"] == "too big" and letters[0]["valueBase64"] == "/w=="
+    assert letters[0]["reasonCode"] == "body_too_large"
+
+
+def test_a_dead_letter_without_a_code_is_written_as_other(tmp_path: Path) -> None:
+    log = DeadLetterLog(tmp_path, 0)
+    dead = dead_rows(1)
+    log.append(dead.set_column(dead.schema.get_field_index("dead_code"), "dead_code", pa.nulls(1, pa.string())), 0)
+    log.close()
+    assert read_dead_letters(tmp_path)[0]["reasonCode"] == "other"
+
+
+def test_a_dead_letter_file_from_before_reason_codes_still_reads(tmp_path: Path) -> None:
+    old = {"topic": "t", "partition": 0, "offset": 7, "timestampUs": 1, "reason": "too big", "batchId": 0,
+           "keyBase64": None, "valueBase64": "/w==", "headers": []}
+    line = (json.dumps(old) + "\n").encode()
+    (tmp_path / DEAD_LETTER_DIR).mkdir()
+    (tmp_path / DEAD_LETTER_DIR / DEAD_LETTER_FILE).write_bytes(line)
+    log = DeadLetterLog(tmp_path, len(line))            # a job opening it goes on appending after it
+    log.append(dead_rows(8), batch_id=1)
+    log.close()
+    letters = read_dead_letters(tmp_path)
+    assert letters[0] == {**old, "reasonCode": None}
+    assert (letters[1]["offset"], letters[1]["reasonCode"]) == (8, "body_too_large")
 
 
 def test_a_dead_letter_keeps_a_null_header_as_null(tmp_path: Path) -> None:
@@ -85,7 +109,7 @@ def test_the_broker_group_rides_in_the_state_and_is_kept_by_every_commit() -> No
 def test_a_writer_records_its_broker_group_on_a_new_store_only(tmp_path: Path) -> None:
     from store import StoreConfig
     from sink import CommitLogWriter
-    from tests.test_foreach_batch import collected
+    from tests.batch_helpers import collected
 
     config = StoreConfig(segment_size=1 << 20)
     with CommitLogWriter(tmp_path / "s", config, broker_group="0/2") as w:

@@ -16,7 +16,7 @@ from ingest.job import spool_directory
 from sink.batch import ENCODED_SCHEMA
 from sink.packed import PACKED_SCHEMA, PackedBatchError, pack, unpack
 from sink.spool import Spool, SpoolError, spool_batches, store_tag, write
-from tests.test_packed import encoded
+from tests.batch_helpers import encoded
 
 pytestmark = pytest.mark.unit
 

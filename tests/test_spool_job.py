@@ -15,8 +15,8 @@ from ingest.encode.prepare import map_and_encode
 from sink.spool import Spool
 from store.format.codec import CodecConfig
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
-from tests.test_job import assert_exactly_once, job_config, run_until_caught_up, sample
-from tests.test_mapping import kafka_rows
+from tests.job_helpers import assert_exactly_once, job_config, run_until_caught_up, sample
+from tests.batch_helpers import kafka_rows
 
 pytestmark = pytest.mark.integration
 

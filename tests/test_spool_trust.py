@@ -19,8 +19,7 @@ from sink.batch import ENCODED_SCHEMA
 from sink.packed import unpack
 from sink.spool import Spool, SpoolError, SpoolTarget, write
 from sink.trust import UntrustedPathError
-from tests.test_encoded_check import corrupt
-from tests.test_packed import encoded
+from tests.batch_helpers import corrupt, encoded
 
 pytestmark = pytest.mark.unit
 

@@ -4,38 +4,19 @@ not committed yet, or a store told to keep its cache, stays."""
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from store import Message, MessageStore, StoreConfig
 from store.format.constants import COMMITLOG_DIR
+from tests.store_helpers import resident_pages
 
 pytestmark = pytest.mark.unit
 
 SEG = 1 << 20
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def resident_pages(path: Path, length: int) -> np.ndarray:
-    """Which of the first ``length`` bytes' pages of ``path`` are in the page cache (mincore)."""
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ)
-    try:
-        view = np.frombuffer(mm, dtype=np.uint8)
-        addr = view.ctypes.data
-        pages = -(-length // mmap.PAGESIZE)
-        vec = (ctypes.c_ubyte * pages)()
-        assert _LIBC.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(length), vec) == 0, \
-            f"mincore: {os.strerror(ctypes.get_errno())}"
-        del view
-        return np.frombuffer(vec, dtype=np.uint8) & 1
-    finally:
-        mm.close()
 
 
 def drops_clean_pages(directory: Path) -> bool:

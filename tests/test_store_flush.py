@@ -14,7 +14,9 @@ import pytest
 
 from store import FlushError, Message, MessageStore, StoreConfig, StoreReadOnlyError
 from store.log import segment as segment_module
+from store.log.flush import FlushService
 from store.log.segment import Segment
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -29,18 +31,24 @@ def test_async_flush_catches_up_in_the_background(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_interval_ms=10,
                                                        flush_least_pages=0)) as s:
         s.append(msgs(500))
-        deadline = time.monotonic() + 5
-        while s.flushed_offset < s.max_offset and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert s.flushed_offset == s.max_offset
+        wait_until(lambda: s.flushed_offset == s.max_offset, 5, "the background flush to catch up")
 
 
-def test_async_flush_waits_for_least_pages(tmp_path: Path) -> None:
+def test_async_flush_waits_for_least_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds: list[int] = []          # the least pages of each background round
+    real_flush_once = FlushService._flush_once
+
+    def counted(self: FlushService, least_pages: int) -> int:
+        done = real_flush_once(self, least_pages)
+        rounds.append(least_pages)
+        return done
+
+    monkeypatch.setattr(FlushService, "_flush_once", counted)
     with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_interval_ms=10,
                                                        flush_least_pages=8)) as s:
         s.append(msgs(10))                  # far less than 8 pages
-        time.sleep(0.2)
-        assert s.flushed_offset == 0
+        wait_until(lambda: len(rounds) >= 3, 10, "three background flush rounds")
+        assert set(rounds) == {8} and s.flushed_offset == 0
         assert s.flush() == s.max_offset    # an explicit flush takes everything
 
 

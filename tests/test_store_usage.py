@@ -11,7 +11,7 @@ import pytest
 
 from store import IndexConfig, Message, MessageStore, StoreConfig
 from store.format.constants import INDEX_DIR
-from tests.test_recovery import SEG, committed_store, crash, flip, msgs, open_store
+from tests.store_helpers import SEG, committed_store, crash, flip, msgs, open_store
 
 pytestmark = pytest.mark.unit
 

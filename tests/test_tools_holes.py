@@ -10,20 +10,10 @@ import pytest
 from store import MessageStore, StoreConfig, StoreReader
 from store.errors import StoreError
 from store.format.codec import Message
-from tests.test_commands import run
+from tests.cli_helpers import run
+from tests.store_helpers import SEG, four_segments
 
 pytestmark = pytest.mark.unit
-SEG = 1 << 16
-
-
-def four_segments(root: Path) -> list[Path]:
-    with MessageStore.open(root, StoreConfig(segment_size=SEG, preallocate=False)) as store:
-        while store.max_offset < 3 * SEG + 1000:
-            store.append([Message("T", bytes(900), queue_id=i % 2) for i in range(20)])
-        store.commit()
-    segs = sorted((root / "commitlog").iterdir())
-    assert len(segs) == 4
-    return segs
 
 
 def test_a_clean_store_reads_clean(tmp_path: Path) -> None:

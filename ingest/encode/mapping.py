@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from ingest.encode.mapping_fast import map_fast
 from ingest.kafka.decode import HEADER_TYPE
 from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from store import DeadLetterReason
 from store.format import (
     DEFAULT_MAX_MESSAGE_SIZE,
     EMPTY_VALUE_BODY,
@@ -72,7 +73,7 @@ MAPPED_SCHEMA = pa.schema([
     ("born_timestamp", pa.int64()), ("born_host", pa.binary()), ("store_host", pa.binary()),
     ("reconsume_times", pa.int32()), ("prepared_transaction_offset", pa.int64()),
     ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-    ("value_kind", pa.int8()), ("dead_reason", pa.string()),
+    ("value_kind", pa.int8()), ("dead_reason", pa.string()), ("dead_code", pa.string()),
     ("raw_key", pa.binary()), ("raw_value", pa.binary()), ("raw_headers", HEADER_TYPE),
     ("raw_timestamp", pa.int64()),
 ])
@@ -154,17 +155,23 @@ class _Row:
     born_host: bytes
     value_kind: int = VALUE_IN_BODY
     dead_reason: str | None = None
+    dead_code: DeadLetterReason | None = None
 
 
 def _decode_text(raw: bytes | None, what: str) -> str:
     try:
         return (raw or b"").decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _Dead(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise _Dead(DeadLetterReason.HEADER_INVALID,
+                    f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 class _Dead(Exception):
-    """Internal: this record goes to the dead letters with this reason."""
+    """Internal: this record goes to the dead letters with this reason (code and text)."""
+
+    def __init__(self, code: DeadLetterReason, text: str) -> None:
+        super().__init__(text)
+        self.code = code
 
 
 def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[list[str], str | None, bytes | None]:
@@ -176,9 +183,11 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
     for i, h in enumerate(headers):
         # Kafka has neither; an export file written by other tools may (parquet allows both)
         if h is None:
-            raise _Dead(f"header {i} is null (a Kafka header has a name and a value or null value)")
+            raise _Dead(DeadLetterReason.HEADER_INVALID,
+                        f"header {i} is null (a Kafka header has a name and a value or null value)")
         if h["key"] is None:
-            raise _Dead(f"header {i} has a null name (a Kafka header's name is text)")
+            raise _Dead(DeadLetterReason.HEADER_INVALID,
+                        f"header {i} has a null name (a Kafka header's name is text)")
         seen[h["key"]] = seen.get(h["key"], 0) + 1
     lossy = False
     for h in headers:
@@ -188,7 +197,7 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
             try:
                 born = HostAddress.parse(text).to_bytes()
             except (ValueError, TypeError):
-                raise _Dead(f"header {name} value {text!r} is not ip:port") from None
+                raise _Dead(DeadLetterReason.HEADER_INVALID, f"header {name} value {text!r} is not ip:port") from None
             lossy = True       # BORNHOST holds the address, not the header's text: KAFKA_HEADERS keeps it
             continue
         value = _plain_text(raw)
@@ -238,23 +247,23 @@ def _envelope_fields(value: bytes | None) -> dict:
     try:
         env = json.loads(value or b"")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _Dead(f"envelope is not JSON: {exc}") from None
+        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, f"envelope is not JSON: {exc}") from None
     if not isinstance(env, dict):
-        raise _Dead("envelope is not a JSON object")
+        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, "envelope is not a JSON object")
     if "bodyBase64" in env:
         try:
             body = base64.b64decode(env["bodyBase64"], validate=True)
         except (ValueError, TypeError):
-            raise _Dead("envelope bodyBase64 is not base64") from None
+            raise _Dead(DeadLetterReason.ENVELOPE_INVALID, "envelope bodyBase64 is not base64") from None
     else:
         body_field = env.get("body", "")
         body = (body_field if isinstance(body_field, str) else json.dumps(body_field)).encode()
     props = env.get("properties") or {}
     if not isinstance(props, dict):
-        raise _Dead("envelope properties is not an object")
+        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, "envelope properties is not an object")
     flag = env.get("flag", 0)
     if not isinstance(flag, int) or not -(2**31) <= flag < 2**31:
-        raise _Dead(f"envelope flag {flag!r} is not an int32")
+        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, f"envelope flag {flag!r} is not an int32")
     return {"topic": env.get("topic"), "tags": env.get("tags"), "keys": env.get("keys"),
             "properties": {str(k): str(v) for k, v in props.items()}, "body": body, "flag": flag}
 
@@ -280,11 +289,12 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
             if name in RESERVED_PROPERTIES - {PROPERTY_KEYS}:
                 continue
             if not name or _has_separator(name) or PROPERTY_SEPARATOR in val:
-                raise _Dead(f"envelope property {name!r} contains a RocketMQ property separator")
+                raise _Dead(DeadLetterReason.ENVELOPE_INVALID,
+                            f"envelope property {name!r} contains a RocketMQ property separator")
             header_parts.append(_prop(name, val))
     problem = topic_problem(target_topic)
     if problem:
-        raise _Dead(problem)
+        raise _Dead(DeadLetterReason.TOPIC_INVALID, problem)
     if cfg.queue_mode == "partition":
         queue_id = cfg.partition_queue(partition)
     else:
@@ -297,10 +307,12 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
     properties = "".join(key_parts + header_parts + empty_mark + coords)
     size = len(properties.encode("utf-8"))
     if size > MAX_PROPERTIES_LENGTH:
-        raise _Dead(f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")
+        raise _Dead(DeadLetterReason.PROPERTIES_TOO_LARGE,
+                    f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")
     body_len = len(body or b"")
     if body_len > cfg.max_message_size:
-        raise _Dead(f"body is {body_len} bytes, over the limit of {cfg.max_message_size} (maxMessageSize)")
+        raise _Dead(DeadLetterReason.BODY_TOO_LARGE,
+                    f"body is {body_len} bytes, over the limit of {cfg.max_message_size} (maxMessageSize)")
     return _Row(target_topic, queue_id, flag, body or EMPTY_VALUE_BODY, properties, tags, born or default_born, kind)
 
 
@@ -316,7 +328,7 @@ def _empty_value(value: bytes | None, body: bytes | None, envelope: bool) -> tup
 
 def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_id: pa.Array,
               flag: pa.Array, body: pa.Array, properties: pa.Array, tags: pa.Array, born_host: pa.Array,
-              value_kind: pa.Array, dead_reason: pa.Array) -> pa.RecordBatch:
+              value_kind: pa.Array, dead_reason: pa.Array, dead_code: pa.Array) -> pa.RecordBatch:
     """MAPPED_SCHEMA from the mapped columns and the columns every row shares the rule of."""
     n = batch.num_rows
     ts = batch.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())
@@ -338,7 +350,8 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_
         live["properties"], live["tags"], zeros32, pc.divide(ts, 1000).fill_null(0), born_host,
         pa.repeat(pa.scalar(store_host, pa.binary()), n), zeros32, pa.array(np.zeros(n, np.int64)),
         batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
-        batch.column("offset").cast(pa.int64()), live["value_kind"].cast(pa.int8()), dead_reason, raw_cols["key"], raw_cols["value"],
+        batch.column("offset").cast(pa.int64()), live["value_kind"].cast(pa.int8()), dead_reason, dead_code,
+        raw_cols["key"], raw_cols["value"],
         raw_cols["headers"], ts.fill_null(0),
     ]
     return pa.RecordBatch.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
@@ -358,13 +371,13 @@ def _map_rows(batch: pa.RecordBatch, cfg: MappingConfig) -> pa.RecordBatch:
             rows.append(_map_row(keys[i], values[i], topics[i], partitions[i], offsets[i], headers[i], cfg,
                                  default_born))
         except _Dead as dead:
-            rows.append(_Row(None, 0, 0, None, "", None, default_born, VALUE_IN_BODY, str(dead)))
+            rows.append(_Row(None, 0, 0, None, "", None, default_born, VALUE_IN_BODY, str(dead), dead.code))
     return _assemble(
         batch, cfg, pa.array([r.topic for r in rows], pa.string()), pa.array([r.queue_id for r in rows], pa.int32()),
         pa.array([r.flag for r in rows], pa.int32()), pa.array([r.body for r in rows], pa.binary()),
         pa.array([r.properties for r in rows], pa.string()), pa.array([r.tags for r in rows], pa.string()),
         pa.array([r.born_host for r in rows], pa.binary()), pa.array([r.value_kind for r in rows], pa.int8()),
-        pa.array([r.dead_reason for r in rows], pa.string()))
+        pa.array([r.dead_reason for r in rows], pa.string()), pa.array([r.dead_code for r in rows], pa.string()))
 
 
 def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vectorized: bool = True) -> pa.RecordBatch:
@@ -381,7 +394,8 @@ def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vector
     if cfg.queue_mode == "partition" and cfg.broker_groups > 1:
         cols["queue_id"] = pa.array(np.asarray(cols["queue_id"], dtype=np.int32) // cfg.broker_groups)
     fast = _assemble(batch, cfg, cols["topic"], cols["queue_id"], pa.array(np.zeros(n, np.int32)), cols["body"],
-                     cols["properties"], cols["tags"], born, pa.array(np.zeros(n, np.int8)), cols["dead_reason"])
+                     cols["properties"], cols["tags"], born, pa.array(np.zeros(n, np.int8)), cols["dead_reason"],
+                     cols["dead_code"])
     if not slow.any():
         return fast
     slow_idx, fast_idx = np.nonzero(slow)[0], np.nonzero(~slow)[0]

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store import DeadLetterReason
 from store.format import MAX_PROPERTIES_LENGTH
 from store.format import NAME_VALUE_SEPARATOR as SEP1
 from store.format import PROPERTY_SEPARATOR as SEP2
@@ -162,23 +163,27 @@ def map_fast(batch: pa.RecordBatch, topic_map: Mapping[str, str], reserved: froz
     else:
         queue_id = partition
     body = pc.fill_null(batch.column("value").cast(pa.binary()), b"")
-    reasons = limit_reasons([topic_problem(t) for t in targets_u], index,
-                            np.asarray(pc.binary_length(properties)), np.asarray(pc.binary_length(body)), max_body)
+    reasons, codes = limit_reasons([topic_problem(t) for t in targets_u], index,
+                                   np.asarray(pc.binary_length(properties)), np.asarray(pc.binary_length(body)),
+                                   max_body)
     cols = {"topic": target, "queue_id": queue_id, "properties": properties, "tags": pa.array(tags, pa.string()),
-            "body": body, "dead_reason": pa.array(reasons, pa.string())}
+            "body": body, "dead_reason": pa.array(reasons, pa.string()), "dead_code": pa.array(codes, pa.string())}
     return cols, slow
 
 
 def limit_reasons(topic_problems: list[str | None], topic_index: np.ndarray, props_len: np.ndarray,
-                  body_len: np.ndarray, max_body: int) -> list[str | None]:
-    """The dead-letter reason of each row (same wording and priority as the per-row path)."""
+                  body_len: np.ndarray, max_body: int) -> tuple[list[str | None], list[DeadLetterReason | None]]:
+    """The dead-letter reason of each row and its code (same wording and priority as the per-row path)."""
     reasons: list[str | None] = [None] * len(body_len)
+    codes: list[DeadLetterReason | None] = [None] * len(body_len)
     for i in np.nonzero(body_len > max_body)[0]:
         reasons[i] = f"body is {body_len[i]} bytes, over the limit of {max_body} (maxMessageSize)"
+        codes[i] = DeadLetterReason.BODY_TOO_LARGE
     for i in np.nonzero(props_len > MAX_PROPERTIES_LENGTH)[0]:
         reasons[i] = f"properties are {props_len[i]} bytes, over the limit of {MAX_PROPERTIES_LENGTH}"
+        codes[i] = DeadLetterReason.PROPERTIES_TOO_LARGE
     for u, problem in enumerate(topic_problems):
         if problem:
             for i in np.nonzero(topic_index == u)[0]:
-                reasons[i] = problem
-    return reasons
+                reasons[i], codes[i] = problem, DeadLetterReason.TOPIC_INVALID
+    return reasons, codes

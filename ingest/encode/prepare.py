@@ -29,6 +29,7 @@ from ingest.encode.mapping import PROBLEM, MappingConfig, map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
 from sink.spool import Spool, SpoolTarget, spool_batches
+from store import DeadLetterReason
 from store.format import CodecConfig, encode_valid_rows
 
 MESSAGE_COLUMNS = ["topic", "queue_id", "flag", "body", "properties", "tags", "sys_flag", "born_timestamp",
@@ -48,22 +49,24 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=ENCODED_SCHEMA)
     mapped = map_kafka_batch(batch, mapping, vectorized)
-    reasons = mapped.column("dead_reason")
+    reasons, codes = mapped.column("dead_reason"), mapped.column("dead_code")
     if PROBLEM in batch.schema.names and batch.column(PROBLEM).null_count < n:
-        reasons = pc.coalesce(batch.column(PROBLEM).cast(pa.string()), reasons)
+        problem = batch.column(PROBLEM).cast(pa.string())
+        reasons = pc.coalesce(problem, reasons)
+        codes = pc.if_else(pc.is_valid(problem), pa.scalar(DeadLetterReason.FILE_ROW_INVALID, pa.string()), codes)
     dead = np.asarray(pc.is_valid(reasons), dtype=bool)
     live_idx = np.flatnonzero(~dead)
     encoded = None
     if live_idx.size:
         live = mapped if live_idx.size == n else mapped.take(pa.array(live_idx))
-        ok, why, encoded = encode_valid_rows(live.select(MESSAGE_COLUMNS), codec)
+        ok, why, why_codes, encoded = encode_valid_rows(live.select(MESSAGE_COLUMNS), codec)
         if not ok.all():
             # Limits the mapping could not see (the whole record's size) still end as dead letters.
             bad = live_idx[~ok]
-            patched = reasons.to_pylist()
-            for i, reason in zip(bad.tolist(), [r for r, good in zip(why, ok) if not good]):
-                patched[i] = reason
-            reasons = pa.array(patched, pa.string())
+            patched, patched_codes = reasons.to_pylist(), codes.to_pylist()
+            for i, j in zip(bad.tolist(), np.flatnonzero(~ok).tolist()):
+                patched[i], patched_codes[i] = why[j], why_codes[j]
+            reasons, codes = pa.array(patched, pa.string()), pa.array(patched_codes, pa.string())
             dead[bad] = True
             live_idx = live_idx[ok]
             live = live.filter(pa.array(ok))
@@ -85,7 +88,8 @@ def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecCo
         cols = {"record": pa.nulls(d, pa.binary()), "topic": rows.column("topic"),
                 "queue_id": rows.column("queue_id"), "sys_flag": rows.column("sys_flag"),
                 "tags_code": pa.nulls(d, pa.int64()), "delay_level": pa.nulls(d, pa.int32()),
-                VALUE_KIND: pa.nulls(d, pa.int8()), "dead_reason": reasons.take(take)}
+                VALUE_KIND: pa.nulls(d, pa.int8()), "dead_reason": reasons.take(take),
+                "dead_code": codes.take(take)}
         cols.update({name: rows.column(name) for name in CARRIED_COLUMNS})
         # the record as it came from Kafka, whichever step refused it
         cols.update({name: batch.column(src).take(take) for name, src in RAW_SOURCES.items()})

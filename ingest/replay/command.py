@@ -45,6 +45,7 @@ from ingest.replay.plan import (
 )
 from ingest.replay.progress import ReplayProgress
 from sink import BatchStats
+from store import DeadLetterReason
 
 if TYPE_CHECKING:
     from sink.spool import Spool
@@ -194,7 +195,6 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
     from ingest.encode.prepare import collect_packed
-    from ingest.metrics import FILE_ROW_INVALID
     from ingest.job import codec_config, mapping_config, open_spool, open_writer, spark_session, start_metrics
     from sink.foreach_batch import ForeachBatchSink
 
@@ -258,7 +258,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
                 cfg.group.index == 0 else []
             summary.unplaced, summary.unplaced_held = write_unplaced(writer, unplaced)
             if summary.unplaced:
-                metrics.dead_letters.labels(FILE_ROW_INVALID).inc(summary.unplaced)
+                metrics.count_dead_letters({DeadLetterReason.FILE_ROW_INVALID: summary.unplaced})
             summary.repeated = export.repeated
             for u in unplaced[:20]:
                 log.warning("dead letter: %s", u.reason)

@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.replay.export_rows import Unplaced
+from store import DeadLetterReason
 
 
 def unplaced_table(unplaced: list[Unplaced]) -> pa.Table:
@@ -20,6 +21,7 @@ def unplaced_table(unplaced: list[Unplaced]) -> pa.Table:
                  "kafka_partition": pa.array([u.partition for u in unplaced], pa.int32()),
                  "kafka_offset": pa.array([u.offset for u in unplaced], pa.int64()),
                  "dead_reason": pa.array([u.reason for u in unplaced], pa.string()),
+                 "dead_code": pa.repeat(pa.scalar(DeadLetterReason.FILE_ROW_INVALID, pa.string()), n),
                  "raw_value": pa.array([u.raw for u in unplaced], pa.binary())})
     return pa.table([cols[f.name] for f in ENCODED_SCHEMA], schema=ENCODED_SCHEMA)
 

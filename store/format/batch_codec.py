@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.errors import InvalidMessageError
+from store.errors import DeadLetterReason, InvalidMessageError
 from store.format.batch_columns import (
     MESSAGE_TABLE_SCHEMA,
     OPTIONAL_COLUMNS,
@@ -182,27 +182,30 @@ def validate_batch(table: pa.Table | pa.RecordBatch,
     """Which rows can be encoded (True) and, for the others, why: the text of the error
     encode_batch would raise, so a dead-letter record says what to fix."""
     config = config or CodecConfig()
-    return _validity(plan_batch(table, config), config)
+    ok, reasons, _ = _validity(plan_batch(table, config), config)
+    return ok, reasons
 
 
-def _validity(plan: BatchPlan, config: CodecConfig) -> tuple[np.ndarray, list[str | None]]:
-    reasons = plan.problems.copy()
+def _validity(plan: BatchPlan, config: CodecConfig
+              ) -> tuple[np.ndarray, list[str | None], list[DeadLetterReason | None]]:
+    reasons, codes = plan.problems.copy(), plan.problem_reasons.copy()
     for i in np.flatnonzero(limit_mask(plan, config)):
         if reasons[i] is None:
-            reasons[i] = str(limit_error(plan, int(i), config))
-    return np.equal(reasons, None), reasons.tolist()
+            exc = limit_error(plan, int(i), config)
+            reasons[i], codes[i] = str(exc), exc.reason
+    return np.equal(reasons, None), reasons.tolist(), codes.tolist()
 
 
 def encode_valid_rows(table: pa.Table | pa.RecordBatch, config: CodecConfig | None = None
-                      ) -> tuple[np.ndarray, list[str | None], pa.Table]:
-    """validate_batch, then encode_batch_to_arrow of the rows that passed: (ok, reasons, encoded).
-    The batch is planned once when every row is valid, the usual case."""
+                      ) -> tuple[np.ndarray, list[str | None], list[DeadLetterReason | None], pa.Table]:
+    """validate_batch, then encode_batch_to_arrow of the rows that passed: (ok, reasons, their
+    DeadLetterReason codes, encoded). The batch is planned once when every row is valid, the usual case."""
     config = config or CodecConfig()
     plan = plan_batch(table, config)
-    ok, reasons = _validity(plan, config)
+    ok, reasons, codes = _validity(plan, config)
     if ok.all():
-        return ok, reasons, _to_arrow(_encode_plan(plan, config, writable=False))
-    return ok, reasons, encode_batch_to_arrow(table.filter(pa.array(ok)), config)
+        return ok, reasons, codes, _to_arrow(_encode_plan(plan, config, writable=False))
+    return ok, reasons, codes, encode_batch_to_arrow(table.filter(pa.array(ok)), config)
 
 
 # --- encoding ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.errors import FieldLimitError, InvalidMessageError
+from store.errors import DeadLetterReason, FieldLimitError, InvalidMessageError
 from store.format.codec import CodecConfig, check_limits, message_version
 from store.format.constants import (
     BORNHOST_V6_FLAG,
@@ -145,6 +145,7 @@ class BatchPlan:
     sys_flag: np.ndarray
     total: np.ndarray
     problems: np.ndarray              # per row: a reason that is not a size limit, or None
+    problem_reasons: np.ndarray       # per row: the DeadLetterReason of its problem, or None
 
 
 def plan_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig) -> BatchPlan:
@@ -154,9 +155,11 @@ def plan_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig) -> BatchPl
         raise InvalidMessageError(f"message table lacks column(s) {', '.join(missing)} (see MESSAGE_TABLE_SCHEMA)")
     n = table.num_rows
     problems = np.full(n, None, dtype=object)
+    problem_reasons = np.full(n, None, dtype=object)
     topic_col = cols["topic"]
     if topic_col.null_count:
-        problems[np.flatnonzero(null_mask(topic_col))] = "topic is null"
+        nulls = np.flatnonzero(null_mask(topic_col))
+        problems[nulls], problem_reasons[nulls] = "topic is null", DeadLetterReason.TOPIC_INVALID
         topic_col = topic_col.fill_null("")
     topics = pc.dictionary_encode(topic_col)
     names = topics.dictionary.to_pylist()
@@ -192,16 +195,19 @@ def plan_batch(table: pa.Table | pa.RecordBatch, config: CodecConfig) -> BatchPl
     for name, lens in (("born_host", born_len), ("store_host", store_len)):
         bad = np.flatnonzero((lens != IPV4_HOST_LENGTH) & (lens != IPV6_HOST_LENGTH))
         problems[bad] = [f"{name} is {int(lens[i])} bytes; expected 8 (IPv4) or 20 (IPv6)" for i in bad]
+        problem_reasons[bad] = DeadLetterReason.OTHER
     sys_flag = int_column(cols.get("sys_flag"), np.int64, n)
     for flag, lens, name in ((BORNHOST_V6_FLAG, born_len, "BORNHOST_V6_FLAG"),
                              (STOREHOSTADDRESS_V6_FLAG, store_len, "STOREHOSTADDRESS_V6_FLAG")):
         bad = np.flatnonzero((sys_flag & flag != 0) & (lens == IPV4_HOST_LENGTH))
         problems[bad] = [f"sys_flag {int(sys_flag[i]):#x} has {name} but the host is IPv4" for i in bad]
+        problem_reasons[bad] = DeadLetterReason.OTHER
         sys_flag = sys_flag | np.where(lens == IPV6_HOST_LENGTH, flag, 0)
     total = (FIXED_PART_LENGTH + body_len + topic_len + props_len + (born_len == IPV6_HOST_LENGTH) * 12
              + (store_len == IPV6_HOST_LENGTH) * 12 + (version == 2))
     return BatchPlan(n, cols, names, index, parts, topic_len, version, body, body_len, props, props_len, needs_sep,
-                 born_len, store_len, sys_flag.astype(np.int32), total.astype(np.int64), problems)
+                 born_len, store_len, sys_flag.astype(np.int32), total.astype(np.int64), problems,
+                     problem_reasons)
 
 
 def null_mask(arr: pa.Array) -> np.ndarray:

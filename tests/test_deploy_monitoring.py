@@ -19,13 +19,13 @@ import yaml
 from ingest.metrics import JobMetrics
 from sink import BatchStats
 from store import MessageStore, StoreConfig
+from tests.monitoring_helpers import DASHBOARD, dashboard_exprs
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "commitlog-rules.yml"
 PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
-DASHBOARD = ROOT / "deploy" / "grafana" / "commitlog-ingest.json"
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make test "
                                     "installs Debian's prometheus package where apt-get runs as root)")
 
@@ -53,11 +53,6 @@ def exported_names(tmp_path: Path) -> set[str]:
 
 def named_metrics(text: str) -> set[str]:
     return set(re.findall(r"\bcommitlog_[a-z_]+\b", text))
-
-
-def dashboard_exprs() -> list[str]:
-    board = json.loads(DASHBOARD.read_text())
-    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
 
 
 def test_the_rules_and_the_dashboard_name_only_metrics_the_job_exports(tmp_path: Path) -> None:

@@ -1,0 +1,146 @@
+"""Stores written by earlier releases outlive them (issue 56, part 3).
+
+Each of tests/fixtures/compat/<version>/store.tar.gz holds a store, the export files it was replayed
+from and run.json (tests/fixtures/compat/build_fixture.py wrote it with that release's own
+``commitlog replay``, stopped at ``bound``). Today's code must verify it clean, read it back, find
+its messages by key, and resume it: a replay of the same files grown by new records stores exactly
+the records past the bound, once. A commit point of a version this release does not know is
+refused in one line naming the version, never read as ours.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sink import read_dead_letters
+from tests.cli_helpers import jsonl, run
+from tests.fixtures.compat.build_fixture import write_export
+from tests.kafka_helpers import store_by_coordinates
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "compat"
+VERSIONS = sorted(p.parent.name for p in FIXTURES.glob("*/store.tar.gz"))
+GROWN = {0: 35, 1: 25}          # the export after the release stopped: new records in both partitions
+
+
+def unpack(version: str, into: Path) -> dict:
+    """The fixture's store and export under ``into``; its run.json, with partitions as ints."""
+    with tarfile.open(FIXTURES / version / "store.tar.gz") as tar:
+        tar.extractall(into, filter="data")
+    run_doc = json.loads((into / "run.json").read_text())
+    for name in ("rows", "bound"):
+        run_doc[name] = {int(p): n for p, n in run_doc[name].items()}
+    return run_doc
+
+
+def expected(ends: dict[int, int], dead: tuple[int, int]) -> list[tuple[str, int, int]]:
+    return sorted(("orders", p, o) for p, n in ends.items() for o in range(n) if (p, o) != dead)
+
+
+@pytest.mark.unit
+def test_the_fixtures_cover_two_releases_and_today() -> None:
+    assert {"v0.2.0", "v0.3.0"} <= set(VERSIONS) and any(v.endswith("-dev") for v in VERSIONS), VERSIONS
+    for version in VERSIONS:
+        assert (FIXTURES / version / "store.tar.gz").stat().st_size < 64 * 1024
+        assert (FIXTURES / version / "README.md").exists(), version
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_store_of_each_release_verifies_reads_back_and_answers_get_by_key(version: str, tmp_path: Path) -> None:
+    fx = unpack(version, tmp_path)
+    store, dead = tmp_path / "store", tuple(fx["dead"])
+    if not version.endswith("-dev"):
+        assert fx["revision"].startswith(f"{version}-0-g"), fx["revision"]   # the tagged release itself
+
+    rc, out, err = run("verify", str(store))
+    assert rc == 0 and "OK" in out and "problem" not in out.lower(), out + err
+
+    found = store_by_coordinates(str(store))
+    assert sorted(found) == expected(fx["bound"], dead)
+    assert all(len(msgs) == 1 for msgs in found.values())
+    [(_, msg)] = found[("orders", 1, 5)]
+    assert (msg.body, msg.properties["KEYS"], msg.properties["trace"]) == (b"v1-5", "k1-5", "t5")
+
+    rc, out, err = run("get", str(store), "--topic", "orders", "--key", "k0-19", "--json")
+    [hit] = [m for m in jsonl(out) if m.get("type") == "message"]
+    assert rc == 0 and base64.b64decode(hit["bodyBase64"]) == b"v0-19", out + err
+    rc, out, _ = run("get", str(store), "--topic", "orders", "--key", f"k{dead[0]}-{dead[1]}", "--json")
+    assert not [m for m in jsonl(out) if m.get("type") == "message"], "a dead letter is no message"
+
+    [letter] = read_dead_letters(store)
+    assert (letter["partition"], letter["offset"]) == dead and "value is not base64" in letter["reason"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_replay_resumes_a_store_of_each_release_where_it_stopped(
+        version: str, spark: object, tmp_path: Path) -> None:
+    from ingest.cli import build_parser
+    from ingest.replay.cli import job_config_from_args, options_from_args
+    from ingest.replay.command import replay
+
+    fx = unpack(version, tmp_path)
+    store, export, dead = tmp_path / "store", tmp_path / "export", tuple(fx["dead"])
+    write_export(export, {p: range(n) for p, n in GROWN.items()})     # the same rows, then new ones
+    # the release's own settings, the bound dropped: replay everything the files hold
+    argv = [a.replace(fx["command"][fx["command"].index("--store") + 1], str(store))
+             .replace(fx["command"][fx["command"].index("--from-files") + 1], str(export))
+            for a in fx["command"][fx["command"].index("replay"):fx["command"].index("--to-offsets")]]
+    args = build_parser().parse_args(argv)
+    opts = options_from_args(args)
+    cfg = job_config_from_args(args, opts)
+    cfg.master = None
+
+    summary = replay(cfg, opts, spark=spark)
+
+    new = sum(GROWN[p] - fx["bound"][p] for p in GROWN)
+    assert summary.complete and summary.verified is True
+    assert (summary.records, summary.dead_letters) == (new, 0), "\n".join(summary.lines())
+    found = store_by_coordinates(str(store))
+    assert sorted(found) == expected(GROWN, dead)
+    assert all(len(msgs) == 1 for msgs in found.values()), "stored twice"
+    assert len(read_dead_letters(store)) == 1
+    rc, out, err = run("verify", str(store))
+    assert rc == 0 and "OK" in out, out + err
+
+    again = replay(cfg, opts, spark=spark)
+    assert (again.records, again.dead_letters) == (0, 0)
+
+
+def with_version(store: Path, version: object, sink: bool = False) -> None:
+    """commitpoint.json as a release writing ``version`` would leave it (its fields otherwise ours)."""
+    path = store / "commitpoint.json"
+    doc = json.loads(path.read_text())
+    (doc["metadata"]["sink"] if sink else doc)["version"] = version
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["verify", "get", "dump"])
+def test_a_commit_point_of_a_future_version_is_refused_in_one_line_naming_it(command: str, tmp_path: Path) -> None:
+    unpack(VERSIONS[-1], tmp_path)
+    with_version(tmp_path / "store", 2)
+    extra = ["--topic", "orders", "--key", "k0-3"] if command == "get" else []
+
+    rc, out, err = run(command, str(tmp_path / "store"), *extra)
+
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "version 2" in lines[0] and "reads version 1 only" in lines[0], err
+    assert "Traceback" not in err and not out.strip()
+
+
+@pytest.mark.unit
+def test_a_writer_refuses_a_sink_state_of_a_future_version(tmp_path: Path) -> None:
+    from sink.state import SinkState
+    from store import CommitPointError, read_commit_point
+
+    unpack(VERSIONS[-1], tmp_path)
+    with_version(tmp_path / "store", 2, sink=True)
+
+    with pytest.raises(CommitPointError, match=r"metadata.sink has version 2, and this release reads version 1 only"):
+        SinkState.from_metadata(read_commit_point(tmp_path / "store").metadata)

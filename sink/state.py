@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from store.errors import CommitPointError
+from store import CommitPointError
 
 # Every release so far writes version 1 (CHANGELOG.md); another is refused, never read as this one.
 STATE_VERSION = 1

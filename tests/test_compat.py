@@ -121,17 +121,22 @@ def with_version(store: Path, version: object, sink: bool = False) -> None:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("command", ["verify", "get", "dump"])
+@pytest.mark.parametrize("command", ["verify", "get", "dump", "replay"])
 def test_a_commit_point_of_a_future_version_is_refused_in_one_line_naming_it(command: str, tmp_path: Path) -> None:
-    unpack(VERSIONS[-1], tmp_path)
+    fx = unpack(VERSIONS[-1], tmp_path)
+    store = str(tmp_path / "store")
     with_version(tmp_path / "store", 2)
-    extra = ["--topic", "orders", "--key", "k0-3"] if command == "get" else []
+    before = (tmp_path / "store" / "commitpoint.json").read_bytes()
+    argv = {"verify": [store], "dump": [store], "get": [store, "--topic", "orders", "--key", "k0-3"],
+            "replay": ["--from-files", str(tmp_path / "export"), "--store", store,
+                       *fx["command"][fx["command"].index("--segment-size"):fx["command"].index("--to-offsets")]]}
 
-    rc, out, err = run(command, str(tmp_path / "store"), *extra)
+    rc, out, err = run(command, *argv[command])
 
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "version 2" in lines[0] and "reads version 1 only" in lines[0], err
     assert "Traceback" not in err and not out.strip()
+    assert (tmp_path / "store" / "commitpoint.json").read_bytes() == before
 
 
 @pytest.mark.unit

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.encode.restore import kafka_value
 from sink import read_dead_letters
 from tests.cli_helpers import jsonl, run
 from tests.fixtures.compat.build_fixture import write_export
@@ -65,6 +66,8 @@ def test_a_store_of_each_release_verifies_reads_back_and_answers_get_by_key(vers
     assert all(len(msgs) == 1 for msgs in found.values())
     [(_, msg)] = found[("orders", 1, 5)]
     assert (msg.body, msg.properties["KEYS"], msg.properties["trace"]) == (b"v1-5", "k1-5", "t5")
+    [(_, tomb)], [(_, empty)] = found[("orders", *fx["tombstone"])], found[("orders", *fx["empty"])]
+    assert (kafka_value(tomb.body, tomb.properties), kafka_value(empty.body, empty.properties)) == (None, b"")
 
     rc, out, err = run("get", str(store), "--topic", "orders", "--key", "k0-19", "--json")
     [hit] = [m for m in jsonl(out) if m.get("type") == "message"]

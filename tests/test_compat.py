@@ -43,8 +43,8 @@ def expected(ends: dict[int, int], dead: tuple[int, int]) -> list[tuple[str, int
 
 
 @pytest.mark.unit
-def test_the_fixtures_cover_two_releases_and_today() -> None:
-    assert {"v0.2.0", "v0.3.0"} <= set(VERSIONS) and any(v.endswith("-dev") for v in VERSIONS), VERSIONS
+def test_the_fixtures_cover_every_release_and_today() -> None:
+    assert {"v0.1.0", "v0.2.0", "v0.3.0"} <= set(VERSIONS) and any(v.endswith("-dev") for v in VERSIONS), VERSIONS
     for version in VERSIONS:
         assert (FIXTURES / version / "store.tar.gz").stat().st_size < 64 * 1024
         assert (FIXTURES / version / "README.md").exists(), version
@@ -67,8 +67,15 @@ def test_a_store_of_each_release_verifies_reads_back_and_answers_get_by_key(vers
     [(_, msg)] = found[("orders", 1, 5)]
     assert (msg.body, msg.properties["KEYS"], msg.properties["trace"]) == (b"v1-5", "k1-5", "t5")
     [(_, tomb)], [(_, empty)] = found[("orders", *fx["tombstone"])], found[("orders", *fx["empty"])]
-    assert (kafka_value(tomb.body, tomb.properties), kafka_value(empty.body, empty.properties)) == (None, b"")
+    # v0.1.0 stored a tombstone as an empty value (CHANGELOG.md): it cannot be told apart, and reads as one
+    tombstone = b"" if version == "v0.1.0" else None
+    assert (kafka_value(tomb.body, tomb.properties), kafka_value(empty.body, empty.properties)) == (tombstone, b"")
 
+    if not (store / "index").exists():      # before v0.2.0: no index/, and get --key says how to build one
+        rc, out, err = run("get", str(store), "--topic", "orders", "--key", "k0-19")
+        assert rc == 2 and err.strip() == f"commitlog get: {store} has no index/: build it with `commitlog reindex {store}`"
+        rc, out, err = run("reindex", str(store))
+        assert rc == 0, out + err
     rc, out, err = run("get", str(store), "--topic", "orders", "--key", "k0-19", "--json")
     [hit] = [m for m in jsonl(out) if m.get("type") == "message"]
     assert rc == 0 and base64.b64decode(hit["bodyBase64"]) == b"v0-19", out + err
@@ -76,7 +83,7 @@ def test_a_store_of_each_release_verifies_reads_back_and_answers_get_by_key(vers
     assert not [m for m in jsonl(out) if m.get("type") == "message"], "a dead letter is no message"
 
     [letter] = read_dead_letters(store)
-    assert (letter["partition"], letter["offset"]) == dead and "value is not base64" in letter["reason"]
+    assert (letter["partition"], letter["offset"]) == dead and "over the limit of 16384" in letter["reason"]
 
 
 @pytest.mark.integration

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from store import CommitPointError
+
+# Every release so far writes version 1 (CHANGELOG.md); another is refused, never read as this one.
 STATE_VERSION = 1
 
 
@@ -56,6 +59,11 @@ class SinkState:
         sink = (metadata or {}).get("sink")
         if not sink:
             return cls()
+        version = sink.get("version", STATE_VERSION)
+        if type(version) is not int or version != STATE_VERSION:
+            raise CommitPointError(
+                f"commitpoint.json metadata.sink has version {version!r}, and this release reads version "
+                f"{STATE_VERSION} only: the store was written by another release of commitlog-ingest")
         return cls(batch_id=int(sink["batchId"]), query_id=sink.get("queryId"),
                    kafka_offsets={str(k): int(v) for k, v in sink.get("kafkaOffsets", {}).items()},
                    dead_letter_bytes=int(sink.get("deadLetterBytes", 0)),

@@ -16,7 +16,7 @@ from store.config import StoreConfig
 from store.errors import StoreError
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
 from store.index.writer import IndexWriter, mark_index_incomplete
-from store.log.append_intent import AppendIntentLog
+from store.log.append_intent import AppendIntent, AppendIntentLog
 from store.log.checkpoint import StoreCheckpoint, checkpoint_damage, read_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog
@@ -67,9 +67,12 @@ class StoreOpening:
         self._log.queue.load()
         remove_unfinished_queue_files(self.root)
         self._cq.load()
+        intent = self._intent.current
+        if not self._intent.existed and commit_point is not None:
+            intent = AppendIntent.before_intents(commit_point.offset)
         result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
                          truncate_on_corruption=truncate_on_corruption, codec=self.config.codec,
-                         intent=self._intent.current, foreign_tail=self.config.foreign_tail)
+                         intent=intent, foreign_tail=self.config.foreign_tail)
         self._open_report = open_report(result, abnormal, commit_point.offset if commit_point else None)
         end = result.end_offset
         self.damaged_records = tuple(result.damaged)

@@ -55,6 +55,14 @@ class AppendIntent:
     def owns(self, store_timestamp: int) -> bool:
         return self.active and self.first_ts <= store_timestamp <= self.last_ts
 
+    @classmethod
+    def before_intents(cls, commit_offset: int) -> AppendIntent:
+        """What a store our writer committed before the intent file existed (v0.3.0 and earlier,
+        CHANGELOG.md) says past its commit point: every record there is ours, as those releases'
+        recovery cut it all. Without this an unfinished batch they left would be adopted as another
+        writer's, and the job would store its Kafka records a second time."""
+        return cls(commit_offset, 0, 2**63 - 1)
+
 
 def _decode(raw: bytes) -> AppendIntent | None:
     if len(raw) < _SLOT.size + _CRC.size:
@@ -86,6 +94,7 @@ class AppendIntentLog:
         path = Path(root) / APPEND_INTENT_FILE
         self.current = read_append_intent(root)
         existed = path.exists()
+        self.existed = existed      # False: a new store, or one written before the file existed
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if not existed:
             os.ftruncate(self._fd, 2 * _SLOT_SIZE)

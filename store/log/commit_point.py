@@ -20,6 +20,8 @@ from store.log.commitlog import queue_eligible
 from store.log.segment import write_atomically
 
 COMMIT_POINT_FILE = "commitpoint.json"
+# Every release so far (CHANGELOG.md) writes version 1. A later version may give a field another
+# meaning, so a file of any other version is refused, never read as this one.
 _FORMAT_VERSION = 1
 
 
@@ -38,7 +40,16 @@ def commit_point_path(root: Path) -> Path:
     return Path(root) / COMMIT_POINT_FILE
 
 
+def _damaged(path: Path, e: Exception) -> CommitPointError:
+    return CommitPointError(
+        f"{path} cannot be read ({e}); it is replaced atomically by the store, so something "
+        f"else damaged it: restore it from a backup, or move it away to treat the store as a "
+        f"RocketMQ store whose whole valid prefix is committed")
+
+
 def read_commit_point(root: Path) -> CommitPoint | None:
+    """The store's commit point, or None when it has none; CommitPointError when the file is
+    damaged or of a version this release does not read."""
     path = commit_point_path(root)
     try:
         raw = path.read_bytes()
@@ -46,6 +57,14 @@ def read_commit_point(root: Path) -> CommitPoint | None:
         return None
     try:
         doc = json.loads(raw)
+        version = doc.get("version", _FORMAT_VERSION)
+    except (ValueError, AttributeError) as e:
+        raise _damaged(path, e) from e
+    if type(version) is not int or version != _FORMAT_VERSION:
+        raise CommitPointError(
+            f"{path} has version {version!r}, and this release reads version {_FORMAT_VERSION} only: "
+            f"the store was written by another release of commitlog-ingest; open it with that one")
+    try:
         return CommitPoint(
             offset=int(doc["offset"]),
             queue_offsets={(q["topic"], int(q["queue_id"])): int(q["next"])
@@ -54,11 +73,8 @@ def read_commit_point(root: Path) -> CommitPoint | None:
             timestamp=int(doc.get("timestamp", 0)),
             last_record_offset=int(doc.get("last_record_offset", -1)),
         )
-    except (ValueError, KeyError, TypeError) as e:
-        raise CommitPointError(
-            f"{path} cannot be read ({e}); it is replaced atomically by the store, so something "
-            f"else damaged it: restore it from a backup, or move it away to treat the store as a "
-            f"RocketMQ store whose whole valid prefix is committed") from e
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _damaged(path, e) from e
 
 
 def write_commit_point(root: Path, cp: CommitPoint) -> None:

@@ -68,7 +68,10 @@ class StoreOpening:
         remove_unfinished_queue_files(self.root)
         self._cq.load()
         intent = self._intent.current
-        if not self._intent.existed and commit_point is not None:
+        if not self._intent.existed and commit_point is not None and abnormal:
+            # a store our writer committed before the intent file existed, left by a crash (its
+            # abort file is there): what follows its commit point is its unfinished batch. After a
+            # clean close nothing of ours follows it, so another writer's appends are adopted.
             intent = AppendIntent.before_intents(commit_point.offset)
         result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
                          truncate_on_corruption=truncate_on_corruption, codec=self.config.codec,

@@ -111,6 +111,30 @@ def test_an_unfinished_batch_of_ours_is_still_cut(tmp_path: Path) -> None:
         assert sum(1 for _ in rd.iter_messages()) == 50
 
 
+def test_a_store_from_before_the_intent_file_closed_cleanly_adopts_what_a_broker_appended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "s"
+    committed(root).close()
+    end = other_writer_appends(root, msgs("A", 20, start=50), monkeypatch)
+    (root / "append.intent").unlink()         # v0.3.0 and earlier wrote none; no abort: closed cleanly
+    s = MessageStore.open(root, config())
+    assert s.committed_offset == end and s.open_report.adopted_bytes > 0
+    s.close()
+
+
+def test_a_store_from_before_the_intent_file_left_by_a_crash_cuts_its_unfinished_batch(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    s = committed(root)
+    s.append(msgs("A", 30, start=50))
+    s.abandon()                               # killed before its commit: ``abort`` stays
+    (root / "append.intent").unlink()
+    s = MessageStore.open(root, config())
+    assert s.open_report.dropped_bytes > 0 and s.open_report.adopted_bytes == 0
+    s.close()
+    with StoreReader.open(root) as rd:
+        assert sum(1 for _ in rd.iter_messages()) == 50
+
+
 def test_an_unfinished_batch_of_ours_that_rolled_into_new_segments_is_cut(tmp_path: Path) -> None:
     root = tmp_path / "s"
     s = committed(root)

@@ -58,8 +58,8 @@ class AppendIntent:
     @classmethod
     def before_intents(cls, commit_offset: int) -> AppendIntent:
         """What a store our writer committed before the intent file existed (v0.3.0 and earlier,
-        CHANGELOG.md) says past its commit point: every record there is ours, as those releases'
-        recovery cut it all. Without this an unfinished batch they left would be adopted as another
+        CHANGELOG.md) and left by a crash says past its commit point: every record there is ours, as
+        those releases' recovery cut it all. Without this an unfinished batch they left would be adopted as another
         writer's, and the job would store its Kafka records a second time."""
         return cls(commit_offset, 0, 2**63 - 1)
 

@@ -273,13 +273,18 @@ class IndexFile:
         n = self.header.index_count
         return int(self._items["phy_offset"][n - 1]) if n > 1 else self.header.end_phy_offset
 
-    def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int]) -> int:
+    def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int],
+                        matches: Callable[[int, int], bool] | None = None) -> int:
         """Keep only the items of records below ``end_offset`` (after a crash, what the commit point
         does not cover goes); ``timestamp_of`` gives a kept record's store timestamp for the header.
-        Returns how many items are left."""
+        With ``matches`` (offset, key hash -> whether that record has a key of that hash), the items
+        a power cut left zeroed or torn go too (trusted_items). Returns how many items are left."""
         n = self.header.index_count
         phy = self._items["phy_offset"][1:n].astype(np.int64)
-        keep = int(np.searchsorted(phy, end_offset, side="left"))
+        if matches is None:
+            keep = int(np.searchsorted(phy, end_offset, side="left"))
+        else:
+            keep = self.trusted_items(end_offset, matches)
         if keep == n - 1 and (not keep or self.header.end_phy_offset == int(phy[-1])):
             return keep
         self.header.index_count = keep + 1
@@ -290,6 +295,23 @@ class IndexFile:
             self.header.end_phy_offset = int(phy[keep - 1])
             self.header.end_timestamp = timestamp_of(int(phy[keep - 1]))
         self.repair()
+        return keep
+
+    def trusted_items(self, end_offset: int, matches: Callable[[int, int], bool]) -> int:
+        """How many of the counted items a power cut left whole. The items of the records below the
+        commit point ``end_offset`` were made durable before it was written, and they come first, in
+        offset order; only items of uncommitted records follow them, and a cut may leave those
+        zeroed, or torn where a sector boundary crosses an item, with an offset that looks committed.
+        So: the items in offset order below ``end_offset``, less those at the end of that run that
+        do not match the record they name (``matches(offset, key hash)``)."""
+        n = self.header.index_count
+        phy = self._items["phy_offset"][1:n].astype(np.int64)
+        bad = (phy >= end_offset) | (phy < 0)
+        bad[1:] |= phy[1:] < phy[:-1]
+        keep = int(np.argmax(bad)) if bad.any() else n - 1
+        key_hash = self._items["key_hash"][1:n]
+        while keep and not matches(int(phy[keep - 1]), int(key_hash[keep - 1])):
+            keep -= 1
         return keep
 
     def repair(self) -> None:

@@ -29,6 +29,9 @@ from store.index.service import IndexConfig
 from store.log.source import open_source
 from store.tools.verify import verify_source
 from tests.crash_states import CrashState, SyncRecorder
+from tests.rocketmq import RocketBroker, clients
+
+pytestmark = pytest.mark.slow(minutes=3)
 
 ROOT = Path(__file__).resolve().parent.parent
 SEG = 64 * 1024
@@ -36,8 +39,9 @@ BATCHES = 7                 # the first six are committed; the last is appended 
 PER_BATCH = 24
 TOPICS = ("T0", "T1", "T2")
 SEED = 56
-EXTRA_STATES = 500          # sampled beside one state per sync point
+EXTRA_STATES = 400          # sampled beside one state per sync point
 CLI_VERIFIED = 4            # states also checked with `python -m ingest.cli verify`
+BROKER_STATES = 2           # recovered states each broker version serves
 
 
 def message(i: int) -> Message:
@@ -133,6 +137,7 @@ def check_verify(root: Path) -> None:
     assert report.ok, [(p.offset, p.kind, p.detail) for p in report.problems][:5]
 
 
+@pytest.mark.crash
 def test_every_sync_point_recovers_to_a_committed_prefix(recorded: Recorded, tmp_path: Path) -> None:
     snapshots = recorded.recorder.snapshots
     assert sum(1 for s in snapshots if s.what.startswith("msync segment")) >= BATCHES   # the workload syncs
@@ -193,3 +198,25 @@ def test_index_items_a_power_cut_left_zeroed_or_torn_are_dropped(tmp_path: Path,
             store.commit(metadata={"batches": b + 1})
     check_reads(root, BATCHES)
     check_verify(root)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", ["4", "5"], ids=["rocketmq4", "rocketmq5"])
+def test_rocketmq_brokers_serve_the_recovered_stores(recorded: Recorded, version: str, rocketmq_nameservers: object,
+                                                      tmp_path: Path) -> None:
+    """A broker opened on a recovered state serves every committed message by queue offset, and
+    each queue ends where the committed batches end."""
+    picks = random.Random(SEED + 1).sample([s for s in recorded.states if s.confirmed >= 2], BROKER_STATES)
+    ns = rocketmq_nameservers.get(version)  # type: ignore[attr-defined]
+    for n, state in enumerate(picks):
+        root = tmp_path / f"state-{n}" / "store"
+        batches = recover(state, root)
+        with RocketBroker.start(root, ns, version):
+            rows = clients(version).run("pull", ns.address, f"crash-states-{n}", *TOPICS)
+        want = expected(batches)
+        got = [(r["topic"], r["queueId"], r["queueOffset"], base64.b64decode(r["body"])) for r in rows if "via" in r]
+        assert sorted(got) == sorted(want), f"state after sync {state.after}: {len(got)} of {len(want)} served"
+        print(f"RocketMQ {version}: the state after sync {state.after} ({batches} batches) served whole")
+        ends = {(r["queue"], r["queueId"]): (r["status"], r["max"]) for r in rows if "status" in r}
+        counts = {(t, q): sum(1 for w in want if w[:2] == (t, q)) for t in TOPICS for q in (0, 1)}
+        assert ends == {k: ("NO_NEW_MSG", c) for k, c in counts.items()}

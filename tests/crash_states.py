@@ -43,6 +43,7 @@ class Snapshot:
     what: str
     files: dict[str, FileImage]
     confirmed: int
+    synced: int = -1        # the inode the sync made durable (-1: a directory's, or unknown)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class SyncRecorder:
         self.confirmed = 0
         self._lock = threading.Lock()
 
-    def snap(self, what: str) -> None:
+    def snap(self, what: str, synced: int = -1) -> None:
         with self._lock:
             files = {}
             for dirpath, _dirs, names in os.walk(self.root):
@@ -81,14 +82,16 @@ class SyncRecorder:
                             files[str(path.relative_to(self.root))] = FileImage(f.read(), os.fstat(f.fileno()).st_ino)
                     except FileNotFoundError:     # deleted meanwhile by another thread of the writer
                         continue
-            self.snapshots.append(Snapshot(what, files, self.confirmed))
+            self.snapshots.append(Snapshot(what, files, self.confirmed, synced))
 
     @contextmanager
     def recording(self) -> Iterator[SyncRecorder]:
         def after(original: Callable[..., Any], what: str) -> Callable[..., Any]:
             def synced(*args: Any, **kwargs: Any) -> Any:
+                first = args[0]
+                inode = os.fstat(first).st_ino if isinstance(first, int) else os.stat(first.path).st_ino
                 result = original(*args, **kwargs)
-                self.snap(what)
+                self.snap(what, -1 if isinstance(first, int) and os.path.isdir(f"/proc/self/fd/{first}") else inode)
                 return result
             return synced
 
@@ -99,19 +102,25 @@ class SyncRecorder:
             m.setattr(IndexFile, "flush", after(IndexFile.flush, "msync index"))
             yield self
 
-    def crash_state(self, k: int, rng: random.Random) -> CrashState:
+    def crash_state(self, k: int, rng: random.Random, per_file: bool = False) -> CrashState:
         """A power cut after sync ``k``: snapshot ``k`` and a random part of what sync ``k + 1``
-        would have made durable (nothing more after the last sync)."""
+        would have made durable (nothing more after the last sync). ``per_file``: harsher, ALICE's
+        way: a file's pages are only durable as of its own last sync, any page written since may
+        be lost (names still as of snapshot ``k``)."""
         old = self.snapshots[k]
         if k + 1 == len(self.snapshots):
             return CrashState(k, {p: f.data for p, f in old.files.items()}, old.confirmed, "last sync")
         new = self.snapshots[k + 1]
         files: dict[str, bytes] = {}
         notes = []
+        durable = self._durable(k) if per_file else {}
         for rel in sorted(old.files.keys() | new.files.keys()):
             a, b = old.files.get(rel), new.files.get(rel)
             if a is not None and b is not None and a.inode == b.inode:
-                data, note = mixed_pages(a.data, b.data, rng)
+                # sizes as of either snapshot: ftruncate and fallocate reach the journal with the next
+                # sync of anything (ext4's ordered metadata), a file's pages only with its own sync
+                data, note = mixed_pages(durable.get(a.inode, b"") if per_file else a.data, b.data, rng,
+                                         (len(a.data), len(b.data)))
                 files[rel] = data
                 if note:
                     notes.append(f"{rel}: {note}")
@@ -127,12 +136,30 @@ class SyncRecorder:
         return CrashState(k, files, new.confirmed, "; ".join(notes) or "no change")
 
 
-def mixed_pages(old: bytes, new: bytes, rng: random.Random) -> tuple[bytes, str]:
+    def _durable(self, k: int) -> dict[int, bytes]:
+        """Each inode's bytes as of its last sync up to sync ``k``. An inode missing from the
+        snapshot before is a new file (inode numbers are reused): what an older one synced goes."""
+        out: dict[int, bytes] = {}
+        before: set[int] = set()
+        for snap in self.snapshots[:k + 1]:
+            now = {image.inode for image in snap.files.values()}
+            for inode in now - before:
+                out.pop(inode, None)
+            for image in snap.files.values():
+                if image.inode == snap.synced:
+                    out[image.inode] = image.data
+            before = now
+        return out
+
+
+def mixed_pages(old: bytes, new: bytes, rng: random.Random, sizes: tuple[int, int] | None = None
+                ) -> tuple[bytes, str]:
     """``old`` with a random part of the pages that differ in ``new``: each such page stays old,
-    becomes new or is torn (its first 1-7 sectors new); the size of either."""
-    if old == new:
+    becomes new or is torn (its first 1-7 sectors new); one of ``sizes`` (default: either's)."""
+    sizes = sizes or (len(old), len(new))
+    if old == new and len(old) in sizes:
         return old, ""
-    size = rng.choice((len(old), len(new)))
+    size = rng.choice(sizes)
     a = old[:size].ljust(size, b"\0")
     b = new[:size].ljust(size, b"\0")
     out = bytearray(a)

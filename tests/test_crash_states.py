@@ -8,7 +8,8 @@ more and flushes it without committing. For each sampled state: ``MessageStore.o
 ``close`` recover it; every batch whose commit returned before the next sync is there, whole and
 readable in order and by queue, and nothing past the commit point is served; ``verify`` is clean
 (consume queues and index agree with the commit log); appending the batches the state lacks gives
-every message exactly once. Then RocketMQ 4.9 and 5.x brokers, each opened on two of the recovered
+every message exactly once. Half the sampled states are harsher (ALICE's way: a file's pages durable
+only as of its own last sync, not as of anyone's). Then RocketMQ 4.9 and 5.x brokers, each opened on two of the recovered
 stores, serve the committed messages by queue offset."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from store import Message, MessageStore, StoreConfig, StoreReader
+from store.index.file import IndexHeader
 from store.index.service import IndexConfig
 from store.log.source import open_source
 from store.tools.verify import verify_source
@@ -93,8 +95,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
         store.abandon()
     rng = random.Random(SEED)
     n = len(recorder.snapshots)
-    points = list(range(n)) + [rng.randrange(n) for _ in range(EXTRA_STATES)]
-    return Recorded(recorder, [recorder.crash_state(k, rng) for k in points])
+    states = [recorder.crash_state(k, rng) for k in range(n)]
+    # and as harshly as ALICE: a file's pages durable only as of its own last sync
+    states += [recorder.crash_state(rng.randrange(n), rng, per_file=i % 2 == 0) for i in range(EXTRA_STATES)]
+    return Recorded(recorder, states)
 
 
 def recover(state: CrashState, root: Path) -> int:
@@ -194,6 +198,53 @@ def test_index_items_a_power_cut_left_zeroed_or_torn_are_dropped(tmp_path: Path,
     check_verify(root)
     with MessageStore.open(root, config()) as store:
         for b in range(1, BATCHES):
+            store.append(batch(b))
+            store.commit(metadata={"batches": b + 1})
+    check_reads(root, BATCHES)
+    check_verify(root)
+
+
+def test_a_new_index_file_has_a_durable_header_before_its_name(recorded: Recorded) -> None:
+    """A new IndexFile's header was written into its mapping and the file renamed without a sync:
+    a power cut could leave the named file with a zero header ("indexCount 0 is outside
+    1..maxIndexNum"), which every key look-up refused."""
+    recorder = recorded.recorder
+    seen: set[str] = set()
+    for k, snap in enumerate(recorder.snapshots):
+        for rel, image in snap.files.items():
+            if rel.startswith("index/") and not rel.endswith(".tmp") and rel not in seen:
+                seen.add(rel)
+                header = IndexHeader.unpack(recorder._durable(k).get(image.inode, bytes(40)))
+                assert header.index_count >= 1, f"{rel} named at sync {k} without a durable header"
+    assert len(seen) == 2
+
+
+def test_items_torn_in_a_full_index_file_before_an_empty_new_one_are_dropped(tmp_path: Path) -> None:
+    """An uncommitted batch filled an IndexFile and began the next: a power cut left the new file
+    with its durable header and no item, and the batch's items in the full one zeroed under its new
+    header. The open took the zeroed items (offset 0) for committed ones and kept them; every key
+    look-up then refused the index."""
+    root = tmp_path / "store"
+    store = MessageStore.open(root, config())
+    for b in range(4):
+        store.append(batch(b))
+        store.commit(metadata={"batches": b + 1})
+    (full,) = (root / "index").iterdir()
+    old = full.read_bytes()
+    store.append(batch(4))
+    store.settle_index()
+    new = full.read_bytes()
+    store.abandon()
+    (begun,) = set((root / "index").iterdir()) - {full}
+    end = IndexHeader.unpack(new)
+    start = IndexHeader(end.end_timestamp, end.end_timestamp, end.end_phy_offset, end.end_phy_offset)
+    begun.write_bytes(start.pack().ljust(len(new), b"\0"))
+    full.write_bytes(new[:512] + old[512:])
+    assert recover(CrashState(0, {}, 4, "written"), root) == 4
+    check_reads(root, 4)
+    check_verify(root)
+    with MessageStore.open(root, config()) as store:
+        for b in range(4, BATCHES):
             store.append(batch(b))
             store.commit(metadata={"batches": b + 1})
     check_reads(root, BATCHES)

@@ -111,6 +111,12 @@ class IndexFile:
                                      f"settings it was built with, or rebuild it with `commitlog reindex`")
         try:
             self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+            if creating is not None:
+                # durable before the file has its name: a power cut must not leave a named file whose
+                # header is still zeros (the next open would refuse the index as damaged)
+                self.header = start if start is not None else IndexHeader.unpack(self._mm)
+                self._write_header()
+                os.fsync(fd)
         finally:
             os.close(fd)
         if not read_only:
@@ -122,9 +128,9 @@ class IndexFile:
         self._items = np.frombuffer(self._mm, dtype=_ITEM, count=max_index_num, offset=self._items_offset)
         # A new file starts from the previous one's end (RocketMQ: the first put's timeDiff is
         # measured against it) until its own first put.
-        self.header = start if create and start is not None else IndexHeader.unpack(self._mm)
-        if creating is not None:
-            self._write_header()
+        if creating is None:
+            self.header = IndexHeader.unpack(self._mm)
+        else:
             os.rename(creating, self.path)
             fsync_dir(self.path.parent)
 
@@ -298,12 +304,11 @@ class IndexFile:
         return keep
 
     def trusted_items(self, end_offset: int, matches: Callable[[int, int], bool]) -> int:
-        """How many of the counted items a power cut left whole. The items of the records below the
-        commit point ``end_offset`` were made durable before it was written, and they come first, in
-        offset order; only items of uncommitted records follow them, and a cut may leave those
-        zeroed, or torn where a sector boundary crosses an item, with an offset that looks committed.
-        So: the items in offset order below ``end_offset``, less those at the end of that run that
-        do not match the record they name (``matches(offset, key hash)``)."""
+        """How many counted items a power cut left whole: those of records below the commit point
+        ``end_offset`` were durable before it and come first, in offset order; after them come items
+        of uncommitted records, maybe zeroed or torn (a sector boundary crossing one) to a committed-
+        looking offset. So: the ordered run below ``end_offset``, less its end where an item does
+        not match its record (``matches(offset, key hash)``)."""
         n = self.header.index_count
         phy = self._items["phy_offset"][1:n].astype(np.int64)
         bad = (phy >= end_offset) | (phy < 0)

@@ -7,7 +7,8 @@ leave snapshot ``k`` plus any subset of the 4 KiB pages that differ in snapshot 
 file), a page torn at a 512-byte sector (the new sectors of its prefix, the old ones after), and a
 file's size from either snapshot. A file replaced by a rename between the two (another inode) is
 whole, old or new: rename never mixes two files' pages; a file created or deleted between them may
-or may not be there.
+or may not be there. ``per_file`` states are harsher (ALICE's way): a file's pages are durable only
+as of its own last sync (fsync of its fd, msync of its mapping), sizes and names as above.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class SyncRecorder:
         new = self.snapshots[k + 1]
         files: dict[str, bytes] = {}
         notes = []
-        durable = self._durable(k) if per_file else {}
+        durable = self.durable(k) if per_file else {}
         for rel in sorted(old.files.keys() | new.files.keys()):
             a, b = old.files.get(rel), new.files.get(rel)
             if a is not None and b is not None and a.inode == b.inode:
@@ -136,7 +137,7 @@ class SyncRecorder:
         return CrashState(k, files, new.confirmed, "; ".join(notes) or "no change")
 
 
-    def _durable(self, k: int) -> dict[int, bytes]:
+    def durable(self, k: int) -> dict[int, bytes]:
         """Each inode's bytes as of its last sync up to sync ``k``. An inode missing from the
         snapshot before is a new file (inode numbers are reused): what an older one synced goes."""
         out: dict[int, bytes] = {}

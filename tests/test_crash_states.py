@@ -232,7 +232,7 @@ def test_a_new_index_file_has_a_durable_header_before_its_name(recorded: Recorde
         for rel, image in snap.files.items():
             if rel.startswith("index/") and not rel.endswith(".tmp") and rel not in seen:
                 seen.add(rel)
-                header = IndexHeader.unpack(recorder._durable(k).get(image.inode, bytes(40)))
+                header = IndexHeader.unpack(recorder.durable(k).get(image.inode, bytes(40)))
                 assert header.index_count >= 1, f"{rel} named at sync {k} without a durable header"
     assert len(seen) == 2
 

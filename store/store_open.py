@@ -15,6 +15,8 @@ import numpy as np
 from store.config import StoreConfig
 from store.errors import StoreError
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
+from store.index.hashing import index_key_hashes
+from store.index.keys import indexed_keys
 from store.index.writer import IndexWriter, mark_index_incomplete
 from store.log.append_intent import AppendIntent, AppendIntentLog
 from store.log.checkpoint import StoreCheckpoint, checkpoint_damage, read_checkpoint
@@ -95,12 +97,14 @@ class StoreOpening:
         self._log.last_record_offset = result.last_record_offset
         if self._index is not None:
             timestamp_of = lambda phy: self.read(phy).store_timestamp  # noqa: E731
+            # after a crash only: checking the newest file's items reads all of them
+            matches = self._index_item_matches if abnormal else None
             if adopted is None:
-                self._index.recover(end, self.min_offset, timestamp_of)
+                self._index.recover(end, self.min_offset, timestamp_of, matches)
             else:
                 # the other writer's items stay (a broker's are the bytes ours would be); the records it
                 # did not index (killed first, or its index off) are indexed here as our appends are
-                self._index.recover(end, self.min_offset, timestamp_of)
+                self._index.recover(end, self.min_offset, timestamp_of, matches)
                 self._index_adopted(adopted.start, end, after=self._index.covered_end)
         elif not self.read_only:
             mark_index_incomplete(self.root)
@@ -132,6 +136,16 @@ class StoreOpening:
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
+
+    def _index_item_matches(self, phy: int, key_hash: int) -> bool:
+        """Whether a record starts at ``phy`` and has a key hashing to ``key_hash`` (an index item
+        a power cut left whole)."""
+        try:
+            msg = self.read(phy)
+        except (StoreError, ValueError):
+            return False
+        keys = indexed_keys(msg.properties, msg.sys_flag)
+        return bool(keys) and key_hash in {int(h) for h in index_key_hashes([msg.topic] * len(keys), keys)}
 
     def _index_adopted(self, start: int, end: int, after: int) -> None:
         """Index the records in [start, end) (another writer's, adopted) that start past ``after``."""

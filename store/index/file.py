@@ -111,6 +111,12 @@ class IndexFile:
                                      f"settings it was built with, or rebuild it with `commitlog reindex`")
         try:
             self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+            if creating is not None:
+                # durable before the file has its name: a power cut must not leave a named file whose
+                # header is still zeros (the next open would refuse the index as damaged)
+                self.header = start if start is not None else IndexHeader.unpack(self._mm)
+                self._write_header()
+                os.fsync(fd)
         finally:
             os.close(fd)
         if not read_only:
@@ -122,9 +128,9 @@ class IndexFile:
         self._items = np.frombuffer(self._mm, dtype=_ITEM, count=max_index_num, offset=self._items_offset)
         # A new file starts from the previous one's end (RocketMQ: the first put's timeDiff is
         # measured against it) until its own first put.
-        self.header = start if create and start is not None else IndexHeader.unpack(self._mm)
-        if creating is not None:
-            self._write_header()
+        if creating is None:
+            self.header = IndexHeader.unpack(self._mm)
+        else:
             os.rename(creating, self.path)
             fsync_dir(self.path.parent)
 
@@ -273,13 +279,18 @@ class IndexFile:
         n = self.header.index_count
         return int(self._items["phy_offset"][n - 1]) if n > 1 else self.header.end_phy_offset
 
-    def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int]) -> int:
+    def truncate_before(self, end_offset: int, timestamp_of: Callable[[int], int],
+                        matches: Callable[[int, int], bool] | None = None) -> int:
         """Keep only the items of records below ``end_offset`` (after a crash, what the commit point
         does not cover goes); ``timestamp_of`` gives a kept record's store timestamp for the header.
-        Returns how many items are left."""
+        With ``matches`` (offset, key hash -> whether that record has a key of that hash), the items
+        a power cut left zeroed or torn go too (trusted_items). Returns how many items are left."""
         n = self.header.index_count
         phy = self._items["phy_offset"][1:n].astype(np.int64)
-        keep = int(np.searchsorted(phy, end_offset, side="left"))
+        if matches is None:
+            keep = int(np.searchsorted(phy, end_offset, side="left"))
+        else:
+            keep = self.trusted_items(end_offset, matches)
         if keep == n - 1 and (not keep or self.header.end_phy_offset == int(phy[-1])):
             return keep
         self.header.index_count = keep + 1
@@ -290,6 +301,22 @@ class IndexFile:
             self.header.end_phy_offset = int(phy[keep - 1])
             self.header.end_timestamp = timestamp_of(int(phy[keep - 1]))
         self.repair()
+        return keep
+
+    def trusted_items(self, end_offset: int, matches: Callable[[int, int], bool]) -> int:
+        """How many counted items a power cut left whole: those of records below the commit point
+        ``end_offset`` were durable before it and come first, in offset order; after them come items
+        of uncommitted records, maybe zeroed or torn (a sector boundary crossing one) to a committed-
+        looking offset. So: the ordered run below ``end_offset``, less its end where an item does
+        not match its record (``matches(offset, key hash)``)."""
+        n = self.header.index_count
+        phy = self._items["phy_offset"][1:n].astype(np.int64)
+        bad = (phy >= end_offset) | (phy < 0)
+        bad[1:] |= phy[1:] < phy[:-1]
+        keep = int(np.argmax(bad)) if bad.any() else n - 1
+        key_hash = self._items["key_hash"][1:n]
+        while keep and not matches(int(phy[keep - 1]), int(key_hash[keep - 1])):
+            keep -= 1
         return keep
 
     def repair(self) -> None:

@@ -203,14 +203,20 @@ class IndexService:
         self._dirty.clear()
 
     # --- recovery and retention --------------------------------------------------------------
-    def trim_to(self, committed_end: int, timestamp_of: Callable[[int], int]) -> None:
+    def trim_to(self, committed_end: int, timestamp_of: Callable[[int], int],
+                matches: Callable[[int, int], bool] | None = None) -> None:
         """After a crash: drop the items of records at or past ``committed_end``, which the commit
         point does not cover. What it covers is durable: the index is flushed before every commit.
         A file ends at its last counted item: a writer killed inside a batch has counted items the
-        header's endPhyOffset does not show yet."""
-        while self.files and self.files[-1].covered_end >= committed_end:
+        header's endPhyOffset does not show yet. With ``matches`` (IndexFile.trusted_items), so do
+        counted items a power cut left zeroed or torn."""
+        while self.files:
             last = self.files[-1]
-            if last.header.index_count > 1 and last.truncate_before(committed_end, timestamp_of):
+            n = last.header.index_count
+            if last.covered_end < committed_end and (matches is None or n <= 1
+                                                      or last.trusted_items(committed_end, matches) == n - 1):
+                break
+            if n > 1 and last.truncate_before(committed_end, timestamp_of, matches):
                 log.info("index file %s: items past the commit point (%d) dropped", last.path.name, committed_end)
                 last.flush()
                 break

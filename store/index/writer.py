@@ -95,11 +95,13 @@ class IndexWriter:
             self.add_records(seg.buf, offsets[i:j] - seg.base_offset, seg.base_offset)
             i = j
 
-    def recover(self, committed_end: int, min_offset: int, timestamp_of: Callable[[int], int]) -> None:
-        """Bring the index to the commit point: items past it go. A store with messages but no
+    def recover(self, committed_end: int, min_offset: int, timestamp_of: Callable[[int], int],
+                matches: Callable[[int, int], bool] | None = None) -> None:
+        """Bring the index to the commit point: items past it go, and items a power cut left
+        zeroed or torn (``matches``: IndexFile.trusted_items). A store with messages but no
         index/ yet (written before the index existed, or with it off) is indexed from its next
         append on, and said so: ``commitlog reindex`` covers what it holds already."""
-        self.service.trim_to(committed_end, timestamp_of)
+        self.service.trim_to(committed_end, timestamp_of, matches)
         complete = self.existed and (self.settings is None or self.settings.complete) or committed_end <= min_offset
         if not complete:
             log.warning("the index of %s misses messages below offset %d (it was written with the index off or "

@@ -28,6 +28,7 @@ from store.errors import (
     SegmentSizeError,
     StoreError,
     StoreLockedError,
+    StoreIOError,
     StoreReadOnlyError,
     UnreadablePageError,
 )
@@ -78,5 +79,5 @@ __all__ = [
     "CorruptRecordError", "DiskFullError", "FieldLimitError", "FlushError", "ForeignTailError", "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",
     "QueueOffsetMismatchError", "SegmentAllocationError", "SegmentSizeError", "StoreError",
-    "StoreLockedError", "StoreReadOnlyError", "UnreadablePageError",
+    "StoreLockedError", "StoreIOError", "StoreReadOnlyError", "UnreadablePageError",
 ]

@@ -141,8 +141,9 @@ class StoreIOError(StoreError, OSError):
     clean close: the next open recovers from the disk as it is."""
 
     def __init__(self, cause: OSError, step: str, root: object) -> None:
-        frames = traceback.extract_tb(cause.__traceback__)
-        where = f" in {frames[-1].name}()" if frames else ""
+        # the innermost named function says which call it was (a constructor says little)
+        names = [f.name for f in traceback.extract_tb(cause.__traceback__) if not f.name.startswith("__")]
+        where = f" in {names[-1]}()" if names else ""
         file = f" on {cause.filename}" if cause.filename else ""
         super().__init__(cause.errno, f"{step} of store {root} failed{where}{file}: {cause.strerror}; the store "
                                       f"refuses writes until reopened (it recovers from the last commit point)")

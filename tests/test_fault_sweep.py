@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("openat", "write", "pwrite64", "fallocate", "ftruncate", "msync", "fsync", "fdatasync", "rename",
          "unlink", "mkdir")
 SAMPLED_ERRORS = ("ENOSPC", "EDQUOT", "EROFS")
-SAMPLES_PER_KIND = 2
+SAMPLES_PER_KIND = 1
 SEED = 56
 
 

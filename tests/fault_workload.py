@@ -4,7 +4,7 @@
 segments, the index on, small IndexFiles), appends BATCHES batches with a commit after each (the
 commit log rolls its segment and the index its file on the way) and prints one JSON line: the
 batches whose commit returned, the error (class, message) if one was raised, whether a commit
-still succeeded after it, and whether the store closed cleanly. A StoreError ends it with one
+of the same batch succeeded after it (which only an error saying nothing was written may allow), and whether the store closed cleanly. A StoreError ends it with one
 line on stderr and exit 2; anything else escapes as a traceback (exit 1), which the sweep counts
 as a defect. With ``--wait`` it first runs the same workload on a scratch store (so every lazy
 import and first-use file is done), prints ``ready``, and waits for a line on stdin: strace
@@ -56,20 +56,24 @@ def write(root: Path) -> tuple[dict[str, Any], int]:
     store = None
     try:
         store = MessageStore.open(root, config())
-        for b in range(BATCHES):
-            store.append(batch(b))
-            store.commit(metadata={"batch": b})
-            out["committed"].append(b)
     except StoreError as e:
         out["error"], out["error_class"] = str(e), type(e).__name__
-    if out["error"] is not None and store is not None:
-        # a store that failed must refuse the next batch: nothing it holds in memory is trusted
+    for b in range(BATCHES if store is not None else 0):
         try:
-            store.append(batch(BATCHES))
-            store.commit(metadata={"batch": BATCHES})
-            out["later_commit"] = True
-        except StoreError:
-            out["later_commit"] = False
+            store.append(batch(b))
+            store.commit(metadata={"batch": b})
+        except StoreError as e:
+            out["error"], out["error_class"] = str(e), type(e).__name__
+            # the same batch again: a store that failed must refuse it, unless its error says
+            # nothing was written and a retry is fine (a segment that could not be created)
+            try:
+                store.append(batch(b))
+                store.commit(metadata={"batch": b})
+                out["later_commit"] = True
+            except StoreError:
+                out["later_commit"] = False
+                break
+        out["committed"].append(b)
     if store is not None:
         try:
             store.close()

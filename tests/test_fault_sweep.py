@@ -172,9 +172,6 @@ def sweep_cases(calls: Counter[str]) -> list[Case]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason="10 of 248 cases open (issue 56): openat EIO at N=26,27,41-43, fsync EIO N=31, "
-                   "rename EIO/EROFS N=8 report a commit after the failure and a missing resume; write EIO N=9,10 hit "
-                   "the workload's own stdout line (a harness fault, not the store's)")
 def test_every_call_of_every_kind_failed_in_turn_leaves_a_store_that_resumes_exactly_once(tmp_path: Path) -> None:
     if shutil.which("strace") is None:
         pytest.skip("needs strace (apt-get install strace, .ci/install-tools.sh) to fail the calls")

@@ -29,6 +29,7 @@ from store.errors import (
     SegmentSizeError,
     StoreError,
     StoreLockedError,
+    StoreIOError,
     StoreReadOnlyError,
     UnreadablePageError,
 )
@@ -80,5 +81,5 @@ __all__ = [
     "InvalidMessageError",
     "InvalidTopicError", "MessageNotFoundError", "NotARecordStartError",
     "QueueOffsetMismatchError", "SegmentAllocationError", "SegmentSizeError", "StoreError",
-    "StoreLockedError", "StoreReadOnlyError", "UnreadablePageError",
+    "StoreLockedError", "StoreIOError", "StoreReadOnlyError", "UnreadablePageError",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from store.config import StoreConfig
-from store.errors import FlushError, StoreError, StoreReadOnlyError
+from store.errors import FlushError, StoreError, StoreIOError, StoreReadOnlyError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
@@ -105,7 +105,9 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 raise StoreReadOnlyError(f"store {root} cannot be written ({e.strerror}: {e.filename}): a writer "
                                          f"needs it writable; the read-only commands (dump, verify, stat, get) "
                                          f"work as they are") from e
-            raise
+            if isinstance(e, StoreError):
+                raise
+            raise StoreIOError(e, "opening", root) from e
 
     @classmethod
     def _open_at(cls, root: Path, config: StoreConfig, truncate_on_corruption: bool) -> MessageStore:
@@ -149,6 +151,10 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         return self.append_encoded(encode_batch(table, self.config.codec))
 
     def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
+        with self._io_step("appending a batch"):
+            return self._append_encoded(batch, store_timestamp)
+
+    def _append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
         """Append a pre-encoded batch. Topics are checked before anything is written; a batch
         carrying queue offsets must continue its queues exactly (QueueOffsetMismatchError).
         The consume-queue units are written behind (store.log.dispatch), so the batch's columns
@@ -193,6 +199,10 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
 
     def flush(self) -> int:
         """Flush commit log and consume queues; returns the flushed commit-log offset."""
+        with self._io_step("flushing"):
+            return self._flush()
+
+    def _flush(self) -> int:
         if self._closed:
             raise StoreError(f"store {self.root} is closed")
         if self._failure is not None:
@@ -272,6 +282,10 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
     def commit(self, offset: int | None = None, metadata: Mapping[str, Any] | None = None) -> CommitPoint:
         """Flush, then make ``offset`` (default: everything appended) the commit point with the
         caller's ``metadata`` (None keeps the previous metadata) in one atomic file replace."""
+        with self._io_step("committing"):
+            return self._commit(offset, metadata)
+
+    def _commit(self, offset: int | None, metadata: Mapping[str, Any] | None) -> CommitPoint:
         with self._commit_lock:
             with self._put_lock:
                 end = self._log.max_offset
@@ -280,7 +294,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             if offset is not None and offset != end:
                 queue_offsets, last_record = queue_offsets_before(self, self._last_commit, offset, end, queue_offsets)
                 end = offset
-            self.flush()
+            self._flush()
             if self._log.flushed_offset < end:
                 raise FlushError(f"commit at {end} but only {self._log.flushed_offset} is flushed")
             meta = dict(self._last_commit.metadata if metadata is None else metadata)
@@ -335,6 +349,10 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         ``abort`` stays, so the next open re-validates."""
         if self._closed:
             return
+        with self._io_step("closing"):
+            self._close()
+
+    def _close(self) -> None:
         if self._retention is not None:
             self._retention.stop()
         if self._dispatcher is not None:

@@ -5,10 +5,12 @@ what monitoring reads from any thread (usage, what the open found, the index's s
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from store.errors import StoreError
+from store.errors import StoreError, StoreIOError
 from store.log.commit_point import CommitPoint
 from store.log.commitlog import CommitLog
 from store.usage import OpenReport, StoreUsage, measure
@@ -29,6 +31,20 @@ class StoreState:
     _segments: Any
     _index_seconds: float
     _open_report: OpenReport
+
+    @contextmanager
+    def _io_step(self, step: str) -> Iterator[None]:
+        """A system call that fails inside ``step`` with no error of ours around it: the store
+        refuses writes and its close syncs nothing more (a failed write or sync is never retried
+        as if the pages it left were good), and the caller gets a StoreError naming the call."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except OSError as e:
+            self._failure = self._failure or e
+            self._flush_failure = self._flush_failure or e
+            raise StoreIOError(e, step, self.root) from e
 
     def _read_limit(self) -> int:
         return self._log.max_offset

@@ -49,7 +49,7 @@ def read_topics(root: Path) -> dict[str, Any]:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {"topicConfigTable": {}, "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": 0}}
-    except (OSError, ValueError) as e:
+    except ValueError as e:     # an OSError is the disk's, not the file's: the caller's to report
         raise TopicConfigError(f"{path} is not readable JSON ({e}); fix or remove it (a RocketMQ broker "
                                f"would not start on it either)") from e
     if not isinstance(obj, dict) or not isinstance(obj.get("topicConfigTable", {}), dict):

@@ -159,6 +159,20 @@ def fast_dir(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def recovers_and_resumes(root: Path, committed: int) -> None:
+    """The crashed store at ``root`` opens with its ``committed`` batches read back whole and verify
+    clean, then takes the rest of the workload and holds every batch once."""
+    assert recover(CrashState(0, {}, committed, "written"), root) == committed
+    check_reads(root, committed)
+    check_verify(root)
+    with MessageStore.open(root, config()) as store:
+        for b in range(committed, BATCHES):
+            store.append(batch(b))
+            store.commit(metadata={"batches": b + 1})
+    check_reads(root, BATCHES)
+    check_verify(root)
+
+
 @pytest.mark.crash
 def test_every_sync_point_recovers_to_a_committed_prefix(recorded: Recorded, fast_dir: Path) -> None:
     snapshots = recorded.recorder.snapshots
@@ -211,15 +225,7 @@ def test_index_items_a_power_cut_left_zeroed_or_torn_are_dropped(tmp_path: Path,
     store.abandon()
     assert old[:cut] != new[:cut] and old[cut:] != new[cut:]
     index.write_bytes(new[:cut] + old[cut:])
-    assert recover(CrashState(0, {}, 1, "written"), root) == 1
-    check_reads(root, 1)
-    check_verify(root)
-    with MessageStore.open(root, config()) as store:
-        for b in range(1, BATCHES):
-            store.append(batch(b))
-            store.commit(metadata={"batches": b + 1})
-    check_reads(root, BATCHES)
-    check_verify(root)
+    recovers_and_resumes(root, 1)
 
 
 def test_a_new_index_file_has_a_durable_header_before_its_name(recorded: Recorded) -> None:
@@ -258,15 +264,7 @@ def test_items_torn_in_a_full_index_file_before_an_empty_new_one_are_dropped(tmp
     start = IndexHeader(end.end_timestamp, end.end_timestamp, end.end_phy_offset, end.end_phy_offset)
     begun.write_bytes(start.pack().ljust(len(new), b"\0"))
     full.write_bytes(new[:512] + old[512:])
-    assert recover(CrashState(0, {}, 4, "written"), root) == 4
-    check_reads(root, 4)
-    check_verify(root)
-    with MessageStore.open(root, config()) as store:
-        for b in range(4, BATCHES):
-            store.append(batch(b))
-            store.commit(metadata={"batches": b + 1})
-    check_reads(root, BATCHES)
-    check_verify(root)
+    recovers_and_resumes(root, 4)
 
 
 @pytest.mark.integration

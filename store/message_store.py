@@ -272,13 +272,6 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         except (StoreError, OSError) as e:
             raise self._dispatch_failed(e) from e
 
-    def _dispatch_failed(self, e: BaseException, what: str = "writing the consume queues") -> StoreReadOnlyError:
-        self._failure = self._failure or e
-        return StoreReadOnlyError(
-            f"{what} of {self.root} failed ({e}); appended batches are in "
-            f"the commit log but not committed. The store refuses writes now; reopen it to "
-            f"recover from the last commit point")
-
     def commit(self, offset: int | None = None, metadata: Mapping[str, Any] | None = None) -> CommitPoint:
         """Flush, then make ``offset`` (default: everything appended) the commit point with the
         caller's ``metadata`` (None keeps the previous metadata) in one atomic file replace."""

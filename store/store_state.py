@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from store.errors import StoreError, StoreIOError
+from store.errors import StoreError, StoreIOError, StoreReadOnlyError
 from store.log.commit_point import CommitPoint
 from store.log.commitlog import CommitLog
 from store.usage import OpenReport, StoreUsage, measure
@@ -45,6 +45,14 @@ class StoreState:
             self._failure = self._failure or e
             self._flush_failure = self._flush_failure or e
             raise StoreIOError(e, step, self.root) from e
+
+    def _dispatch_failed(self, e: BaseException, what: str = "writing the consume queues") -> StoreReadOnlyError:
+        """A batch's consume-queue dispatch failed: the store refuses writes until reopened."""
+        self._failure = self._failure or e
+        return StoreReadOnlyError(
+            f"{what} of {self.root} failed ({e}); appended batches are in "
+            f"the commit log but not committed. The store refuses writes now; reopen it to "
+            f"recover from the last commit point")
 
     def _read_limit(self) -> int:
         return self._log.max_offset

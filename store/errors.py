@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 from enum import StrEnum
 
 
@@ -160,17 +159,17 @@ class IndexFileError(StoreError):
 
 class StoreIOError(StoreError, OSError):
     """A system call on a store file failed (EIO, ENOSPC, EDQUOT, EROFS) where no more particular
-    error says so: an OSError with the errno, whose message names the step, the file (when the call
-    had one) and the function that made the call. The store refuses writes and skips the syncs of a
+    error says so: an OSError with the errno, whose message names the step, the system call, the file
+    (when it can be told) and the function that made the call (``call``: store.failed_call). The store refuses writes and skips the syncs of a
     clean close: the next open recovers from the disk as it is."""
 
     def __init__(self, cause: OSError, step: str, root: object) -> None:
-        # the innermost named function says which call it was (a constructor says little)
-        names = [f.name for f in traceback.extract_tb(cause.__traceback__) if not f.name.startswith("__")]
-        where = f" in {names[-1]}()" if names else ""
-        file = f" on {cause.filename}" if cause.filename else ""
-        super().__init__(cause.errno, f"{step} of store {root} failed{where}{file}: {cause.strerror}; the store "
-                                      f"refuses writes until reopened (it recovers from the last commit point)")
+        from store.failed_call import failed_call
+
+        self.call = failed_call(cause)
+        super().__init__(cause.errno, f"{step} of store {root} failed: {self.call.describe()}: {cause.strerror}; "
+                                      f"the store refuses writes until reopened (it recovers from the last "
+                                      f"commit point)")
 
     def __str__(self) -> str:
         return str(self.strerror)

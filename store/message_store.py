@@ -22,6 +22,7 @@ import numpy as np
 
 from store.config import StoreConfig
 from store.errors import FlushError, StoreError, StoreIOError, StoreReadOnlyError
+from store.failed_call import said
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
@@ -220,7 +221,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say
                 # nothing was flushed: the store refuses writes but can still close cleanly
                 self._failure = self._failure or e
-                raise FlushError(f"building the index of {self.root} failed: {e}; what was appended since the "
+                raise FlushError(f"building the index of {self.root} failed: {said(e)}; what was appended since the "
                                  f"last commit point is not committed, the store refuses writes until reopened") from e
             self._index_seconds += time.perf_counter() - started
         try:
@@ -232,7 +233,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 self._checkpoint.index_msg_timestamp = max(self._checkpoint.index_msg_timestamp, idx.end_timestamp)
         except OSError as e:
             self._failure = self._flush_failure = e
-            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {e}; the "
+            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {said(e)}; the "
                              f"store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
@@ -302,7 +303,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 self._write_checkpoint()
             except OSError as e:
                 self._failure = self._flush_failure = e
-                raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: {e}; the store refuses writes "
+                raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: {said(e)}; the store refuses writes "
                                  f"until reopened") from e
             self._last_commit = cp
             if self.config.drop_cache_behind:

@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=4)]   # 215 case
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("openat", "write", "pwrite64", "fallocate", "ftruncate", "msync", "fsync", "fdatasync", "rename",
          "unlink", "mkdir")
+# strace's name of a call -> the name the store's messages give it
+CALL_NAMES = {"openat": "open", "pwrite64": "pwrite"}
 SAMPLED_ERRORS = ("ENOSPC", "EDQUOT", "EROFS")
 SAMPLES_PER_KIND = 1
 SEED = 56
@@ -142,6 +144,9 @@ def judge_run(case: Case, root: Path) -> None:
             p.append(f"{len(errors)} error lines: {case.said.strip()[-600:]}")
         if str(root) not in case.said:
             p.append(f"the error names no file of the store: {case.said.strip()}")
+        call = CALL_NAMES.get(case.kind, case.kind)
+        if not re.search(rf"\b{call}\b", case.said):
+            p.append(f"the error does not name the failed call ({call}): {case.said.strip()}")
     if case.out.get("later_commit") and case.out.get("error_class") not in RETRYABLE:
         p.append(f"a commit succeeded after the failure ({case.out.get('error_class')})")
 

@@ -56,8 +56,8 @@ def test_replay_whose_consume_queue_fsync_fails_says_one_line_and_never_retries_
     assert failed.returncode == 2, said[-5000:]
     assert "Traceback" not in said, said[-5000:]
     assert [ln for ln in said.splitlines() if ln.startswith("commitlog replay: error: ")] == [
-        f"commitlog replay: error: flushing the consume queues or the index of {store} failed: [Errno 5] "
-        f"Input/output error; the store refuses writes until reopened"]
+        f"commitlog replay: error: flushing the consume queues or the index of {store} failed: fsync on "
+        f"{queue_file} in flush(): Input/output error; the store refuses writes until reopened"]
     fsyncs = [ln for ln in (tmp_path / "strace.log").read_text().splitlines() if "fsync(" in ln]
     assert len(fsyncs) == 1 and "EIO (Input/output error) (INJECTED)" in fsyncs[0], fsyncs
     assert (store / "abort").exists()           # the next open recovers from the disk, not from memory
@@ -96,8 +96,8 @@ def test_run_whose_consume_queue_fsync_fails_says_one_line_and_never_retries_the
     assert "Traceback" not in said, said[-5000:]
     errors = [ln for ln in said.splitlines() if ln.startswith("commitlog run: error: ")]
     assert len(errors) == 1 and errors[0].endswith(
-        f"flushing the consume queues or the index of {store} failed: [Errno 5] Input/output error; the store "
-        f"refuses writes until reopened"), said[-5000:]
+        f"flushing the consume queues or the index of {store} failed: fsync on {queue_file} in flush(): "
+        f"Input/output error; the store refuses writes until reopened"), said[-5000:]
     fsyncs = [ln for ln in (tmp_path / "strace.log").read_text().splitlines() if "fsync(" in ln]
     assert len(fsyncs) == 1 and "(INJECTED)" in fsyncs[0], fsyncs
     assert (store / "abort").exists()

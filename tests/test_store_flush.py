@@ -279,9 +279,10 @@ def test_a_failed_directory_fsync_after_the_commit_point_rename_says_the_new_poi
     monkeypatch.undo()
     on_disk = json.loads((root / "commitpoint.json").read_text())["offset"]
     assert on_disk == s.max_offset > first.offset
-    assert str(failed.value) == (
-        f"the commit point {on_disk} of {root} was written but may not be durable (after a power cut it may "
-        f"read {first.offset} again): [Errno 5] Input/output error; the store refuses writes until reopened")
+    said = str(failed.value)
+    assert said.startswith(f"the commit point {on_disk} of {root} was written but may not be durable (after a power "
+                           f"cut it may read {first.offset} again): "), said
+    assert said.endswith(": Input/output error; the store refuses writes until reopened"), said
     with pytest.raises(StoreReadOnlyError, match="reopen"):
         s.append(msgs(1, 2))
     s.close()
@@ -328,7 +329,8 @@ def test_a_failed_consume_queue_fsync_is_never_retried_and_close_leaves_abort(
 
     monkeypatch.setattr(os, "fsync", broken)
     s.append(msgs(5, 1))
-    with pytest.raises(FlushError, match=r"flushing the consume queues or the index of .* failed: \[Errno 5\]"):
+    with pytest.raises(FlushError, match=r"flushing the consume queues or the index of .* failed: fsync on "
+                                         r"\S*/consumequeue/\S* in flush\(\): Input/output error"):
         s.commit(metadata={"batch": 2})
     tries = len(failed_on)
     s.close()                               # no OSError: the dirty queues are not fsynced again

@@ -10,6 +10,7 @@ BLANK rule of FORMAT §8: a record fits only if 8 bytes remain after it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from store.errors import FieldLimitError, FileSpaceError, QueueOffsetMismatchError, SegmentAllocationError
+from store.failed_call import said
 from store.format.codec import CodecConfig
 from store.format.constants import (
     BLANK_MAGIC_CODE,
@@ -243,9 +245,11 @@ class CommitLog:
                     self.queue.segments.remove(seg)
             for seg in made:
                 seg.destroy()
+            remedy = ("free disk space (or raise the file size limit) and retry"
+                      if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else "check the disk and retry")
             what = e if isinstance(e, FileSpaceError) else (
                 f"cannot create a commit-log segment of {self.segment_size} bytes in {self.queue.directory}: "
-                f"{e}; free disk space (or raise the file size limit) and retry")
+                f"{said(e)}; {remedy}")
             raise SegmentAllocationError(f"{what}; nothing of this batch was written") from e
         return made
 

@@ -16,6 +16,7 @@ from store.format.constants import (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, P
 from store.index.build import decoded_keys, record_keys
 from store.scan.fields import topic_lengths
 from store.scan.record_check import check_record, scan_segment_fast
+from tests.oracles import index_keys
 
 pytestmark = pytest.mark.unit
 
@@ -97,11 +98,11 @@ def test_record_columns_c_refuses_the_negative_length_the_scan_reads() -> None:
         columns(LONG - 256)
 
 
-@pytest.mark.parametrize("use_c", [True, False], ids=["c", "numpy"])
-def test_index_keys_of_the_short_topic_only(use_c: bool) -> None:
+@pytest.mark.parametrize("keys_of", [record_keys, index_keys.record_keys], ids=["c", "oracle"])
+def test_index_keys_of_the_short_topic_only(keys_of) -> None:  # noqa: ANN001
     short = np.frombuffer(v1_record(SHORT), np.uint8)
-    assert len(record_keys(short, np.array([0]), use_c=use_c)) == 3        # UNIQ_KEY, k1, k2
-    if use_c:       # the numpy way reads records the scan passed; the long one never is
+    assert len(keys_of(short, np.array([0]))) == 3        # UNIQ_KEY, k1, k2
+    if keys_of is record_keys:       # the oracle reads records the scan passed; the long one never is
         long = np.frombuffer(v1_record(LONG), np.uint8)
         assert len(record_keys(long, np.array([0]))) == 0
 

@@ -32,13 +32,12 @@ MAX_REPORTED = 20          # bad items reported one by one per kind; the rest ar
 _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PAIR + hash
 
 
-def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> tuple[list[Problem], int]:
+def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
     """(problems, items checked). ``data_end``: the end of the valid data, which may lie past the
     commit point (store.log.past_commit): items pointing at records up to it are checked against
     them, items past it are problems; keys are held to the items only up to the commit point (a
     broker indexes its records behind its appends). Items below the first segment (retention
-    keeps a file until all of it is old) are not checked. ``use_c`` False: the numpy checks alone
-    (tests compare the two)."""
+    keeps a file until all of it is old) are not checked."""
     if src.root is None:
         return [], 0
     out = _Problems()
@@ -56,7 +55,7 @@ def index_problems(src: Source, data_end: int, *, use_c: bool | None = None) -> 
     unindexed: list[np.ndarray] = []       # offsets of messages with a key no item holds
     try:
         if service is not None:
-            items = file_items(service, low, data_end, out.add, use_c)
+            items = file_items(service, low, data_end, out.add)
         for seg in src.segments:
             end = min(seg.size, limit - seg.base_offset)
             pointed = items.count_within(seg.base_offset, seg.end_offset)

@@ -1,6 +1,7 @@
 """Records encoded elsewhere are checked as recovery checks a segment before the store takes them
 (store.check_encoded): framing, lengths, BODYCRC, and the columns against the records. Every test
-runs with the C checks (store/scan/_record_check.c) and with the numpy ones."""
+runs with the C checks (store/scan/_record_check.c) and with the numpy oracle's
+(tests/oracles/encoded_check.py)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ import pytest
 
 from store import InvalidMessageError, check_encoded
 from store.format.batch_codec import encode_batch_to_arrow
+from store.scan import encoded_check
 from tests.batch_helpers import corrupt
+from tests.oracles import encoded_check as oracle
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(autouse=True, params=["c", "numpy"])
 def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    import store.scan.encoded_check as encoded_check
     if request.param == "numpy":
-        monkeypatch.setattr(encoded_check, "_record_check", None)
-    else:
-        assert encoded_check.kernel_available(), "setup.py's store/scan/_record_check.c did not build: run `make venv`"
+        monkeypatch.setattr(encoded_check, "_records", oracle.records)
     return request.param
 
 

@@ -274,7 +274,7 @@ def rewritten(root: Path, config: IndexConfig, order: Callable[[np.ndarray], np.
             end = min(seg.size, src.committed_offset - seg.base_offset)
             with mapped(seg) as mv:
                 arr = np.frombuffer(mv, dtype=np.uint8)
-                starts, _, _ = walk(arr, mv, 0, end, end)
+                starts, _, _ = walk(arr, 0, end, end)
                 keys = record_keys(arr, starts, seg.base_offset)
                 del arr
             first = np.flatnonzero(np.r_[True, keys.record[1:] != keys.record[:-1]])

@@ -159,7 +159,7 @@ def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _walked_messages(arr: np.ndarray, mv: memoryview, end: int) -> np.ndarray:
     """The message records of [0, end) of the segment, walked along TOTALSIZE from its start."""
-    walked, _, _ = walk(arr, mv, 0, end, end)
+    walked, _, _ = walk(arr, 0, end, end)
     magic = be_ints(arr, walked + 4, 4) & 0xFFFFFFFF
     return walked[(magic == MESSAGE_MAGIC_CODE) | (magic == MESSAGE_MAGIC_CODE_V2)]
 

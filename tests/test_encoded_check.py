@@ -102,11 +102,10 @@ def test_rows_without_a_record_are_dead_letters_with_nothing_to_check() -> None:
 
 
 def test_the_c_checks_find_what_the_numpy_ones_find(kernel: str) -> None:
-    import store.scan.encoded_check as encoded_check
     from store.format.batch_columns import binary_parts
 
     if kernel == "numpy":
-        pytest.skip("one comparison is enough")
+        pytest.skip("the oracle is patched in: it would be compared with itself")
     rng = np.random.default_rng(40)
     for v6, topics in ((False, ("orders", "payments")), (True, ("t" * 200, "u"))):
         batch = records(8, v6=v6, topics=topics).to_batches()[0]
@@ -115,8 +114,8 @@ def test_the_c_checks_find_what_the_numpy_ones_find(kernel: str) -> None:
             row, at = int(rng.integers(8)), int(rng.integers(size))
             offs, values = binary_parts(corrupt(batch, row, at).column("record"))
             starts, sizes = offs[:-1], np.diff(offs)
-            first_c, cols_c = encoded_check._records_c(values, starts, sizes)
-            first_np, cols_np = encoded_check._records_numpy(values, starts, sizes)
+            first_c, cols_c = encoded_check._records(values, starts, sizes)
+            first_np, cols_np = oracle.records(values, starts, sizes)
             assert first_c == first_np, (row, at)
             for name in ("queue_id", "sys_flag", "topic_pos", "topic_len"):
                 assert np.array_equal(getattr(cols_c, name)[:first_c], getattr(cols_np, name)[:first_c]), name

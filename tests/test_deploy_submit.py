@@ -121,10 +121,9 @@ PROBE = textwrap.dedent('''
         (chunk,) = part.take(None)
         maker = EncodedBatches(KafkaColumns(arrow_schema(kafka_schema(True))), MappingConfig(), CodecConfig())
         rows = maker.from_chunk(chunk, KafkaOffsetRange("t", 0, 0, 100)).num_rows
-        from store.scan import arrow_text, record_batch, walk
-        return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows,
-                "store_kernels": arrow_text.kernel_available() and record_batch.columns_kernel_available()
-                and walk.walk_kernel_available()}
+        from store.scan import _properties_split, _record_columns, _scan_walk
+        return {"kernel_share": maker.direct_records() / rows,
+                "kernels": [m.__file__ for m in (direct_encode._kernel, _properties_split, _record_columns, _scan_walk)]}
 
     spark = SparkSession.builder.getOrCreate()
     sc = spark.sparkContext
@@ -164,8 +163,9 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
         for pkg in ("store", "ingest", "sink", "constants"):
             # The executor fetched the archive, unpacked, into its own work dir and imports from it.
             assert Path(ex[pkg]).is_relative_to(shipped), ex
-        assert ex["kernel"] and ex["kernel_share"] == 0.99, ex    # all but the handed-back record
-        assert ex["store_kernels"], "the store's C passes are shipped too"
+        assert ex["kernel_share"] == 0.99, ex    # all but the handed-back record
+        for kernel in ex["kernels"]:            # the encode pass and the store's C passes, shipped
+            assert Path(kernel).is_relative_to(shipped) and kernel.endswith(".so"), ex
     apps = cluster.state()["completedapps"]
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 

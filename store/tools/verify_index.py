@@ -10,7 +10,7 @@ key finder, not record by record.
 A healthy index is told in one C pass per segment (store.index.check records_match: the walk, each
 record's keys and the items, read where the files hold them (store.tools.index_items), side by
 side); when anything differs, the numpy checks below find and word the problems, so the report is
-the same either way (``use_c`` False: numpy alone)."""
+the same either way (tests run the numpy checks on healthy stores too: tests/oracles/index_check.py)."""
 
 from __future__ import annotations
 

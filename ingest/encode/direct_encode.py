@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.encode import _direct_encode as _kernel
 from ingest.encode.mapping import (
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
@@ -66,8 +67,6 @@ from store.format import (
 )
 from store.format import NAME_VALUE_SEPARATOR as SEP1
 from store.format import PROPERTY_SEPARATOR as SEP2
-
-from ingest.encode import _direct_encode as _kernel
 
 log = logging.getLogger(__name__)
 

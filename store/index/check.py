@@ -22,10 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.format.constants import INDEX_INVALID_INDEX
+from store.index import _index_check
 from store.index.file import IndexFile, IndexHeader
 from store.index.service import IndexService
-
-from store.index import _index_check
 
 _INT_MAX = 0x7FFFFFFF
 LISTED = 3                   # faults of one kind described one by one per file; the rest are counted

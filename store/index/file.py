@@ -21,10 +21,9 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
+from store.index import _index_build
 from store.log.segment import fsync_dir
 from store.space import create_reserved, reserve_path
-
-from store.index import _index_build
 
 _HEADER = struct.Struct(">qqqqii")
 _ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])

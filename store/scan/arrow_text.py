@@ -18,7 +18,6 @@ import pyarrow as pa
 from store.format.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from store.scan.fields import byte_rows, text_ids
 from store.format.properties import java_string, string_to_properties
-
 from store.scan import _properties_split as _kernel
 
 _SEP2 = ord(PROPERTY_SEPARATOR)

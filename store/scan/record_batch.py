@@ -3,10 +3,10 @@ with no Python step per record.
 
 The walk and the record checks are record_check.py's (the ones recovery and verify use). The fixed
 fields, hosts, topics and bodies then come from one pass over the records: _record_columns.c
-(built by setup.py); numpy gathers (fields.py) build a batch of 2 GiB of records or more, which the
-C pass's int32 body offsets cannot (tests/test_readback_columns.py holds the two to each other). Bodies are copied into a plain
-``binary`` column, or with ``zero_copy`` are views (binary_view: pointers into the mapped
-segment). Properties are split into a map<string, string> the way RocketMQ's
+(built by setup.py); numpy gathers (fields.py) build a batch of 2 GiB of records or more, which
+the C pass's int32 body offsets cannot (tests/test_readback_columns.py holds the two to each
+other). Bodies are copied into a plain ``binary`` column, or with ``zero_copy`` are views
+(binary_view: pointers into the mapped segment). Properties are split into a map<string, string> the way RocketMQ's
 ``MessageDecoder.string2messageProperties`` does (arrow_text.py).
 """
 
@@ -45,9 +45,8 @@ from store.format.constants import (
 from store.scan.fields import be_ints, byte_rows, fields_from_scan, text_ids
 from store.format.hosts import HostAddress
 from store.format.properties import java_string
-from store.scan.record_check import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
-
 from store.scan import _record_columns as _columns_kernel
+from store.scan.record_check import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
 
 READBACK_SCHEMA = pa.schema([
     pa.field("topic", pa.string(), nullable=False),

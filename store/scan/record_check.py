@@ -30,10 +30,9 @@ from store.format.constants import (
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
+from store.scan import _record_check
 from store.scan.fields import ScanColumns, be_ints, topic_lengths
 from store.scan.walk import walk
-
-from store.scan import _record_check
 
 _HEADER = struct.Struct(">iI")
 _I32 = struct.Struct(">i")

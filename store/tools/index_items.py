@@ -128,7 +128,8 @@ def file_items(service: IndexService, low: int, limit: int, report: Report) -> C
     return CheckedItems(None, _joined([p.columns() if isinstance(p, ItemRun) else p for p in parts]))
 
 
-def _file_part(f: IndexFile, low: int, limit: int, report: Report, sound: bool) -> ItemRun | tuple[np.ndarray, ...] | None:
+def _file_part(f: IndexFile, low: int, limit: int, report: Report,
+               sound: bool) -> ItemRun | tuple[np.ndarray, ...] | None:
     """The file's items in [low, limit), each one past ``limit`` reported: a run of its mapping when
     the file is ``sound`` (its items ascend), else columns. None: its items cannot be told."""
     h = f.read_header()

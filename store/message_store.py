@@ -103,7 +103,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             return cls._open_at(Path(root), config or StoreConfig(), truncate_on_corruption)
         except OSError as e:
             if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreReadOnlyError(f"store {root} cannot be written ({e.strerror}: {e.filename}): a writer "
+                raise StoreReadOnlyError(f"store {root} cannot be written ({said(e)}): a writer "
                                          f"needs it writable; the read-only commands (dump, verify, stat, get) "
                                          f"work as they are") from e
             if isinstance(e, StoreError):

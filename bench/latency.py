@@ -310,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.parser(__doc__.splitlines()[0])
     ap.add_argument("--trigger", default=None, help="the job's --trigger (default: the job's own default)")
     ap.add_argument("--rates", default=None, help="comma-separated rates (msg/s) instead of the mode's")
+    ap.add_argument("--flushes", default=None, help="comma-separated flush modes (sync,async) instead of the mode's")
     ap.add_argument("--no-peers", action="store_true", help="only commitlog run")
     ap.add_argument("--png", default=None, help="draw the figures here (bench/latency.png in BENCHMARKS.md)")
     ap.add_argument("--plot-from", default=None, help="only plot: a JSON report of an earlier --json run")
@@ -320,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     p = dict(QUICK if args.quick else FULL)
     if args.rates:
         p["rates"] = [int(r) for r in args.rates.split(",")]
+    if args.flushes:
+        p["flushes"] = args.flushes.split(",")
     rep = common.Report("latency", args)
     rep.params = dict(p, warmup_s=WARMUP_S, trigger=args.trigger or "the job's default")
     from ingest.config import JobConfig, spark_interval

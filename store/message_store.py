@@ -34,10 +34,10 @@ from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
 from store.log.lock import StoreLock
 from store.log.segment import fsync_dir
-from store.log.segment_queue import segment_size_on_disk
+from store.read.view import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.log.dispatch import DispatchService
-from store.reader import RecordReads
+from store.read.reader import RecordReads
 from store.store_open import StoreOpening, now_ms
 from store.store_state import StoreState
 from store.topics import TopicsPublisher

@@ -3,7 +3,7 @@
 StoreReader is the public read API of a store (and the commands' view): it takes no lock, works
 while a writer runs, and reads only up to the committed offset (commitpoint.json; for a RocketMQ
 store without one, up to the last valid record). Bodies come back as zero-copy memoryviews of the
-segment mapping; :meth:`StoreReader.record_batches` (store.reader_arrow) gives the same records as
+segment mapping; :meth:`StoreReader.record_batches` (store.read.reader_arrow) gives the same records as
 Arrow columns::
 
     with StoreReader.open("/data/store") as reader:
@@ -23,7 +23,6 @@ from store.errors import CorruptRecordError, IndexFileError, NotARecordStartErro
 from store.format.codec import CodecConfig, DecodedMessage, body_crc, decode_message
 from store.format.constants import (
     BLANK_MAGIC_CODE,
-    COMMITLOG_DIR,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     MAX_MSGS_NUM_BATCH,
@@ -34,10 +33,11 @@ from store.index.check import lookup_damage
 from store.index.hashing import index_key_hashes
 from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num, open_index
 from store.index.service import IndexService
-from store.log.commit_point import CommitPoint, read_commit_point
-from store.log.segment_queue import SegmentQueue, segment_size_on_disk
+from store.log.commit_point import CommitPoint
+from store.log.segment_queue import SegmentQueue
 from store.queue.consume_queue import ConsumeQueueStore
-from store.reader_arrow import ArrowReads
+from store.read.reader_arrow import ArrowReads
+from store.read.view import StoreView
 
 
 _HEAD = struct.Struct(">iI")
@@ -218,19 +218,21 @@ class RecordReads:
 
 
 class StoreReader(RecordReads, ArrowReads):
-    """Read-only, lock-free view of a store, up to its committed offset."""
+    """Read-only, lock-free view of a store, up to its committed offset: its segments and commit
+    point come from the store's view (store.read.view)."""
 
-    def __init__(self, root: Path, segments: SegmentQueue, cq: ConsumeQueueStore | None,
-                 codec: CodecConfig, check_crc: bool = True) -> None:
-        self.root = Path(root)
+    def __init__(self, view: StoreView, cq: ConsumeQueueStore | None, codec: CodecConfig,
+                 check_crc: bool = True) -> None:
+        self.root = view.path
+        self._view = view
         self._check_crc = check_crc
-        self._segments = segments
+        self._segments = view.segment_queue()
         self._cq = cq
         self._codec = codec
         self._commit_point: CommitPoint | None = None
         self._committed = 0
         self._index_service: IndexService | None = None
-        self.refresh()
+        self._settle()
 
     @classmethod
     def open(cls, root: str | Path, codec: CodecConfig | None = None, *, check_crc: bool = True) -> "StoreReader":
@@ -238,39 +240,25 @@ class StoreReader(RecordReads, ArrowReads):
         PHYSICALOFFSET and, unless ``check_crc`` is False, its BODYCRC): a damaged one raises
         CorruptRecordError naming its offset and segment, it is never handed out."""
         root = Path(root)
-        cdir = root / COMMITLOG_DIR
-        segments = SegmentQueue(cdir, segment_size_on_disk(cdir) or 4096, read_only=True, preallocate=False)
-        cq = ConsumeQueueStore(root, read_only=True)
-        return cls(root, segments, cq, codec or CodecConfig(), check_crc)
+        return cls(StoreView.of_store(root), ConsumeQueueStore(root, read_only=True), codec or CodecConfig(),
+                   check_crc)
 
     def refresh(self) -> None:
         """Re-read the commit point and map segments created since (a running writer moves
         both on)."""
-        cdir = self.root / COMMITLOG_DIR
-        if not self._segments.segments:
-            size = segment_size_on_disk(cdir)
-            if size:
-                self._segments = SegmentQueue(cdir, size, read_only=True, preallocate=False)
-        if segment_size_on_disk(cdir):
-            self._segments.load()
+        self._view.refresh()
+        if not self._segments.segments and self._view.segment_size:
+            self._segments = self._view.segment_queue()
+        else:
+            self._view.load_into(self._segments)
+        self._settle()
+
+    def _settle(self) -> None:
         # retention may have deleted old segments: their consume-queue units no longer count
         if self._cq is not None:
             self._cq.commitlog_min_offset = self._segments.min_offset
-        self._commit_point = read_commit_point(self.root)
-        if self._commit_point is not None:
-            self._committed = self._commit_point.offset
-        else:
-            self._committed = self._valid_end()
-
-    def _valid_end(self) -> int:
-        from store.log.recovery import validate_from  # recovery imports this module's neighbours
-
-        q = self._segments
-        if not q.segments:
-            return 0
-        start = q.segments[max(len(q.segments) - 3, 0)].base_offset
-        end, _last, _bad = validate_from(q, start, q.segments[-1].end_offset, self._codec)
-        return end
+        self._commit_point = self._view.commit_point
+        self._committed = self._view.committed_end()
 
     def _read_limit(self) -> int:
         return self._committed

@@ -6,9 +6,10 @@ flush, retention); on a failed open, let go of everything taken."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from store.queue.recovery import recover_queues, remove_unfinished_queue_files
 from store.scan.record_check import scan_segment_fast
 from store.usage import OpenReport, open_report
 
+if TYPE_CHECKING:
+    from store.retention import RetentionService
+
 log = logging.getLogger("store.message_store")
 
 
@@ -54,8 +58,8 @@ class StoreOpening:
     _dispatcher: DispatchService | None
     _checkpoint: StoreCheckpoint
     _last_commit: CommitPoint
-    _retention: Any
-    _put_lock: Any
+    _retention: RetentionService | None
+    _put_lock: threading.Lock
     _intent: AppendIntentLog
 
     def _open(self, truncate_on_corruption: bool) -> None:

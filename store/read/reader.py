@@ -62,7 +62,7 @@ class StoreReader(RecordReads, ArrowReads):
         if self._cq is not None:
             self._cq.commitlog_min_offset = self._segments.min_offset
         self._commit_point = self._view.commit_point
-        self._committed = self._view.committed_end()
+        self._committed = self._view.committed_end(self._codec)
 
     def _read_limit(self) -> int:
         return self._committed

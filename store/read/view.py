@@ -27,6 +27,7 @@ from store.log.segment import first_unreadable
 from store.queue.units import is_file_name
 
 if TYPE_CHECKING:
+    from store.format.codec import CodecConfig
     from store.log.checkpoint import StoreCheckpoint
     from store.log.commit_point import CommitPoint
     from store.log.segment_queue import SegmentQueue
@@ -121,7 +122,7 @@ class StoreView:
             end = max(0, min(end, self.committed_offset - seg.base_offset))
         return end
 
-    def committed_end(self) -> int:
+    def committed_end(self, config: CodecConfig | None = None) -> int:
         """The offset nothing at or after is committed: the commit point, or for a store without
         one (a RocketMQ store) the end of the valid data, found by scanning the newest segment (an
         empty file after it, a creation a crash cut short, holds nothing)."""
@@ -134,7 +135,7 @@ class StoreView:
 
         last = written[-1]
         with mapped(last) as mv:
-            scan = scan_segment_fast(mv, last.base_offset)
+            scan = scan_segment_fast(mv, last.base_offset, config=config)
         if scan.stop.kind == "blank":
             return last.end_offset
         return scan.end_offset

@@ -49,10 +49,10 @@ def build(root: Path, p: dict) -> tuple[int, int]:
 def revalidate(root: Path, start: int, end: int, segment_size: int) -> float:
     import numpy as np  # noqa: F401  (the scan's import, outside the clock)
     from store.format.codec import CodecConfig
-    from store.log.source import mapped, open_source
+    from store.read.view import mapped, open_view
     from store.scan.record_check import scan_segment_fast
 
-    src = open_source(root)
+    src = open_view(root)
     t0 = time.perf_counter()
     for seg in src.segments:
         if seg.end_offset <= start or seg.base_offset >= end:

@@ -69,7 +69,12 @@ def spark_session(cfg: JobConfig) -> Any:
             "spark.ui.enabled": "false",
             # a task's packed batch (megabytes) comes back with its task status, not through a slower
             # block-manager fetch (BENCHMARKS.md, "Pipeline")
-            "spark.task.maxDirectResultSize": str(64 << 20)}
+            "spark.task.maxDirectResultSize": str(64 << 20),
+            # Spark's offset and commit logs on a local disk without Hadoop's .crc side files: two
+            # files written and renamed per entry, not four, halves walCommit + commitOffsets, a fixed
+            # cost of every batch's latency (BENCHMARKS.md, "Latency"). Hadoop's local files are
+            # never fsynced either way; a torn entry is what sink.spark_checkpoint rewinds.
+            "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs"}
     conf.update(cfg.spark_conf)
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
 

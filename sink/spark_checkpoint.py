@@ -9,7 +9,8 @@ it. Records the store already holds are dropped by Kafka offset (ingest.encode.p
 re-run can never write one twice.
 
 The layout read here is Spark's streaming checkpoint on a local file system: ``metadata`` (the query
-id), ``offsets/<batch>`` and ``commits/<batch>``, each with a Hadoop ``.<batch>.crc`` beside it.
+id), ``offsets/<batch>`` and ``commits/<batch>``, each with a Hadoop ``.<batch>.crc`` beside it when
+Hadoop's checksummed local file system wrote it (the job's own session writes without: ingest.job).
 """
 
 from __future__ import annotations

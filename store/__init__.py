@@ -41,10 +41,10 @@ if TYPE_CHECKING:
     from store.format.hosts import HostAddress
     from store.log.commit_point import CommitPoint, read_commit_point
     from store.message_store import AppendResult, MessageStore
-    from store.reader import StoreReader
+    from store.read.reader import StoreReader
     from store.index.service import IndexConfig
     from store.index.shipped import batch_index_keys
-    from store.log.segment_queue import segment_size_on_disk
+    from store.read.view import segment_size_on_disk
     from store.retention import RetentionConfig
     from store.scan.encoded_check import check_encoded
     from store.usage import OpenReport, StoreUsage
@@ -59,8 +59,8 @@ _LAZY = {
     "read_commit_point": "store.log.commit_point", "StoreConfig": "store.config",
     "FOREIGN_TAIL_POLICIES": "store.config",
     "RetentionConfig": "store.retention", "AppendResult": "store.message_store",
-    "MessageStore": "store.message_store", "StoreReader": "store.reader", "IndexConfig": "store.index.service",
-    "segment_size_on_disk": "store.log.segment_queue", "check_encoded": "store.scan.encoded_check",
+    "MessageStore": "store.message_store", "StoreReader": "store.read.reader", "IndexConfig": "store.index.service",
+    "segment_size_on_disk": "store.read.view", "check_encoded": "store.scan.encoded_check",
     "OpenReport": "store.usage", "StoreUsage": "store.usage", "batch_index_keys": "store.index.shipped",
 }
 

@@ -8,6 +8,7 @@ frame that made a recognizable call is read: its source line names the call, and
 
 from __future__ import annotations
 
+import errno
 import linecache
 import os
 import re
@@ -29,7 +30,7 @@ _CALLS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), name) fo
     (r"\bos\.(mkdir|makedirs)\(|\.mkdir\(", "mkdir"),
     (r"\bos\.pwrite\(", "pwrite"),
     (r"\bos\.write\(|\.write\(|\.write_bytes\(|\.write_text\(|\.flush\(", "write"),
-    (r"\bos\.open\(|\bopen\(|\bmmap\.mmap\(|\.read_bytes\(|\.read_text\(", "open"),
+    (r"\bos\.open\(|\bopen\(|\bmmap\.mmap\(|\.read_bytes\(|\.read_text\(|\bos\.(listdir|scandir)\(", "open"),
     (r"\bos\.(pread|read)\(|\.read\(", "read"),
 ))
 
@@ -124,8 +125,18 @@ def _file_named_by(value: object) -> str | None:
 
 
 def said(e: BaseException) -> str:
-    """An error for a message: an OSError as its call, file and reason (``fsync on X in f():
-    Input/output error``), anything else as itself."""
-    if isinstance(e, OSError) and e.errno is not None and not hasattr(e, "call"):
+    """An error for a message: Python's own OSError as its call, file and reason (``fsync on X in
+    f(): Input/output error``); one of ours (whose message already says what it needs) or anything
+    else as itself."""
+    if isinstance(e, OSError) and e.errno is not None and type(e).__module__ == "builtins":
         return f"{failed_call(e).describe()}: {e.strerror}"
     return str(e)
+
+
+def remedy(errno_: int | None) -> str:
+    """What a user does about a failed call, by its errno."""
+    if errno_ in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "free disk space (or raise the quota or file size limit) and run again"
+    if errno_ == errno.EROFS:
+        return "the file system is read-only: make it writable and run again"
+    return "check the disk (the kernel log names the device) and run again"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,14 +34,18 @@ from store.log.commitlog import CommitLog
 from store.log.flush import FlushService
 from store.log.lock import StoreLock
 from store.log.segment import fsync_dir
-from store.log.segment_queue import segment_size_on_disk
+from store.read.view import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
 from store.log.dispatch import DispatchService
-from store.reader import RecordReads
+from store.index.service import IndexService
+from store.read.records import RecordReads
 from store.store_open import StoreOpening, now_ms
-from store.store_state import StoreState
+from store.store_state import StoreFailure, StoreState
 from store.topics import TopicsPublisher
 from store.usage import OpenReport
+
+if TYPE_CHECKING:
+    from store.retention import RetentionService
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ class AppendResult:
     store_timestamp: int            # STORETIMESTAMP written into every record of the batch
 
 
-class MessageStore(StoreOpening, StoreState, RecordReads):
+class MessageStore(StoreOpening, StoreState):
     """One writer per store (lock file). Use :meth:`open`; thread-safe for appends/commits."""
 
     def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
@@ -68,14 +72,15 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         self.closed_cleanly = False
         # committed records whose content failed its CRC at open (kept): for logs and metrics
         self.damaged_records: tuple[int, ...] = ()
-        self._failure: BaseException | None = None          # writes are refused after it
-        self._flush_failure: BaseException | None = None    # ... and a clean close too (store.log.flush)
+        self._failed = StoreFailure()
         self._last_ts = 0
         self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
                               preallocate=config.preallocate, warm_first=config.warm_first_segment,
                               mlock=config.mlock)
         self._segments = self._log.queue
         self._cq: ConsumeQueueStore = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
+        self._reads = RecordReads(root, self._segments, self._cq, read_limit=lambda: self._log.max_offset,
+                                  index_lookup=self._index_lookup, settle_queues=self.settle_queues)
         # held by the index while it puts keys, by the flush while it starts writeback: a
         # page cleaned while another CPU runs a thread of ours costs that CPU an interrupt
         self._writeback_gate = threading.Lock()
@@ -86,7 +91,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         self._checkpoint = StoreCheckpoint()
         self._checkpoint_lock = threading.Lock()      # each write holds the newest fields
         self._last_commit = CommitPoint(0)
-        self._retention: Any = None
+        self._retention: RetentionService | None = None
         self._dispatcher: DispatchService | None = None
         self._topics = TopicsPublisher(root)
         self._index = IndexWriter(root, config.index, self._writeback_gate, warm_first=config.warm_first_segment) \
@@ -103,7 +108,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
             return cls._open_at(Path(root), config or StoreConfig(), truncate_on_corruption)
         except OSError as e:
             if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreReadOnlyError(f"store {root} cannot be written ({e.strerror}: {e.filename}): a writer "
+                raise StoreReadOnlyError(f"store {root} cannot be written ({said(e)}): a writer "
                                          f"needs it writable; the read-only commands (dump, verify, stat, get) "
                                          f"work as they are") from e
             if isinstance(e, StoreError):
@@ -132,12 +137,11 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
     def _check_writable(self) -> None:
         if self._closed:
             raise StoreError(f"store {self.root} is closed")
-        if self._dispatcher is not None and self._dispatcher.failure is not None and self._failure is None:
-            self._failure = self._dispatcher.failure
-        if self._index is not None and self._index.failure is not None and self._failure is None:
-            self._failure = self._index.failure
-        if self._failure is not None or self._flusher.failed:
-            cause = self._failure or self._flusher.failure
+        for behind in (self._dispatcher, self._index):      # the work behind the appends
+            if behind is not None and behind.failure is not None:
+                self._failed.refuse(behind.failure)
+        if self._failed.writes is not None or self._flusher.failed:
+            cause = self._failed.writes or self._flusher.failure
             raise StoreReadOnlyError(
                 f"store {self.root} refuses writes after a failure ({cause}); reopen it to "
                 f"recover from the last commit point")
@@ -206,8 +210,8 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
     def _flush(self) -> int:
         if self._closed:
             raise StoreError(f"store {self.root} is closed")
-        if self._failure is not None:
-            raise FlushError(f"store {self.root} failed earlier ({self._failure}); reopen it")
+        if self._failed.writes is not None:
+            raise FlushError(f"store {self.root} failed earlier ({self._failed.writes}); reopen it")
         self.settle_queues()
         return self._flush_files()
 
@@ -220,7 +224,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 idx.settle()
             except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say
                 # nothing was flushed: the store refuses writes but can still close cleanly
-                self._failure = self._failure or e
+                self._failed.refuse(e)
                 raise FlushError(f"building the index of {self.root} failed: {said(e)}; what was appended since the "
                                  f"last commit point is not committed, the store refuses writes until reopened") from e
             self._index_seconds += time.perf_counter() - started
@@ -232,7 +236,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 self._index_seconds += time.perf_counter() - started
                 self._checkpoint.index_msg_timestamp = max(self._checkpoint.index_msg_timestamp, idx.end_timestamp)
         except OSError as e:
-            self._failure = self._flush_failure = e
+            self._failed.broke(e)
             raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {said(e)}; the "
                              f"store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
@@ -302,7 +306,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
                 self._checkpoint.confirm_phy_offset = end
                 self._write_checkpoint()
             except OSError as e:
-                self._failure = self._flush_failure = e
+                self._failed.broke(e)
                 raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: {said(e)}; the store refuses writes "
                                  f"until reopened") from e
             self._last_commit = cp
@@ -386,7 +390,7 @@ class MessageStore(StoreOpening, StoreState, RecordReads):
         if self._index is not None:
             self._index.settle()
 
-    def _index_lookup(self) -> Any:
+    def _index_lookup(self) -> IndexService | None:
         self.settle_index()         # a lookup sees every append
         return self._index.service if self._index is not None else None
 

@@ -19,7 +19,6 @@ run deletes just enough. The clock and the disk-usage function are injectable fo
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -30,7 +29,8 @@ from typing import Any, NamedTuple
 
 from store.errors import DiskFullError, StoreError
 from store.format.constants import COMMITLOG_DIR
-from store.queue.units import file_name, is_file_name, list_unit_files, read_units, valid_count
+from store.queue.units import file_name, list_unit_files, read_units, valid_count
+from store.read.view import list_segments, open_view
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +72,6 @@ DiskUsageFn = Callable[[Path], Any]   # returns an object with .total and .used 
 
 
 @dataclass
-class SegmentInfo:
-    path: Path
-    base_offset: int
-    size: int
-    mtime: float
-
-
-@dataclass
 class PlannedDeletion:
     path: Path
     base_offset: int
@@ -111,21 +103,10 @@ class CleanPlan:
         return d
 
 
-def list_segments(root: Path) -> list[SegmentInfo]:
-    cdir = Path(root) / COMMITLOG_DIR
-    out = []
-    for name in sorted(n for n in os.listdir(cdir) if is_file_name(n)) if cdir.is_dir() else []:
-        st = (cdir / name).stat()
-        out.append(SegmentInfo(cdir / name, int(name), st.st_size, st.st_mtime))
-    return out
-
-
 def read_committed_offset(root: Path) -> int:
     """The offset nothing at or after may be deleted: the store's last commit (commitpoint.json),
     or for a RocketMQ store without one the end of its valid data."""
-    from store.log.source import committed_end, open_source
-
-    return committed_end(open_source(root))
+    return open_view(root).committed_end()
 
 
 def plan_clean(root: Path, config: RetentionConfig, now: float, disk_usage: DiskUsageFn = shutil.disk_usage,
@@ -146,7 +127,7 @@ def plan_clean(root: Path, config: RetentionConfig, now: float, disk_usage: Disk
         disk_full=ratio > config.disk_full_ratio,
         committed_offset=committed_offset,
     )
-    segments = list_segments(root)
+    segments = list_segments(root / COMMITLOG_DIR)
     if not segments:
         plan.stopped_at = "no segments"
         return plan

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from store.errors import FileSpaceError
+from store.failed_call import remedy
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +37,8 @@ def reserve(fd: int, size: int, path: Path, what: str) -> None:
             if os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
             return
-        raise FileSpaceError(e.errno, f"cannot reserve {size:,} bytes on disk for {what} {path}: "
-                                      f"{e.strerror}; free disk space (or raise the quota or file size limit) "
-                                      f"and run again", str(path)) from e
+        raise FileSpaceError(e.errno, f"cannot reserve {size:,} bytes on disk for {what} {path} (fallocate): "
+                                      f"{e.strerror}; {remedy(e.errno)}", str(path)) from e
 
 
 def create_reserved(path: Path, size: int, what: str, named: Path | None = None) -> int:

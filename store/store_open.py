@@ -1,14 +1,19 @@
-"""MessageStore's opening, a mixin of store.message_store.MessageStore: recover the commit log
-(store.log.recovery), then the consume queues (store.queue.recovery) and the index to the recovered
-end, write the commit point and the checkpoint, create ``abort``, and start the services (dispatch,
-flush, retention); on a failed open, let go of everything taken."""
+"""MessageStore's opening: recover_store recovers its parts, the commit log (store.log.recovery),
+then the consume queues (store.queue.recovery) and the index to the recovered end, and writes the
+commit point; the StoreOpening mixin of store.message_store.MessageStore takes what it recovered,
+writes the checkpoint, creates ``abort`` and starts the services (dispatch, flush, retention); on a
+failed open, it lets go of everything taken."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,11 +31,17 @@ from store.log.flush import FlushService
 from store.log.lock import StoreLock
 from store.log.recovery import recover
 from store.log.segment import fsync_dir
+from store.log.segment_queue import SegmentQueue
 from store.queue.consume_queue import ConsumeQueueStore
 from store.log.dispatch import DispatchService
 from store.queue.recovery import recover_queues, remove_unfinished_queue_files
+from store.read.records import RecordReads
 from store.scan.record_check import scan_segment_fast
+from store.topics import TopicsPublisher
 from store.usage import OpenReport, open_report
+
+if TYPE_CHECKING:
+    from store.retention import RetentionService
 
 log = logging.getLogger("store.message_store")
 
@@ -39,96 +50,164 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass
+class StoreParts:
+    """The parts of a MessageStore its open recovers."""
+
+    root: Path
+    config: StoreConfig
+    log: CommitLog
+    cq: ConsumeQueueStore
+    index: IndexWriter | None
+    intent: AppendIntentLog
+    topics: TopicsPublisher
+    reads: RecordReads
+
+
+@dataclass
+class Recovered:
+    """What recovery left a store with: the open's report, the committed records kept although their
+    content failed its CRC, the commit point, and the checkpoint to write."""
+
+    abnormal: bool            # ``abort`` was there: the last writer did not close cleanly
+    mode: str
+    report: OpenReport
+    damaged: tuple[int, ...]
+    commit_point: CommitPoint
+    checkpoint: StoreCheckpoint
+    checkpoint_damage: str | None
+
+
+def recover_store(parts: StoreParts, truncate_on_corruption: bool, writable: bool) -> Recovered:
+    """Recover the commit log (store.log.recovery), then the consume queues and the index to the
+    recovered end, and write the commit point when it moved."""
+    root, log_, cq, index, reads = parts.root, parts.log, parts.cq, parts.index, parts.reads
+    abnormal = (root / ABORT_FILE).exists()
+    commit_point = read_commit_point(root)
+    checkpoint = read_checkpoint(root / CHECKPOINT_FILE)
+    damage = checkpoint_damage(root / CHECKPOINT_FILE)
+    if damage is not None:
+        checkpoint = None       # as RocketMQ reads a missing one: recovery starts at the first segment
+    log_.queue.load()
+    remove_unfinished_queue_files(root)
+    cq.load()
+    intent = parts.intent.current
+    if not parts.intent.existed and commit_point is not None and abnormal:
+        # a store our writer committed before the intent file existed, left by a crash (its
+        # abort file is there): what follows its commit point is its unfinished batch. After a
+        # clean close nothing of ours follows it, so another writer's appends are adopted.
+        intent = AppendIntent.before_intents(commit_point.offset)
+    result = recover(log_, commit_point, checkpoint, abnormal=abnormal,
+                     truncate_on_corruption=truncate_on_corruption, codec=parts.config.codec,
+                     intent=intent, foreign_tail=parts.config.foreign_tail)
+    report = open_report(result, abnormal, commit_point.offset if commit_point else None)
+    end = result.end_offset
+    valid_point = commit_point if result.commit_point_valid else None
+    adopted = result.adopted
+    recover_queues(cq, reads.iter_messages, reads.min_offset, end, result.dispatch_from,
+                   valid_point.queue_offsets if valid_point is not None else None,
+                   also_from=adopted.start if adopted is not None else None)
+    if valid_point is not None:
+        queue_offsets = dict(valid_point.queue_offsets)
+        if adopted is not None:     # the adopted records' queues, as the consume queues now end
+            for key, nxt in cq.next_queue_offsets().items():
+                queue_offsets[key] = max(queue_offsets.get(key, 0), nxt)
+    else:
+        queue_offsets = cq.next_queue_offsets()
+    log_.queue_offsets = dict(queue_offsets)
+    log_.last_record_offset = result.last_record_offset
+    if index is not None:
+        timestamp_of = lambda phy: reads.read(phy).store_timestamp  # noqa: E731
+        # after a crash only: checking the newest file's items reads all of them
+        matches = partial(_index_item_matches, reads) if abnormal else None
+        index.recover(end, reads.min_offset, timestamp_of, matches)
+        if adopted is not None:
+            # the other writer's items stay (a broker's are the bytes ours would be); the records it
+            # did not index (killed first, or its index off) are indexed here as our appends are
+            _index_adopted(parts, adopted.start, end, after=index.covered_end)
+    elif writable:
+        mark_index_incomplete(root)
+    metadata = commit_point.metadata if commit_point else {}
+    if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
+        commit_point = CommitPoint(end, dict(queue_offsets), metadata, now_ms(), result.last_record_offset)
+        if adopted is not None:
+            parts.topics.cover(queue_offsets)
+        write_commit_point(root, commit_point)
+    parts.intent.clear()
+    checkpoint = checkpoint or StoreCheckpoint()
+    checkpoint.confirm_phy_offset = end
+    checkpoint.master_flushed_offset = end
+    return Recovered(abnormal, result.mode, report, tuple(result.damaged), commit_point, checkpoint, damage)
+
+
+def _index_item_matches(reads: RecordReads, phy: int, key_hash: int) -> bool:
+    """Whether a record starts at ``phy`` and has a key hashing to ``key_hash`` (an index item
+    a power cut left whole)."""
+    try:
+        msg = reads.read(phy)
+    except (StoreError, ValueError):
+        return False
+    keys = indexed_keys(msg.properties, msg.sys_flag)
+    return bool(keys) and key_hash in {int(h) for h in index_key_hashes([msg.topic] * len(keys), keys)}
+
+
+def _index_adopted(parts: StoreParts, start: int, end: int, after: int) -> None:
+    """Index the records in [start, end) (another writer's, adopted) that start past ``after``."""
+    assert parts.index is not None
+    segments = parts.log.queue
+    pos = start
+    while pos < end:
+        seg = segments.find(pos)
+        if seg is None:
+            break
+        stop = min(seg.size, end - seg.base_offset)
+        scan = scan_segment_fast(seg.view, seg.base_offset, stop, parts.config.codec, start=pos - seg.base_offset)
+        todo = scan.offsets[scan.offsets > after]
+        if len(todo):
+            parts.index.add_records(np.frombuffer(seg.view, dtype=np.uint8), todo - seg.base_offset,
+                                    seg.base_offset)
+        pos = seg.end_offset
+
+
 class StoreOpening:
-    """The open of a MessageStore (whose state it fills in)."""
+    """The open of a MessageStore: recovery (recover_store), then its services started."""
 
     root: Path
     config: StoreConfig
     damaged_records: tuple[int, ...]
+    read_only: bool
     _open_report: OpenReport
     _lock: StoreLock
     _log: CommitLog
+    _segments: SegmentQueue
     _cq: ConsumeQueueStore
+    _reads: RecordReads
     _index: IndexWriter | None
     _flusher: FlushService
     _dispatcher: DispatchService | None
     _checkpoint: StoreCheckpoint
     _last_commit: CommitPoint
-    _retention: Any
-    _put_lock: Any
+    _retention: RetentionService | None
+    _put_lock: threading.Lock
     _intent: AppendIntentLog
+    _topics: TopicsPublisher
+    _write_checkpoint: Callable[[], None]
 
     def _open(self, truncate_on_corruption: bool) -> None:
-        abort = self.root / ABORT_FILE
-        abnormal = abort.exists()
-        commit_point = read_commit_point(self.root)
-        checkpoint = read_checkpoint(self.root / CHECKPOINT_FILE)
-        damage = checkpoint_damage(self.root / CHECKPOINT_FILE)
-        if damage is not None:
-            checkpoint = None       # as RocketMQ reads a missing one: recovery starts at the first segment
-        self._log.queue.load()
-        remove_unfinished_queue_files(self.root)
-        self._cq.load()
-        intent = self._intent.current
-        if not self._intent.existed and commit_point is not None and abnormal:
-            # a store our writer committed before the intent file existed, left by a crash (its
-            # abort file is there): what follows its commit point is its unfinished batch. After a
-            # clean close nothing of ours follows it, so another writer's appends are adopted.
-            intent = AppendIntent.before_intents(commit_point.offset)
-        result = recover(self._log, commit_point, checkpoint, abnormal=abnormal,
-                         truncate_on_corruption=truncate_on_corruption, codec=self.config.codec,
-                         intent=intent, foreign_tail=self.config.foreign_tail)
-        self._open_report = open_report(result, abnormal, commit_point.offset if commit_point else None)
-        end = result.end_offset
-        self.damaged_records = tuple(result.damaged)
-        valid_point = commit_point if result.commit_point_valid else None
-        adopted = result.adopted
-        recover_queues(self._cq, self.iter_messages, self.min_offset, end, result.dispatch_from,
-                       valid_point.queue_offsets if valid_point is not None else None,
-                       also_from=adopted.start if adopted is not None else None)
-        if valid_point is not None:
-            queue_offsets = dict(valid_point.queue_offsets)
-            if adopted is not None:     # the adopted records' queues, as the consume queues now end
-                for key, nxt in self._cq.next_queue_offsets().items():
-                    queue_offsets[key] = max(queue_offsets.get(key, 0), nxt)
-        else:
-            queue_offsets = self._cq.next_queue_offsets()
-        self._log.queue_offsets = dict(queue_offsets)
-        self._log.last_record_offset = result.last_record_offset
-        if self._index is not None:
-            timestamp_of = lambda phy: self.read(phy).store_timestamp  # noqa: E731
-            # after a crash only: checking the newest file's items reads all of them
-            matches = self._index_item_matches if abnormal else None
-            if adopted is None:
-                self._index.recover(end, self.min_offset, timestamp_of, matches)
-            else:
-                # the other writer's items stay (a broker's are the bytes ours would be); the records it
-                # did not index (killed first, or its index off) are indexed here as our appends are
-                self._index.recover(end, self.min_offset, timestamp_of, matches)
-                self._index_adopted(adopted.start, end, after=self._index.covered_end)
-        elif not self.read_only:
-            mark_index_incomplete(self.root)
-        metadata = commit_point.metadata if commit_point else {}
-        if commit_point is None or not result.commit_point_valid or commit_point.offset != end:
-            commit_point = CommitPoint(end, dict(queue_offsets), metadata, now_ms(),
-                                       result.last_record_offset)
-            if adopted is not None:
-                self._topics.cover(queue_offsets)
-            write_commit_point(self.root, commit_point)
-        self._intent.clear()
-        self._last_commit = commit_point
-        self._checkpoint = checkpoint or StoreCheckpoint()
-        self._checkpoint.confirm_phy_offset = end
-        self._checkpoint.master_flushed_offset = end
+        parts = StoreParts(self.root, self.config, self._log, self._cq, self._index, self._intent, self._topics,
+                           self._reads)
+        r = recover_store(parts, truncate_on_corruption, writable=not self.read_only)
+        self._open_report, self.damaged_records = r.report, r.damaged
+        self._last_commit, self._checkpoint = r.commit_point, r.checkpoint
         self._write_checkpoint()
-        if damage is not None:
+        end = r.commit_point.offset
+        if r.checkpoint_damage is not None:
             log.warning("%s: its fields were lost; recovered without it (as RocketMQ does without a checkpoint) "
-                        "and rebuilt it at offset %d", damage, end)
-        abort.touch()
+                        "and rebuilt it at offset %d", r.checkpoint_damage, end)
+        (self.root / ABORT_FILE).touch()
         fsync_dir(self.root)
-        if abnormal:
-            log.warning("store %s was not closed cleanly: recovered (%s) to offset %d",
-                        self.root, result.mode, end)
+        if r.abnormal:
+            log.warning("store %s was not closed cleanly: recovered (%s) to offset %d", self.root, r.mode, end)
         self._dispatcher = DispatchService(lambda **units: self._cq.dispatch(**units), self.root.name,
                                            self._log.writer.executor)
         if self._index is not None:
@@ -136,32 +215,6 @@ class StoreOpening:
         self._flusher.start()
         self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
         self._start_retention()
-
-    def _index_item_matches(self, phy: int, key_hash: int) -> bool:
-        """Whether a record starts at ``phy`` and has a key hashing to ``key_hash`` (an index item
-        a power cut left whole)."""
-        try:
-            msg = self.read(phy)
-        except (StoreError, ValueError):
-            return False
-        keys = indexed_keys(msg.properties, msg.sys_flag)
-        return bool(keys) and key_hash in {int(h) for h in index_key_hashes([msg.topic] * len(keys), keys)}
-
-    def _index_adopted(self, start: int, end: int, after: int) -> None:
-        """Index the records in [start, end) (another writer's, adopted) that start past ``after``."""
-        assert self._index is not None
-        pos = start
-        while pos < end:
-            seg = self._segments.find(pos)
-            if seg is None:
-                break
-            stop = min(seg.size, end - seg.base_offset)
-            scan = scan_segment_fast(seg.view, seg.base_offset, stop, self.config.codec, start=pos - seg.base_offset)
-            todo = scan.offsets[scan.offsets > after]
-            if len(todo):
-                self._index.add_records(np.frombuffer(seg.view, dtype=np.uint8), todo - seg.base_offset,
-                                        seg.base_offset)
-            pos = seg.end_offset
 
     def _start_retention(self) -> None:
         if self.config.retention is None:

@@ -8,12 +8,39 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 from store.errors import StoreError, StoreIOError, StoreReadOnlyError
+from store.failed_call import said
+from store.format.codec import DecodedMessage
+from store.format.constants import MAX_MSGS_NUM_BATCH
+from store.index.lookup import FOREVER_MS
 from store.log.commit_point import CommitPoint
+from store.index.writer import IndexWriter
 from store.log.commitlog import CommitLog
+from store.log.flush import FlushService
+from store.log.segment_queue import SegmentQueue
+from store.read.records import RecordReads
 from store.usage import OpenReport, StoreUsage, measure
+
+
+@dataclass
+class StoreFailure:
+    """Why a MessageStore refuses writes (``writes``), and a clean close too (``close``: a failed
+    write or sync is never retried as if the pages it left were good, store.log.flush)."""
+
+    writes: BaseException | None = None
+    close: BaseException | None = None
+
+    def refuse(self, e: BaseException, close_too: bool = False) -> None:
+        """Writes are refused from now on (the first failure stays the one named)."""
+        self.writes = self.writes or e
+        if close_too:
+            self.close = self.close or e
+
+    def broke(self, e: BaseException) -> None:
+        """A flush or a commit point failed: ``e`` is the one named, for writes and the close."""
+        self.writes = self.close = e
 
 
 class StoreState:
@@ -23,12 +50,12 @@ class StoreState:
     _log: CommitLog
     _last_commit: CommitPoint
     _put_lock: threading.Lock
-    _failure: BaseException | None
-    _flush_failure: BaseException | None
-    _flusher: Any
+    _failed: StoreFailure
+    _flusher: FlushService
     _closed: bool
-    _index: Any
-    _segments: Any
+    _index: IndexWriter | None
+    _segments: SegmentQueue
+    _reads: RecordReads
     _index_seconds: float
     _open_report: OpenReport
 
@@ -42,20 +69,16 @@ class StoreState:
         except StoreError:
             raise
         except OSError as e:
-            self._failure = self._failure or e
-            self._flush_failure = self._flush_failure or e
+            self._failed.refuse(e, close_too=True)
             raise StoreIOError(e, step, self.root) from e
 
     def _dispatch_failed(self, e: BaseException, what: str = "writing the consume queues") -> StoreReadOnlyError:
         """A batch's consume-queue dispatch failed: the store refuses writes until reopened."""
-        self._failure = self._failure or e
+        self._failed.refuse(e)
         return StoreReadOnlyError(
-            f"{what} of {self.root} failed ({e}); appended batches are in "
+            f"{what} of {self.root} failed ({said(e)}); appended batches are in "
             f"the commit log but not committed. The store refuses writes now; reopen it to "
             f"recover from the last commit point")
-
-    def _read_limit(self) -> int:
-        return self._log.max_offset
 
     @property
     def last_commit(self) -> CommitPoint:
@@ -79,13 +102,13 @@ class StoreState:
 
     @property
     def read_only(self) -> bool:
-        return self._failure is not None or self._flusher.failed
+        return self._failed.writes is not None or self._flusher.failed
 
     @property
     def can_close_cleanly(self) -> bool:
         """No flush has failed: what was committed is durable, and what an append left after the
         commit point is cut by the next open's normal recovery."""
-        return self._flush_failure is None and not self._flusher.failed
+        return self._failed.close is None and not self._flusher.failed
 
     @property
     def commit_log(self) -> CommitLog:
@@ -115,3 +138,32 @@ class StoreState:
     def flush_count(self) -> int:
         """msync rounds the flush service has run (group commit shares one among waiting commits)."""
         return self._flusher.flush_count
+
+    # --- its own records, up to the write end (store.read.records) -----------------------------
+    @property
+    def min_offset(self) -> int:
+        return self._reads.min_offset
+
+    def read(self, physical_offset: int) -> DecodedMessage:
+        return self._reads.read(physical_offset)
+
+    def iter_messages(self, from_offset: int | None = None, to_offset: int | None = None
+                      ) -> Iterator[tuple[int, DecodedMessage]]:
+        return self._reads.iter_messages(from_offset, to_offset)
+
+    def get_by_queue(self, topic: str, queue_id: int, queue_offset: int, max_n: int = 32) -> list[DecodedMessage]:
+        return self._reads.get_by_queue(topic, queue_id, queue_offset, max_n)
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        return self._reads.queue_range(topic, queue_id)
+
+    def topics(self) -> dict[str, list[int]]:
+        return self._reads.topics()
+
+    def key_offsets(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
+                    end_ms: int = FOREVER_MS) -> list[int]:
+        return self._reads.key_offsets(topic, key, max_num, begin_ms, end_ms)
+
+    def messages_by_key(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
+                        end_ms: int = FOREVER_MS, uniq: bool = False) -> list[tuple[int, DecodedMessage]]:
+        return self._reads.messages_by_key(topic, key, max_num, begin_ms, end_ms, uniq)

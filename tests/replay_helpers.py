@@ -57,7 +57,7 @@ def produce_timed(bootstrap: str, topic: str, rows: list[tuple[int, int, bytes]]
 def store_messages(root: str | Path) -> list[dict[str, Any]]:
     """Every committed message of a store in commit-log order, as a dict of all its decoded fields
     (the body as bytes, the properties as the exact string)."""
-    from store.reader import StoreReader
+    from store.read.reader import StoreReader
 
     out = []
     with StoreReader.open(root) as reader:

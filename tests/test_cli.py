@@ -124,3 +124,29 @@ def test_min_records_per_task_reaches_our_source_and_not_spark_s() -> None:
                                                            "earliest"), "the source's own default stands"
     spark_s = JobConfig(bootstrap_servers="h:9092", subscribe="t", source="spark-kafka", min_records_per_task=0)
     assert "minRecordsPerTask" not in kafka_reader_options(spark_s, "earliest")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_run_writes_spark_s_offset_and_commit_logs_without_crc_side_files_unless_told(
+        bootstrap_servers: str, tmp_path) -> None:
+    from tests.kafka_helpers import create_topics, produce, unique_topic
+
+    topic = unique_topic("crc")
+    create_topics(bootstrap_servers, [topic], partitions=1)
+    produce(bootstrap_servers, [(topic, 0, b"k", b"v", [])])
+    base = ["--bootstrap-servers", bootstrap_servers, "--subscribe", topic, "--starting-offsets", "earliest",
+            "--trigger", "available-now"]
+
+    def logs_after(name: str, *args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "ingest.cli", "run", *base, "--store", str(tmp_path / name),
+                               "--checkpoint", str(tmp_path / f"{name}-ck"), *args],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return sorted(p.name for d in ("offsets", "commits") for p in (tmp_path / f"{name}-ck" / d).iterdir())
+
+    assert logs_after("default") == ["0", "0"]
+    # a user who wants Hadoop's checksummed files back says so, and gets them
+    assert logs_after("checksummed", "--spark-conf",
+                      "spark.hadoop.fs.AbstractFileSystem.file.impl=org.apache.hadoop.fs.local.LocalFs") == [
+        ".0.crc", ".0.crc", "0", "0"]

@@ -219,7 +219,7 @@ def test_the_progress_bar_is_drawn_only_on_a_terminal() -> None:
 
 def test_commands_tell_a_running_writers_uncommitted_batch_from_its_committed_data(tmp_path: Path) -> None:
     """While a writer runs, its appended but uncommitted batch is past the commit point: verify,
-    dump and stat show it as such (store.log.past_commit), ``get`` by queue offset does not serve it."""
+    dump and stat show it as such (store.read.past_commit), ``get`` by queue offset does not serve it."""
     from store import MessageStore
     from store.config import StoreConfig
     from store.format.codec import Message

@@ -218,7 +218,7 @@ def test_ordinary_topics_pass(topic: str) -> None:
 
 
 def test_redispatch_from_the_golden_commit_log_rebuilds_the_golden_files(golden_dir: Path, tmp_path: Path) -> None:
-    from store.log.source import open_source
+    from store.read.view import open_view
     from store.queue.redispatch import redispatch
     from store.tools.dump import walk
 
@@ -227,7 +227,7 @@ def test_redispatch_from_the_golden_commit_log_rebuilds_the_golden_files(golden_
         out = tmp_path / store.name
         cq = ConsumeQueueStore(out, units_per_file=manifest["consumeQueueFileSize"] // 20)
         cq.load()
-        records = [(f.offset, f.decoded) for f in walk(open_source(store)) if f.type == "message"]
+        records = [(f.offset, f.decoded) for f in walk(open_view(store)) if f.type == "message"]
         n_units = sum(e["kind"] == "unit" for q in manifest["consumeQueues"] for e in q["entries"])
         assert redispatch(cq, iter(records[:7])) + redispatch(cq, iter(records)) == n_units
         assert redispatch(cq, iter(records)) == 0          # nothing missing any more
@@ -236,13 +236,13 @@ def test_redispatch_from_the_golden_commit_log_rebuilds_the_golden_files(golden_
 
 
 def test_redispatch_gives_schedule_records_their_deliver_time(golden_dir: Path, tmp_path: Path) -> None:
-    from store.log.source import open_source
+    from store.read.view import open_view
     from store.queue.redispatch import redispatch
     from store.tools.dump import walk
 
     case = golden_dir / "p22_schedule_topic_delay"
     manifest = json.loads(case.with_suffix(".manifest.json").read_text())
-    records = [(f.offset, f.decoded) for f in walk(open_source(case.with_suffix(".bin"))) if f.type == "message"]
+    records = [(f.offset, f.decoded) for f in walk(open_view(case.with_suffix(".bin"))) if f.type == "message"]
     cq = ConsumeQueueStore(tmp_path)
     assert redispatch(cq, iter(records)) == len(manifest["messages"])
     for m in manifest["messages"]:

@@ -31,7 +31,7 @@ import pytest
 from store import Message, MessageStore, StoreConfig, StoreReader
 from store.index.file import IndexHeader
 from store.index.service import IndexConfig
-from store.log.source import open_source
+from store.read.view import open_view
 from store.tools.verify import verify_source
 from tests.crash_states import CrashState, SyncRecorder
 from tests.rocketmq import RocketBroker, clients
@@ -140,7 +140,7 @@ def check_reads(root: Path, batches: int) -> None:
 
 
 def check_verify(root: Path) -> None:
-    report = verify_source(open_source(root))
+    report = verify_source(open_view(root))
     assert report.ok, [(p.offset, p.kind, p.detail) for p in report.problems][:5]
 
 

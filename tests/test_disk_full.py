@@ -59,7 +59,8 @@ def test_a_store_opened_on_a_full_disk_names_its_lock_file_and_the_call(tmp_path
         with pytest.raises(StoreError) as refused:
             MessageStore.open(root, config)
         assert str(refused.value) == (f"writing the pid to the lock file {root / 'lock'} failed (pwrite): No space "
-                                      f"left on device; free disk space (or raise the quota) and run again")
+                                      f"left on device; free disk space (or raise the quota or file size limit) "
+                                      f"and run again")
         assert refused.value.errno == errno.ENOSPC
         filler.unlink()
         with MessageStore.open(root, config) as store:      # the failed open held nothing

@@ -192,4 +192,4 @@ def test_every_call_of_every_kind_failed_in_turn_leaves_a_store_that_resumes_exa
           f"{dict(per_kind)}; completed despite the failed call: "
           + "; ".join(f"{c.name} {c.injected[0][:160]}" for c in completed))
     failed = [f"{c.name}: {'; '.join(c.problems)}" for c in done if c.problems]
-    assert not failed, f"{len(failed)} of {len(done)} cases:\n" + "\n".join(failed[:40])
+    assert not failed, f"{len(failed)} of {len(done)} cases:\n" + "\n".join(failed[:400])

@@ -21,7 +21,7 @@ from store import ForeignTailError, Message, MessageStore, StoreConfig, StoreLoc
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig
 from store.log.append_intent import AppendIntentLog, read_append_intent
-from store.log.source import open_source
+from store.read.view import open_view
 from store.tools.verify import verify_source
 
 pytestmark = pytest.mark.unit
@@ -95,7 +95,7 @@ def test_records_another_writer_appended_are_adopted_and_queue_offsets_go_on_aft
         assert [m.queue_offset for m in rd.get_by_queue("A", 0, 4, 32)] == list(range(4, 36))
         assert [m.body.tobytes() for _, m in rd.messages_by_key("%RETRY%group-1", "k-%RETRY%group-1-3")] \
             == [b"%RETRY%group-1-3" * 10]
-    assert verify_source(open_source(root)).problems == []
+    assert verify_source(open_view(root)).problems == []
 
 
 def test_an_unfinished_batch_of_ours_is_still_cut(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_a_tail_across_segments_is_adopted_whole_and_a_torn_last_record_is_cut(
     s.close()
     with StoreReader.open(root) as rd:
         assert sum(1 for _, m in rd.iter_messages() if m.topic.startswith("rmq_sys")) == 80
-    assert verify_source(open_source(root)).problems == []
+    assert verify_source(open_view(root)).problems == []
 
 
 def test_a_foreign_tail_after_an_unfinished_batch_of_ours_is_refused_with_nothing_changed(

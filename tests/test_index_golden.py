@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from store.index.rebuild import index_commit_log
+from store.tools.reindex import index_commit_log
 from store.index.file import IndexHeader
 from store.index.service import IndexConfig, IndexService
-from store.log.source import open_source
+from store.read.view import open_view
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def build(golden: Path, case: Path, tmp: Path) -> IndexService:
     settings = json.loads((case / "settings.json").read_text())
     config = IndexConfig(True, settings["maxHashSlotNum"], settings["maxIndexNum"])
     service = IndexService(tmp / "index", config)
-    src = open_source(golden / settings["store"])
+    src = open_view(golden / settings["store"])
     result = index_commit_log(service, src.segments, src.committed_offset)
     assert result.damage is None, f"{case}: the store {settings['store']} is damaged at {result.damage}"
     return service
@@ -79,7 +79,7 @@ def test_get_by_key_keeps_only_the_messages_that_carry_the_key(golden_dir: Path,
     import shutil
 
     from store.index.service import IndexConfig
-    from store.reader import StoreReader
+    from store.read.reader import StoreReader
     from store.tools.reindex import reindex
 
     for i, case in enumerate(index_cases(golden_dir)):

@@ -16,7 +16,7 @@ from store import MessageStore, StoreConfig
 from store.format.codec import Message
 from store.index.service import IndexConfig
 from store.index.settings import IndexSettings, write_index_settings
-from store.log.source import open_source
+from store.read.view import open_view
 from store.tools.verify import verify_source
 from tests.cli_helpers import run
 from tests.index_helpers import (
@@ -184,8 +184,8 @@ def test_the_index_checked_beside_the_pieces_gives_the_serial_verdict(tmp_path: 
         data = bytearray(segment.read_bytes())
         data[offsets[12]:offsets[12] + 4] = (5).to_bytes(4, "big")
         segment.write_bytes(bytes(data))
-    serial = verify_source(open_source(tmp_path / "s"), jobs=1)
-    beside = verify_source(open_source(tmp_path / "s"), jobs=2)
+    serial = verify_source(open_view(tmp_path / "s"), jobs=1)
+    beside = verify_source(open_view(tmp_path / "s"), jobs=2)
     assert [(p.offset, p.kind, p.detail) for p in beside.problems] == \
         [(p.offset, p.kind, p.detail) for p in serial.problems]
     assert beside.index_items_checked == serial.index_items_checked

@@ -25,7 +25,7 @@ from store.index.file import IndexFile
 from store.index.lookup import open_index
 from store.index.service import IndexConfig, IndexService
 from store.index.settings import IndexSettings, write_index_settings
-from store.log.source import committed_end, mapped, open_source
+from store.read.view import mapped, open_view
 from store.tools import verify_index
 from store.tools.reindex import reindex
 from store.tools.verify_index import index_problems
@@ -155,8 +155,8 @@ UNSEEN = {("physical_offset", True), ("key_missing", False), ("index_removed", F
 
 def both_ways(root: Path, data_end: int | None = None) -> list[tuple[int, str, str]]:
     """index_problems with the C checks and with numpy alone: the same, problem for problem."""
-    src = open_source(root)
-    end = committed_end(src) if data_end is None else data_end
+    src = open_view(root)
+    end = src.committed_end() if data_end is None else data_end
     fast, fast_items = index_problems(src, end)
     slow, slow_items = numpy_alone(lambda: index_problems(src, end))
     assert [(p.offset, p.kind, p.detail) for p in fast] == [(p.offset, p.kind, p.detail) for p in slow]
@@ -186,7 +186,7 @@ def test_a_healthy_index_is_told_in_c_alone(tmp_path: Path, monkeypatch: pytest.
         lagging(tmp_path / "s")
     assert both_ways(tmp_path / "s") == []
     no_numpy_checks(monkeypatch)
-    problems, items = index_problems(open_source(tmp_path / "s"), offsets[-1] + 1_000)
+    problems, items = index_problems(open_view(tmp_path / "s"), offsets[-1] + 1_000)
     assert problems == [] and items == 78
 
 
@@ -214,7 +214,7 @@ def test_the_damage_is_seen_by_the_fast_path_too(tmp_path: Path) -> None:
 
 
 def _segment_matches(root: Path, strict: bool = True) -> bool:
-    src = open_source(root)
+    src = open_view(root)
     service = open_index(root)
     assert service is not None
     seg = src.segments[0]
@@ -266,7 +266,7 @@ def keyed_store(root: Path, config: IndexConfig, count: int = 90, segment_size: 
 def rewritten(root: Path, config: IndexConfig, order: Callable[[np.ndarray], np.ndarray]) -> None:
     """index/ put again from the records' keys, each record's keys in the order ``order`` gives
     (of their places within the record), as another writer might."""
-    src = open_source(root)
+    src = open_view(root)
     shutil.rmtree(root / "index")
     service = IndexService(root / "index", config)
     try:
@@ -289,13 +289,13 @@ def rewritten(root: Path, config: IndexConfig, order: Callable[[np.ndarray], np.
 def test_many_segments_and_files_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = IndexConfig(True, 16, 50)
     offsets = keyed_store(tmp_path / "s", config)
-    src = open_source(tmp_path / "s")
+    src = open_view(tmp_path / "s")
     assert len(src.segments) > 3 and len(list((tmp_path / "s" / "index").iterdir())) > 3
     assert both_ways(tmp_path / "s") == []
     assert both_ways(tmp_path / "s", data_end=offsets[40]) != []      # items past the data's end
     with monkeypatch.context() as m:
         no_numpy_checks(m)
-        assert index_problems(open_source(tmp_path / "s"), src.committed_offset)[0] == []
+        assert index_problems(open_view(tmp_path / "s"), src.committed_offset)[0] == []
     # a key of a record in the middle of a middle file: its timeDiff
     path = sorted((tmp_path / "s" / "index").iterdir())[2]
     data = bytearray(path.read_bytes())
@@ -346,7 +346,7 @@ def _segments_all_match(root: Path) -> bool:
 
     verify_index.records_match = spy            # type: ignore[assignment]
     try:
-        index_problems(open_source(root), open_source(root).committed_offset)
+        index_problems(open_view(root), open_view(root).committed_offset)
     finally:
         verify_index.records_match = real       # type: ignore[assignment]
     return bool(seen) and all(seen)

@@ -1,4 +1,4 @@
-"""`stat`, `dump` and `verify` see the records past a store's commit point (store.log.past_commit).
+"""`stat`, `dump` and `verify` see the records past a store's commit point (store.read.past_commit).
 
 A RocketMQ broker serving one of our stores appends past our commit point (its producers'
 messages, pop consumption's revive-log messages in system topics) and writes units and index items

@@ -95,7 +95,7 @@ def test_the_tools_reading_a_segment_whose_pages_cannot_be_read_say_so_in_one_li
     # the tools map a segment at its size when opened; the pages are checked before they are parsed
     found = run_child(f"""
         import json, os
-        from store.log.source import SegmentFile, mapped
+        from store.read.view import SegmentFile, mapped
         from store import UnreadablePageError
         seg = SegmentFile(__import__("pathlib").Path({str(segment)!r}), 0, {SEG})
         real_fstat = os.fstat

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.cli import main
-from store.log.source import open_source
+from store.read.view import open_view
 from store.queue.units import read_units
 from store.tools.verify import verify_source
 from tests.synth_store import write_synthetic_store
@@ -46,7 +46,7 @@ def messages(root: Path) -> list[dict]:
 
     return [dict(offset=f.offset, size=f.size, topic=f.decoded.topic, queue_id=f.decoded.queue_id,
                  queue_offset=f.decoded.queue_offset, segment=f.segment.path, pos=f.pos)
-            for f in walk(open_source(root)) if f.type == "message"]
+            for f in walk(open_view(root)) if f.type == "message"]
 
 
 def patch(path: Path, pos: int, data: bytes) -> None:
@@ -56,11 +56,11 @@ def patch(path: Path, pos: int, data: bytes) -> None:
 
 
 def problems(root: Path) -> list[tuple[int, str]]:
-    return [(p.offset, p.kind) for p in verify_source(open_source(root)).problems]
+    return [(p.offset, p.kind) for p in verify_source(open_view(root)).problems]
 
 
 def test_the_synthetic_store_is_clean_with_every_unit_checked(pristine: Path) -> None:
-    report = verify_source(open_source(pristine))
+    report = verify_source(open_view(pristine))
     assert report.problems == []
     assert report.messages == 1500 and report.units_checked == 1500 and report.queues == 4
     assert report.segments > 3
@@ -186,14 +186,14 @@ def test_parallel_verification_finds_the_same_as_serial(store: Path) -> None:
     m = messages(store)[700]
     patch(m["segment"], m["pos"] + 88 + 10, b"\xff")
     (store / "commitlog" / str(4 * SEG).zfill(20)).unlink()
-    serial = verify_source(open_source(store), jobs=1)
-    parallel = verify_source(open_source(store), jobs=2)           # forked workers
+    serial = verify_source(open_view(store), jobs=1)
+    parallel = verify_source(open_view(store), jobs=2)           # forked workers
     assert [(p.offset, p.kind) for p in serial.problems] == [(p.offset, p.kind) for p in parallel.problems]
     busy = threading.Event()
     other = threading.Thread(target=busy.wait, daemon=True)      # with another thread: spawned workers
     other.start()
     try:
-        spawned = verify_source(open_source(store), jobs=2)
+        spawned = verify_source(open_view(store), jobs=2)
     finally:
         busy.set()
         other.join()
@@ -346,9 +346,9 @@ def test_segments_checked_in_pieces_give_the_serial_verdict(store: Path, monkeyp
         patch(m["segment"], m["pos"] + 88 + 10, b"\xff")
     elif damage == "totalSize":            # the chain breaks: the rest of the segment is not data
         patch(m["segment"], m["pos"], struct.pack(">i", 5))
-    serial = verify_source(open_source(store), jobs=1)
+    serial = verify_source(open_view(store), jobs=1)
     monkeypatch.setattr("store.tools.verify.PIECE_BYTES", 16 * 1024)   # four pieces per 64 KiB segment
-    in_pieces = verify_source(open_source(store), jobs=2)
+    in_pieces = verify_source(open_view(store), jobs=2)
     assert _verdict(in_pieces) == _verdict(serial)
     assert (damage == "none") == serial.ok
 
@@ -365,10 +365,10 @@ def test_a_wrong_guess_of_where_a_piece_starts_costs_time_not_the_verdict(store:
         guesses.append(g)
         return None if g is None else g + 4
 
-    serial = verify_source(open_source(store), jobs=1)
+    serial = verify_source(open_view(store), jobs=1)
     monkeypatch.setattr(vs, "find_record_start", off_by_four)
     monkeypatch.setattr("store.tools.verify.PIECE_BYTES", 16 * 1024)
-    assert _verdict(verify_source(open_source(store), jobs=2)) == _verdict(serial)
+    assert _verdict(verify_source(open_view(store), jobs=2)) == _verdict(serial)
     assert guesses and serial.ok
 
 

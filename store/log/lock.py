@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from store.errors import FileSpaceError, StoreLockedError
+from store.failed_call import failed_call, remedy
 from store.format.constants import LOCK_FILE
 
 
@@ -48,8 +49,8 @@ class StoreLock:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as e:    # a full disk meets the store here first when its lock file is empty
             os.close(fd)
-            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed (pwrite): "
-                                          f"{e.strerror}; free disk space (or raise the quota) and run again") from e
+            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed "
+                                          f"({failed_call(e).call}): {e.strerror}; {remedy(e.errno)}") from e
         self._fd = fd
 
     def release(self) -> None:

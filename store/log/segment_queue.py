@@ -19,7 +19,7 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -50,11 +50,12 @@ class SegmentQueue:
         self._warm_ahead = WarmAhead(self)
 
     # --- loading ---------------------------------------------------------------------------
-    def load(self) -> None:
+    def load(self, listing: Sequence[tuple[int, Path]] | None = None) -> None:
         """Map every segment of the directory (past the ones already mapped: a reader calls
-        this again to follow a writer). A zero-length last file (a creation cut short by a
-        crash in an older writer) is removed; any other size mismatch is an error naming the
-        file, since guessing would corrupt offsets."""
+        this again to follow a writer, with the (base offset, path) ``listing`` its
+        store.read.view made). A zero-length last file (a creation cut short by a crash in an
+        older writer) is removed; any other size mismatch is an error naming the file, since
+        guessing would corrupt offsets."""
         if not self.read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
             for tmp in self.directory.glob("*.tmp"):
@@ -63,8 +64,9 @@ class SegmentQueue:
         if not self.directory.is_dir():
             return
         after = self.segments[-1].base_offset if self.segments else -1
-        named = sorted((b, p) for p in self.directory.iterdir()
-                       if (b := parse_segment_name(p.name)) is not None and b > after and p.is_file())
+        if listing is None:
+            listing = [(b, p) for p in self.directory.iterdir() if (b := parse_segment_name(p.name)) is not None]
+        named = sorted((b, p) for b, p in listing if b > after and p.is_file())
         for i, (base, path) in enumerate(named):
             try:
                 actual = path.stat().st_size
@@ -299,31 +301,3 @@ def _next_data(fd: int, pos: int, end: int) -> int:
         return min(os.lseek(fd, pos, os.SEEK_DATA), end)
     except OSError as e:
         return end if e.errno == errno.ENXIO else pos    # ENXIO: only a hole from here on
-
-
-def segment_size_on_disk(directory: str | os.PathLike[str]) -> int:
-    """The size of a commit log's segments, as its files have it (0: no segment yet): see
-    store_segment_size. A store keeps the segment size it was made with."""
-    cdir = Path(directory)
-    if not cdir.is_dir():
-        return 0
-    sizes: list[int] = []
-    for p in cdir.iterdir():
-        if parse_segment_name(p.name) is not None:
-            try:
-                sizes.append(p.stat().st_size)
-            except FileNotFoundError:
-                continue
-    return store_segment_size(sizes)
-
-
-def store_segment_size(sizes: Iterable[int]) -> int:
-    """The segment size of a store whose segment files have ``sizes``: the size most of them have,
-    the larger on a tie (a damaged file is cut short, never longer), so that one cut short is named
-    as the odd one; empty files do not count (0: none). The one rule the writer, the readers and the
-    tools take a store's segment size by."""
-    counts: dict[int, int] = {}
-    for size in sizes:
-        if size:
-            counts[size] = counts.get(size, 0) + 1
-    return max(counts, key=lambda size: (counts[size], size)) if counts else 0

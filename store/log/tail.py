@@ -1,5 +1,5 @@
 """What lies past the commit point, and whose it is (store.log.recovery decides what to do with it;
-store.log.past_commit shows it to the read-only commands, through the same walk).
+store.read.past_commit shows it to the read-only commands, through the same walk).
 
 The tail is the run of valid records from the commit point on (magic, CRC, length, PHYSICALOFFSET ==
 position, through BLANKs into later segments), ending at the first record that is not. Its first

@@ -19,10 +19,10 @@ def run_clean(store: str | Path, *, dry_run: bool, out: TextIO, as_json: bool = 
     """Plan (and unless ``dry_run`` carry out) one clean pass. Deleting needs the writer's lock:
     a running writer cleans its own store with its RetentionService."""
     from store.log.lock import StoreLock
-    from store.log.source import SourceError, committed_end, open_source
+    from store.read.view import SourceError, open_view
 
     root = Path(store)
-    src = open_source(root)
+    src = open_view(root)
     if src.kind != "store":
         raise SourceError(f"{root} is not a store directory (clean works on a whole store)")
     config = config or RetentionConfig()
@@ -39,7 +39,7 @@ def run_clean(store: str | Path, *, dry_run: bool, out: TextIO, as_json: bool = 
                   "`commitlog clean --dry-run` shows the plan", file=sys.stderr)
             raise
     try:
-        plan = plan_clean(root, config, now, disk_usage, committed_offset=committed_end(src), manual=manual)
+        plan = plan_clean(root, config, now, disk_usage, committed_offset=src.committed_end(), manual=manual)
         if not dry_run:
             execute_plan(plan)
     finally:

@@ -54,32 +54,32 @@ def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 
 def _dump(args: argparse.Namespace) -> int:
-    from store.log.source import open_source
+    from store.read.view import open_view
     from store.tools.dump import run_dump
 
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give 1 or more messages (leave it out for all)")
-    src = open_source(args.path, base=args.base)
+    src = open_view(args.path, base=args.base)
     return run_dump(src, sys.stdout, from_offset=args.from_offset, topic=args.topic, queue_id=args.queue,
                     limit=args.limit, as_json=args.json)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from store.log.source import open_source
+    from store.read.view import open_view
     from store.tools.verify import print_report, reuse_freed_memory, verify_source
 
     reuse_freed_memory()        # this process exits when the report is out
-    src = open_source(args.path, base=args.base)
+    src = open_view(args.path, base=args.base)
     report = verify_source(src, jobs=args.jobs)
     print_report(report, sys.stdout, as_json=args.json)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
 def _stat(args: argparse.Namespace) -> int:
-    from store.log.source import open_source
+    from store.read.view import open_view
     from store.tools.stat import collect_stat, print_stat
 
-    st = collect_stat(open_source(args.path, base=args.base), full=args.full)
+    st = collect_stat(open_view(args.path, base=args.base), full=args.full)
     print_stat(st, sys.stdout, as_json=args.json)
     if st.problems:
         print(f"commitlog stat: {len(st.problems)} problem(s), the first at offset {st.problems[0]['offset']} "
@@ -89,14 +89,14 @@ def _stat(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    from store.log.source import open_source
+    from store.read.view import open_view
     from store.tools.get import get_message, print_message
 
     if args.key is not None or args.uniq_key is not None:
         return _get_by_key(args)
     if args.queue is not None and (args.topic is None or args.queue_offset is None):
         raise UsageError("--queue needs --topic and --queue-offset")
-    src = open_source(args.path, base=args.base)
+    src = open_view(args.path, base=args.base)
     found = get_message(src, offset=args.offset, msg_id=args.msg_id, topic=args.topic, queue_id=args.queue,
                         queue_offset=args.queue_offset, decompress=args.decompress)
     print_message(found, sys.stdout, as_json=args.json)

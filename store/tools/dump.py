@@ -4,7 +4,7 @@ The walk follows RocketMQ's reading rules (FORMAT §11) and reports like the gol
 (``*.decoded.jsonl``): a CRC or PHYSICALOFFSET error is reported and the record still shown,
 decoding goes on; a broken record structure ends its segment, the next segment is read.
 A store with a commit point is read on past it through the valid records another writer (or an
-unfinished batch) left there (store.log.past_commit); each of those is marked ("pastCommitPoint").
+unfinished batch) left there (store.read.past_commit); each of those is marked ("pastCommitPoint").
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
 from store.format.constants import BLANK_MAGIC_CODE
 from store.scan.record_check import check_record, scan_segment_fast
-from store.log.past_commit import ABOUT, PastCommit, past_commit
-from store.log.source import LayoutProblem, SegmentFile, Source, layout_problems, mapped
+from store.read.past_commit import ABOUT, PastCommit, past_commit
+from store.read.view import LayoutProblem, SegmentFile, StoreView, mapped
 from store.tools.progress import Progress
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
@@ -85,7 +85,7 @@ def _start_pos(mv: memoryview, seg: SegmentFile, from_offset: int, end: int, con
     return scan.stop.offset - seg.base_offset if scan.stop.offset >= from_offset else None
 
 
-def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None = None,
+def walk(src: StoreView, from_offset: int | None = None, config: CodecConfig | None = None,
          summary: WalkSummary | None = None, progress: Progress | None = None) -> Iterator[Finding]:
     """Every finding of ``src`` in commit-log order, up to its committed offset and on through
     the valid records past it (their findings marked ``pastCommitPoint``)."""
@@ -94,7 +94,7 @@ def walk(src: Source, from_offset: int | None = None, config: CodecConfig | None
     tail = summary.past_commit = past_commit(src, config)
     done = 0
     # holes between and in the files come out where they are, as errors: never skipped in silence
-    holes = [p for p in layout_problems(src) if from_offset is None or p.offset >= from_offset]
+    holes = [p for p in src.layout_problems() if from_offset is None or p.offset >= from_offset]
     for seg in src.segments:
         while holes and holes[0].offset <= seg.base_offset:
             yield _hole(holes.pop(0), seg, summary)
@@ -241,7 +241,7 @@ def finding_to_text(f: Finding) -> str:
     return f"{f.offset:>20} EOF segment={f.segment.name}"
 
 
-def run_dump(src: Source, out: TextIO = sys.stdout, *, from_offset: int | None = None, topic: str | None = None,
+def run_dump(src: StoreView, out: TextIO = sys.stdout, *, from_offset: int | None = None, topic: str | None = None,
              queue_id: int | None = None, limit: int | None = None, as_json: bool = False,
              config: CodecConfig | None = None) -> int:
     summary = WalkSummary()

@@ -10,7 +10,7 @@ from store.errors import MessageNotFoundError
 from store.format.codec import CodecConfig, decode_message
 from store.format.compression import add_decompressed_body
 from store.scan.record_check import check_record
-from store.log.source import Source, mapped
+from store.read.view import StoreView, mapped
 
 
 @dataclass
@@ -35,7 +35,7 @@ def offset_from_msg_id(msg_id: str) -> tuple[bytes, int]:
     return raw[:-8], int.from_bytes(raw[-8:], "big", signed=True)
 
 
-def read_at(src: Source, offset: int, config: CodecConfig | None = None, decompress: bool = False) -> Found:
+def read_at(src: StoreView, offset: int, config: CodecConfig | None = None, decompress: bool = False) -> Found:
     from store.format.record_json import message_to_json
 
     config = config or CodecConfig()
@@ -62,7 +62,7 @@ def read_at(src: Source, offset: int, config: CodecConfig | None = None, decompr
         return found
 
 
-def get_message(src: Source, *, offset: int | None = None, msg_id: str | None = None, topic: str | None = None,
+def get_message(src: StoreView, *, offset: int | None = None, msg_id: str | None = None, topic: str | None = None,
                 queue_id: int | None = None, queue_offset: int | None = None, decompress: bool = False) -> Found:
     if offset is not None:
         return read_at(src, offset, decompress=decompress)
@@ -105,10 +105,10 @@ def messages_by_key(path: str, topic: str, key: str, *, uniq: bool = False, max_
                     begin_ms: int | None = None, end_ms: int | None = None, decompress: bool = False) -> list[Found]:
     """The messages of ``topic`` carrying ``key`` (a KEYS token, or with ``uniq`` the UNIQ_KEY),
     through index/, in offset order: what mqadmin queryMsgByKey / queryMsgByUniqueKey print."""
-    from store.log.source import open_source
-    from store.reader import StoreReader
+    from store.read.view import open_view
+    from store.read.reader import StoreReader
 
-    src = open_source(path)
+    src = open_view(path)
     if src.kind != "store":
         raise MessageNotFoundError(f"{path} is not a store directory: lookups by key need its index/")
     with StoreReader.open(src.path) as reader:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from store.format.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
-from store.log.source import Source
+from store.read.view import StoreView
 from store.scan.fields import RecordFields, record_fields, tags_codes
 
 
@@ -153,7 +153,7 @@ def _check_queues(arr: np.ndarray, base_offset: int, f: RecordFields, units: Que
     return res
 
 
-def dangling_units(src: Source, units: QueueUnits, spans: dict[tuple[str, int], QueueSpan],
+def dangling_units(src: StoreView, units: QueueUnits, spans: dict[tuple[str, int], QueueSpan],
                     data_end: int) -> list[Problem]:
     """Units with no record of their queue in the log (before its first or after its last
     record) that point into the verified data."""
@@ -175,7 +175,7 @@ def dangling_units(src: Source, units: QueueUnits, spans: dict[tuple[str, int], 
 
 
 def _dangling(units: QueueUnits, topic: str, qid: int, start: int, stop: int, data_end: int,
-              src: Source) -> list[Problem]:
+              src: StoreView) -> list[Problem]:
     """Units start..stop of a queue have no record of theirs in the log."""
     out: list[Problem] = []
     extra = units.read(topic, qid, start, stop - start)

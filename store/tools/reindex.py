@@ -3,26 +3,83 @@ built it with the appends. For a store written before the index existed, with it
 RocketMQ itself; also how the index's geometry (maxHashSlotNum, maxIndexNum) is changed.
 
 The writer's lock is held throughout. The new index is built beside the old one and swapped in
-by renames, so a crash leaves the old index or the new one, never a mix."""
+by renames, so a crash leaves the old index or the new one, never a mix. The commit log is read
+segment by segment, a window of records at a time, with the append's key finder (store.index.build);
+each record keeps its own store timestamp."""
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from store.errors import StoreError
+from store.format.codec import CodecConfig
 from store.format.constants import CHECKPOINT_FILE, INDEX_DIR
-from store.index.rebuild import RebuildResult, index_commit_log
 from store.index.service import IndexConfig, IndexService
 from store.index.settings import IndexSettings, write_index_settings
 from store.log.checkpoint import read_checkpoint, write_checkpoint
 from store.log.lock import StoreLock
 from store.log.segment import fsync_dir
-from store.log.source import LayoutProblem, layout_problems, open_source
+from store.read.view import LayoutProblem, SegmentFile, mapped, open_view
+from store.scan.record_check import RecordCheck, scan_segment_fast
 from store.tools.progress import Progress
+
+WINDOW_BYTES = 64 << 20        # records scanned and indexed at a time: bounded memory on 1 GiB segments
+
+
+@dataclass
+class RebuildResult:
+    messages: int = 0
+    keys: int = 0
+    end_offset: int = 0                 # just past the last record read
+    damage: RecordCheck | None = None   # the record the commit log could not be read past
+
+
+def index_commit_log(service: IndexService, segments: Sequence[SegmentFile], to_offset: int | None = None,
+                     from_offset: int = 0, progress: Callable[[int], None] | None = None) -> RebuildResult:
+    """Index every message in [``from_offset``, ``to_offset``) (the commit point, or every valid
+    record when None), in commit-log order. Stops at the first damaged record (``damage``)."""
+    res = RebuildResult(end_offset=from_offset)
+    config = CodecConfig()
+    for seg in segments:
+        if seg.end_offset <= from_offset:
+            continue
+        end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base_offset)
+        if end <= 0:
+            break
+        with mapped(seg) as mv:
+            arr = np.frombuffer(mv, dtype=np.uint8)
+            pos = 0
+            while True:
+                scan = scan_segment_fast(mv, seg.base_offset, end, config, start=pos,
+                                         until=min(pos + WINDOW_BYTES, end))
+                starts = scan.offsets - seg.base_offset
+                keep = scan.offsets >= from_offset
+                if keep.any():
+                    kept = starts[keep] if not keep.all() else starts
+                    res.messages += len(kept)
+                    res.keys += service.put_records(arr, kept, seg.base_offset)
+                res.end_offset = max(res.end_offset, scan.end_offset)
+                del starts
+                stop = scan.stop
+                if stop.kind == "pause":
+                    pos = stop.offset - seg.base_offset
+                    continue
+                break
+            del arr
+        if progress is not None:
+            progress(res.end_offset)
+        if stop.kind == "error":
+            res.damage = stop
+            break
+    return res
+
 
 _BUILDING = INDEX_DIR + ".building"
 _OLD = INDEX_DIR + ".old"
@@ -38,7 +95,7 @@ class ReindexResult:
 
 def reindex(root: Path, config: IndexConfig) -> ReindexResult:
     root = Path(root)
-    src = open_source(root)
+    src = open_view(root)
     if src.kind != "store":
         raise StoreError(f"{root} is not a store directory (reindex needs the store root, with commitlog/ inside)")
     lock = StoreLock(root)
@@ -67,7 +124,7 @@ def reindex(root: Path, config: IndexConfig) -> ReindexResult:
         if cp is not None:
             cp.index_msg_timestamp = max(cp.index_msg_timestamp, stamp)
             write_checkpoint(root / CHECKPOINT_FILE, cp)
-        return ReindexResult(result, files, time.perf_counter() - t0, layout_problems(src))
+        return ReindexResult(result, files, time.perf_counter() - t0, src.layout_problems())
     finally:
         lock.release()
 

@@ -1,5 +1,5 @@
 """``commitlog stat``: segments and their fill, the store's offsets, topics and queues, checkpoint,
-and the records past the commit point (store.log.past_commit), per topic."""
+and the records past the commit point (store.read.past_commit), per topic."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, TextIO
 
 from store.format.codec import CodecConfig
 from store.scan.record_check import scan_segment_fast
-from store.log.past_commit import ABOUT, past_commit
-from store.log.source import Source, layout_problems, mapped
+from store.read.past_commit import ABOUT, past_commit
+from store.read.view import StoreView, mapped
 
 
 @dataclass
@@ -63,15 +63,15 @@ class StoreStat:
         return d
 
 
-def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = False) -> StoreStat:
+def collect_stat(src: StoreView, config: CodecConfig | None = None, full: bool = False) -> StoreStat:
     """The store's shape. Only the newest segments are scanned (older ones are closed by their
     BLANK, so full, as RocketMQ counts them) unless ``full``: then every segment is scanned for
     its message count too. Segments are read up to the end of the valid records past the commit
-    point (store.log.past_commit), which are counted per topic besides."""
+    point (store.read.past_commit), which are counted per topic besides."""
     config = config or CodecConfig()
     tail = past_commit(src, config)
     st = StoreStat(str(src.path), src.kind, committed_offset=src.committed_offset)
-    st.problems = [{"offset": p.offset, "kind": p.kind, "detail": p.detail} for p in layout_problems(src)]
+    st.problems = [{"offset": p.offset, "kind": p.kind, "detail": p.detail} for p in src.layout_problems()]
     st.min_offset = src.segments[0].base_offset if src.segments else 0
     st.max_offset = st.min_offset
     ended = False
@@ -115,7 +115,7 @@ def collect_stat(src: Source, config: CodecConfig | None = None, full: bool = Fa
     return st
 
 
-def _active_index(src: Source) -> int:
+def _active_index(src: StoreView) -> int:
     """Index of the segment holding the end of the data: the one with the commit point, else
     the newest (a writer's preallocated, empty, newest segment makes it the one before)."""
     segs = src.segments

@@ -6,7 +6,7 @@ queue-offset continuity per queue; every consume-queue unit against the record i
 (offset, size, tagsCode) and units pointing past the data; the commit point and checkpoint
 against the data. Each problem carries the global offset where it is and a kind.
 
-The valid records past a store's commit point (store.log.past_commit: another writer's appends,
+The valid records past a store's commit point (store.read.past_commit: another writer's appends,
 such as a RocketMQ broker's, or an unfinished batch) are checked too (queue offsets, units,
 index items pointing at them) and reported as information, not as problems: a unit or an index
 item pointing at one is in order, one pointing past them is not.
@@ -30,8 +30,8 @@ from typing import Any, TextIO
 from store.format.codec import CodecConfig
 from store.format.constants import CHECKPOINT_FILE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from store.log.checkpoint import checkpoint_damage
-from store.log.past_commit import PastCommit, past_commit
-from store.log.source import Source, layout_problems, segment_size_of
+from store.read.past_commit import PastCommit, past_commit
+from store.read.view import StoreView
 from store.tools.progress import Progress
 from store.tools.verify_index import index_problems
 from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
@@ -84,13 +84,13 @@ class VerifyReport:
         return d
 
 
-def _layout_problems(src: Source) -> tuple[list[Problem], int]:
+def _layout_problems(src: StoreView) -> tuple[list[Problem], int]:
     """Segment names, sizes, contiguity. Returns the problems and the segment size used."""
-    problems = [Problem(p.offset, p.kind, p.detail) for p in layout_problems(src)]
-    return problems, segment_size_of(src)
+    problems = [Problem(p.offset, p.kind, p.detail) for p in src.layout_problems()]
+    return problems, src.segment_size
 
 
-def _with_loose_base(src: Source) -> Source:
+def _with_loose_base(src: StoreView) -> StoreView:
     """A loose record file (no 20-digit name, no --base) is taken to start where its first
     record says it is (its PHYSICALOFFSET), so its offsets can be checked."""
     if src.kind != "segment" or src.segments[0].check_physical_offset:
@@ -104,7 +104,7 @@ def _with_loose_base(src: Source) -> Source:
     return replace(src, segments=[replace(seg, base_offset=base)])
 
 
-def default_jobs(src: Source) -> int:
+def default_jobs(src: StoreView) -> int:
     """Verified in parallel processes when there is enough to read: whole segments, and pieces
     of big segments (store.tools.verify_segment)."""
     if src.total_bytes < PARALLEL_MIN_BYTES:
@@ -112,7 +112,7 @@ def default_jobs(src: Source) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_JOBS))
 
 
-def verify_source(src: Source, config: CodecConfig | None = None, progress: bool | None = None,
+def verify_source(src: StoreView, config: CodecConfig | None = None, progress: bool | None = None,
                   jobs: int | None = None) -> VerifyReport:
     config = config or CodecConfig()
     t0 = time.perf_counter()
@@ -186,7 +186,7 @@ class _IndexAside:
     runs again with that end. Not beside worker processes, or with no commit point, it runs once
     the pieces are done."""
 
-    def __init__(self, src: Source, tail: PastCommit | None, beside: bool) -> None:
+    def __init__(self, src: StoreView, tail: PastCommit | None, beside: bool) -> None:
         self._src = src
         self._assumed = tail.end if tail is not None and tail.messages else src.committed_offset
         self._thread: ThreadPoolExecutor | None = None
@@ -237,7 +237,7 @@ def reuse_freed_memory() -> None:
     mallopt(_M_TOP_PAD, 64 << 20)
 
 
-def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
+def _merge(src: StoreView, tasks: list[SegmentTask], results: Iterable[SegmentResult], expected: int, report: VerifyReport,
            problems: list[Problem], bar: Progress) -> tuple[dict[tuple[str, int], QueueSpan], int, bool]:
     """Join the segments' results in order: queue continuity across segments, and where the
     valid data ends (the first error, the first hole, or the end)."""
@@ -271,7 +271,7 @@ def _merge(src: Source, tasks: list[SegmentTask], results: Iterable[SegmentResul
     return spans, data_end, by_error
 
 
-def _commit_problems(src: Source, spans: dict[tuple[str, int], QueueSpan], data_end: int, valid_end: int,
+def _commit_problems(src: StoreView, spans: dict[tuple[str, int], QueueSpan], data_end: int, valid_end: int,
                      cut_reported: bool) -> list[Problem]:
     """The commit point against the committed data (``spans``, up to ``data_end``); the
     checkpoint against all the valid data (up to ``valid_end``: a broker's checkpoint covers its

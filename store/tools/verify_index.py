@@ -24,7 +24,7 @@ from store.index.build import record_keys
 from store.index.check import records_match, time_diffs
 from store.index.lookup import open_index
 from store.index.settings import read_index_settings
-from store.log.source import SegmentFile, Source, mapped
+from store.read.view import SegmentFile, StoreView, mapped
 from store.tools.index_items import CheckedItems, file_items
 from store.tools.queues import Problem
 
@@ -32,9 +32,9 @@ MAX_REPORTED = 20          # bad items reported one by one per kind; the rest ar
 _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PAIR + hash
 
 
-def index_problems(src: Source, data_end: int) -> tuple[list[Problem], int]:
+def index_problems(src: StoreView, data_end: int) -> tuple[list[Problem], int]:
     """(problems, items checked). ``data_end``: the end of the valid data, which may lie past the
-    commit point (store.log.past_commit): items pointing at records up to it are checked against
+    commit point (store.read.past_commit): items pointing at records up to it are checked against
     them, items past it are problems; keys are held to the items only up to the commit point (a
     broker indexes its records behind its appends). Items below the first segment (retention
     keeps a file until all of it is old) are not checked."""

@@ -22,7 +22,7 @@ from store.format.codec import CodecConfig
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
 from store.scan.record_check import ScanColumns, scan_segment_fast
 from store.log.segment import read_ahead
-from store.log.source import SegmentFile, mapped
+from store.read.view import SegmentFile, mapped
 from store.scan.fields import fields_from_scan, record_fields
 from store.scan.prop_crc import prop_crc_mismatches
 from store.tools.queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans

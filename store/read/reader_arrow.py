@@ -1,6 +1,6 @@
 """StoreReader's Arrow side: the committed messages as pyarrow record batches (columns
 store.scan.record_batch.READBACK_SCHEMA), whole, by queue, at given offsets, or in ranges for a
-parallel read. A mixin of store.reader.StoreReader, which gives it the segments, the consume queues
+parallel read. A mixin of store.read.reader.StoreReader, which gives it the segments, the consume queues
 and the commit point."""
 
 from __future__ import annotations

@@ -1,44 +1,29 @@
-"""Reading records: the shared read path of MessageStore and StoreReader.
-
-StoreReader is the public read API of a store (and the commands' view): it takes no lock, works
-while a writer runs, and reads only up to the committed offset (commitpoint.json; for a RocketMQ
-store without one, up to the last valid record). Bodies come back as zero-copy memoryviews of the
-segment mapping; :meth:`StoreReader.record_batches` (store.reader_arrow) gives the same records as
-Arrow columns::
-
-    with StoreReader.open("/data/store") as reader:
-        for batch in reader.record_batches(topics=["orders"]):   # pyarrow.RecordBatch
-            ...
-        df = reader.to_pandas(min_store_timestamp=1_700_000_000_000)
-"""
+"""Reading records over a segment queue and consume queues, up to a limit: the read path
+MessageStore holds over its own commit log (up to its write end) and StoreReader is (up to the
+committed offset). A record is read at an offset, walked in a range, found by queue or by key."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-
 from store.errors import CorruptRecordError, IndexFileError, NotARecordStartError
-from store.format.codec import CodecConfig, DecodedMessage, body_crc, decode_message
+from store.format.codec import DecodedMessage, body_crc, decode_message
 from store.format.constants import (
     BLANK_MAGIC_CODE,
-    COMMITLOG_DIR,
+    MAX_MSGS_NUM_BATCH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    MAX_MSGS_NUM_BATCH,
     MIN_RECORD_LENGTH,
     POS_PHYSICALOFFSET,
 )
 from store.index.check import lookup_damage
 from store.index.hashing import index_key_hashes
-from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num, open_index
+from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_max_num
 from store.index.service import IndexService
-from store.log.commit_point import CommitPoint, read_commit_point
-from store.log.segment_queue import SegmentQueue, segment_size_on_disk
+from store.log.segment_queue import SegmentQueue
 from store.queue.consume_queue import ConsumeQueueStore
-from store.reader_arrow import ArrowReads
-
 
 _HEAD = struct.Struct(">iI")
 # a walk checks the pages ahead of it can be read this much at a time (Segment.check_readable)
@@ -49,16 +34,27 @@ _MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 class RecordReads:
     """Read methods over a segment queue and a consume-queue store, bounded by
-    :meth:`_read_limit` (the writer: its write end; a reader: the committed offset)."""
+    :meth:`_read_limit` (the writer: its write end; a reader: the committed offset). A writer
+    gives its limit, its index and the wait for its consume queues as functions; StoreReader
+    overrides the methods."""
 
-    _segments: SegmentQueue
-    _cq: ConsumeQueueStore | None
-    # check each record's BODYCRC as it is read (a reader's default; a writer's own reads, recovery's
-    # redispatch among them, take the records recovery kept)
-    _check_crc: bool = False
+    def __init__(self, root: Path, segments: SegmentQueue, cq: ConsumeQueueStore | None, *,
+                 check_crc: bool = False, read_limit: Callable[[], int] | None = None,
+                 index_lookup: Callable[[], IndexService | None] | None = None,
+                 settle_queues: Callable[[], None] | None = None) -> None:
+        self.root = Path(root)
+        self._segments = segments
+        self._cq = cq
+        # check each record's BODYCRC as it is read (a reader's default; a writer's own reads, recovery's
+        # redispatch among them, take the records recovery kept)
+        self._check_crc = check_crc
+        self._limit_of = read_limit
+        self._index_of = index_lookup
+        self._settle_of = settle_queues
 
     def _read_limit(self) -> int:
-        raise NotImplementedError
+        assert self._limit_of is not None, "a RecordReads needs read_limit or a _read_limit of its own"
+        return self._limit_of()
 
     @property
     def min_offset(self) -> int:
@@ -183,7 +179,7 @@ class RecordReads:
 
     # --- by key, through index/ (RocketMQ's queryMessage) ----------------------------------
     def _index_lookup(self) -> IndexService | None:
-        return None
+        return self._index_of() if self._index_of is not None else None
 
     def key_offsets(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
                     end_ms: int = FOREVER_MS) -> list[int]:
@@ -215,101 +211,5 @@ class RecordReads:
     def settle_queues(self) -> None:
         """Wait until the consume queues hold every appended record (a writer writes them
         behind its appends; reads by queue call this first)."""
-
-
-class StoreReader(RecordReads, ArrowReads):
-    """Read-only, lock-free view of a store, up to its committed offset."""
-
-    def __init__(self, root: Path, segments: SegmentQueue, cq: ConsumeQueueStore | None,
-                 codec: CodecConfig, check_crc: bool = True) -> None:
-        self.root = Path(root)
-        self._check_crc = check_crc
-        self._segments = segments
-        self._cq = cq
-        self._codec = codec
-        self._commit_point: CommitPoint | None = None
-        self._committed = 0
-        self._index_service: IndexService | None = None
-        self.refresh()
-
-    @classmethod
-    def open(cls, root: str | Path, codec: CodecConfig | None = None, *, check_crc: bool = True) -> "StoreReader":
-        """A reader of the store at ``root``. Every record read is checked (structure, lengths,
-        PHYSICALOFFSET and, unless ``check_crc`` is False, its BODYCRC): a damaged one raises
-        CorruptRecordError naming its offset and segment, it is never handed out."""
-        root = Path(root)
-        cdir = root / COMMITLOG_DIR
-        segments = SegmentQueue(cdir, segment_size_on_disk(cdir) or 4096, read_only=True, preallocate=False)
-        cq = ConsumeQueueStore(root, read_only=True)
-        return cls(root, segments, cq, codec or CodecConfig(), check_crc)
-
-    def refresh(self) -> None:
-        """Re-read the commit point and map segments created since (a running writer moves
-        both on)."""
-        cdir = self.root / COMMITLOG_DIR
-        if not self._segments.segments:
-            size = segment_size_on_disk(cdir)
-            if size:
-                self._segments = SegmentQueue(cdir, size, read_only=True, preallocate=False)
-        if segment_size_on_disk(cdir):
-            self._segments.load()
-        # retention may have deleted old segments: their consume-queue units no longer count
-        if self._cq is not None:
-            self._cq.commitlog_min_offset = self._segments.min_offset
-        self._commit_point = read_commit_point(self.root)
-        if self._commit_point is not None:
-            self._committed = self._commit_point.offset
-        else:
-            self._committed = self._valid_end()
-
-    def _valid_end(self) -> int:
-        from store.log.recovery import validate_from  # recovery imports this module's neighbours
-
-        q = self._segments
-        if not q.segments:
-            return 0
-        start = q.segments[max(len(q.segments) - 3, 0)].base_offset
-        end, _last, _bad = validate_from(q, start, q.segments[-1].end_offset, self._codec)
-        return end
-
-    def _read_limit(self) -> int:
-        return self._committed
-
-    @property
-    def committed_offset(self) -> int:
-        return self._committed
-
-    @property
-    def max_offset(self) -> int:
-        return self._committed
-
-    @property
-    def last_commit(self) -> CommitPoint | None:
-        return self._commit_point
-
-    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
-        lo, hi = super().queue_range(topic, queue_id)
-        if self._commit_point is not None:
-            hi = min(hi, self._commit_point.queue_offsets.get((topic, queue_id), hi))
-        return lo, hi
-
-    def _index_lookup(self) -> IndexService | None:
-        if self._index_service is None:
-            self._index_service = open_index(self.root)
-        return self._index_service
-
-    def segments(self) -> list[tuple[Path, int, int]]:
-        return [(s.path, s.base_offset, s.size) for s in self._segments.segments]
-
-    def close(self) -> None:
-        self._segments.close()
-        if self._cq is not None:
-            self._cq.close()
-        if self._index_service is not None:
-            self._index_service.close()
-
-    def __enter__(self) -> "StoreReader":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self._settle_of is not None:
+            self._settle_of()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from store.format.codec import CodecConfig
-from store.log.source import SegmentFile, Source, mapped
+from store.read.view import SegmentFile, StoreView, mapped
 from store.scan.fields import text_ids
 from store.log.tail import walk_tail
 from store.scan.record_check import RecordCheck, SegmentScan
@@ -94,7 +94,7 @@ class PastCommit:
                 "segments": self.segments, "stop": self.stop_reason()}
 
 
-def past_commit(src: Source, config: CodecConfig | None = None) -> PastCommit | None:
+def past_commit(src: StoreView, config: CodecConfig | None = None) -> PastCommit | None:
     """The records past ``src``'s commit point; None for a source without one (a RocketMQ store,
     a commit-log directory, a segment file: those are read to their last valid record anyway)."""
     if src.committed_offset is None:

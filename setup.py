@@ -1,6 +1,6 @@
-"""The compiled parts, both optional: without a C compiler the install still succeeds and the same
-bytes come out of the pyarrow/numpy paths, slower. Every pass reads the record layout from
-store/format/_layout.h.
+"""The compiled passes: they are the implementation (no Python fallback), so the install needs a C
+compiler and Python's headers and stops with one line naming what is missing without them. Every
+pass reads the record layout from store/format/_layout.h.
 
 - ingest/encode/_direct_encode.c: Kafka record batches (and Kafka rows in Arrow columns) straight to CommitLog records
   (ingest/encode/direct_encode.py).
@@ -20,7 +20,35 @@ store/format/_layout.h.
   IndexFile's chains with its slots (store/index/check.py); any difference goes to the numpy checks.
 """
 
+import os
+import shlex
+import shutil
+import sysconfig
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def missing_toolchain() -> str | None:
+    """What a build of the passes lacks, as one line naming the Debian package that brings it."""
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
+    if not shutil.which(cc):
+        return f"no C compiler ({cc} is not on PATH): install one (Debian: apt-get install gcc libc6-dev)"
+    include = sysconfig.get_paths()["include"]
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        return f"no Python.h in {include}: install Python's headers (Debian: apt-get install python3-dev)"
+    return None
+
+
+class BuildPasses(build_ext):
+    """build_ext that says in one line what is missing before the compiler's first error would."""
+
+    def run(self) -> None:
+        missing = missing_toolchain()
+        if missing:
+            raise SystemExit(f"setup.py: the C passes cannot be built: {missing}")
+        super().run()
+
 
 CRC32 = "store/format/_crc32.h"    # the CRC-32 two of them share (BODYCRC): libdeflate's, found at load (dlopen), or a table
 LAYOUT = "store/format/_layout.h"  # the record and IndexFile layout every pass reads by (constants.py's numbers)
@@ -28,20 +56,20 @@ LAYOUT = "store/format/_layout.h"  # the record and IndexFile layout every pass 
 INDEX_KEYS = ["store/index/_index_keys.h", "store/index/_index_file.h", "store/index/_index_put.h", LAYOUT]
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
-setup(ext_modules=[
-    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], optional=True, extra_compile_args=FLAGS,
+setup(cmdclass={"build_ext": BuildPasses}, ext_modules=[
+    Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], extra_compile_args=FLAGS,
               depends=[CRC32, LAYOUT, "ingest/encode/_direct_record.h"], libraries=["dl"]),
-    Extension("store.scan._properties_split", ["store/scan/_properties_split.c"], optional=True,
+    Extension("store.scan._properties_split", ["store/scan/_properties_split.c"],
               extra_compile_args=FLAGS),
-    Extension("store.scan._record_check", ["store/scan/_record_check.c"], optional=True,
+    Extension("store.scan._record_check", ["store/scan/_record_check.c"],
               extra_compile_args=FLAGS, depends=[CRC32, LAYOUT], libraries=["dl"]),
-    Extension("store.scan._record_columns", ["store/scan/_record_columns.c"], optional=True,
+    Extension("store.scan._record_columns", ["store/scan/_record_columns.c"],
               extra_compile_args=FLAGS, depends=[LAYOUT]),
-    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], optional=True, extra_compile_args=FLAGS,
+    Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], extra_compile_args=FLAGS,
               depends=[LAYOUT]),
-    Extension("store.index._index_build", ["store/index/_index_build.c"], optional=True, extra_compile_args=FLAGS,
+    Extension("store.index._index_build", ["store/index/_index_build.c"], extra_compile_args=FLAGS,
               depends=INDEX_KEYS),
-    Extension("store.log._page_probe", ["store/log/_page_probe.c"], optional=True, extra_compile_args=FLAGS),
-    Extension("store.index._index_check", ["store/index/_index_check.c"], optional=True, extra_compile_args=FLAGS,
+    Extension("store.log._page_probe", ["store/log/_page_probe.c"], extra_compile_args=FLAGS),
+    Extension("store.index._index_check", ["store/index/_index_check.c"], extra_compile_args=FLAGS,
               depends=INDEX_KEYS),
 ])

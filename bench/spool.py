@@ -9,13 +9,12 @@ it. Per batch of 50,000 records (100-byte and 1 KiB bodies), in ms:
   unlink), against ``driver.map_unchecked``: map by path and unlink (the peer);
 - ``driver.check``: Spool.check on the writer thread (the MAC, then store.check_encoded: framing,
   lengths, BODYCRC, columns against records), and its two parts ``check_mac`` and ``check_records``
-  (the C pass), beside ``check_records_numpy`` (the checks of a machine without a compiler) and
-  ``hmac_sha256``: the same bytes' HMAC-SHA256, the MAC the spool used before keyed BLAKE3 (the peer
+  (the C pass), beside ``hmac_sha256``: the same bytes' HMAC-SHA256, the MAC the spool used before keyed BLAKE3 (the peer
   of ``check_mac``; both ends of the hand-over pay one);
 - ``store.write``: CommitLogWriter.write_batch of the same records (append, SYNC flush, commit): the
   write the check runs before, on the same thread.
 Ratios: the checked hand-over (write + resolve + check) over the unchecked one, the check over the
-store write, the C record checks over the numpy ones, the MAC over HMAC-SHA256.
+store write, the MAC over HMAC-SHA256.
 """
 
 from __future__ import annotations
@@ -99,7 +98,6 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
             _, mac_ms = clock(lambda: hmac.compare_digest(file_mac(spool.key, name, data), mac))
             _, sha_ms = clock(lambda: hmac.new(spool.key, name.encode() + b"\0", hashlib.sha256).update(data))
             _, records_ms = clock(lambda: [check_encoded(b) for b in pa.ipc.open_stream(data)])
-            _, numpy_ms = clock(lambda: without_kernel(lambda: [check_encoded(b) for b in pa.ipc.open_stream(data)]))
             checked, check = clock(lambda: spool.check(resolved))
             table = prepare(checked, {}).cast(ENCODED_SCHEMA)     # every round writes all its records
             _, store_ms = clock(lambda: writer.write_batch(i, None, table))
@@ -107,7 +105,7 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
                 for key, ms in (("task.write_unchecked", write_plain), ("task.write", write_checked),
                                 ("driver.map_unchecked", map_plain), ("driver.resolve", resolve),
                                 ("driver.check", check), ("driver.check_mac", mac_ms), ("driver.hmac_sha256", sha_ms),
-                                ("driver.check_records", records_ms), ("driver.check_records_numpy", numpy_ms),
+                                ("driver.check_records", records_ms),
                                 ("store.write", store_ms)):
                     figs.setdefault(key, []).append(ms)
     finally:
@@ -122,20 +120,7 @@ def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, run
     rep.add(f"{tag}.handover_unchecked_ms", plain_total, "ms")
     rep.ratio(f"{tag}.ratio.handover_checked_vs_unchecked", f"{tag}.handover_checked_ms", f"{tag}.handover_unchecked_ms")
     rep.ratio(f"{tag}.ratio.check_vs_store_write", f"{tag}.driver.check_ms", f"{tag}.store.write_ms")
-    rep.ratio(f"{tag}.ratio.check_records_c_vs_numpy", f"{tag}.driver.check_records_ms",
-              f"{tag}.driver.check_records_numpy_ms")
     rep.ratio(f"{tag}.ratio.mac_vs_hmac_sha256", f"{tag}.driver.check_mac_ms", f"{tag}.driver.hmac_sha256_ms")
-
-
-def without_kernel(fn: Callable[[], T]) -> T:
-    """``fn`` with the record checks' C pass set aside (the numpy checks of a machine without a compiler)."""
-    import store.scan.encoded_check as encoded_check
-
-    kernel, encoded_check._record_check = encoded_check._record_check, None
-    try:
-        return fn()
-    finally:
-        encoded_check._record_check = kernel
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,16 +18,33 @@ python="${PYTHON:-python3}"
 if (( system )); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    # gcc only while pip builds the C kernels (setup.py), removed again below; libdeflate0's CRC-32 is
-    # what the kernels compute BODYCRC with when it is there (store/format/_crc32.h)
+    # gcc stays: the C passes are the implementation, and spark-submit.sh run from the image compiles
+    # them for the executors it ships to; libdeflate0's CRC-32 is what the passes compute BODYCRC with
+    # when it is there (store/format/_crc32.h)
     apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini libdeflate0 gcc libc6-dev
+fi
+
+# The C passes are the implementation (no Python fallback): say in one line what the build lacks
+# before pip's screenful would.
+missing="$("$python" - <<'PY'
+import os, shlex, shutil, sysconfig
+cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
+include = sysconfig.get_paths()["include"]
+if not shutil.which(cc):
+    print(f"no C compiler ({cc} is not on PATH): install one (Debian: apt-get install gcc libc6-dev, or run with --system)")
+elif not os.path.isfile(os.path.join(include, "Python.h")):
+    print(f"no Python.h in {include}: install Python's headers (Debian: apt-get install python3-dev)")
+PY
+)"
+if [[ -n "$missing" ]]; then
+    echo "install.sh: the C passes cannot be built: $missing" >&2
+    exit 2
 fi
 
 # A non-editable install: the image (and the test's venv) must work without the checkout.
 "$python" -m pip install "$src"
 
 if (( system )); then
-    apt-get purge -y --auto-remove gcc libc6-dev
     rm -rf /var/lib/apt/lists/*
 fi
 
@@ -42,16 +59,12 @@ for name in ("ingest", "sink", "store", "ingest.preflight"):
     if "site-packages" not in (mod.__file__ or ""):
         sys.exit(f"{name} imported from {mod.__file__}, not from the installed package")
 import pyspark
-from ingest.encode import direct_encode
-from store.scan import arrow_text, encoded_check, record_batch, walk
-from store.index import build, check
-kernel = "built" if direct_encode.available() else "NOT built (no C compiler: the job maps and encodes the slower way)"
-store = "built" if arrow_text.kernel_available() and record_batch.columns_kernel_available() \
-    and walk.walk_kernel_available() and encoded_check.kernel_available() and build.build_kernel_available() \
-    and check.check_kernel_available() \
-    else "NOT built (no C compiler: segments are walked, read back, indexed and verified, spool files checked the slower way)"
-print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; "
-      f"C kernel {kernel}; store kernels {store}")
+# the compiled passes: an install without them is not a working one
+for name in ("ingest.encode._direct_encode", "store.scan._properties_split", "store.scan._record_check",
+             "store.scan._record_columns", "store.scan._scan_walk", "store.index._index_build",
+             "store.index._index_check", "store.log._page_probe"):
+    importlib.import_module(name)
+print(f"commitlog-ingest installed; pyspark {pyspark.__version__}; python {sys.version.split()[0]}; C passes built")
 PY
 )
 if ! java -version >/dev/null 2>&1; then

@@ -3,9 +3,8 @@
 # project (ingest/, sink/, store/ and the compiled C kernels: the read tasks' encode pass, the
 # segment walk, and the store reader's record columns and properties split) to the executors as
 # one archive (--archives, unpacked in each executor's directory), and its Python code to the driver
-# as a zip. COMMITLOG_SHIP=zip ships the Python code alone (--py-files) to the executors as well:
-# no kernel there, so every fetch is mapped and encoded the general way (several times the CPU per
-# record; BENCHMARKS.md, "Pipeline").
+# as a zip. The C passes are the implementation: the executors cannot run without them, so a
+# kernel that does not build for $PYTHON stops the submit (exit 2) rather than shipping Python alone.
 #
 #   deploy/spark-submit.sh [spark-submit options ...] -- COMMITLOG_ARGS ...
 #
@@ -25,8 +24,8 @@
 #                              speed) but NOT the project: that is shipped.
 #   COMMITLOG_DRIVER_PYTHON    python of the driver in client mode (default: $PYTHON)
 #   COMMITLOG_BUILD_DIR        where the zip and the archive are built (default: <repo>/build/deploy)
-#   COMMITLOG_SHIP             archive (default: the code and the kernels, built here for $PYTHON, so
-#                              the executors' Python must be the same version and platform) or zip
+#   COMMITLOG_SHIP             archive, the only value (the code and the kernels, built here for
+#                              $PYTHON, so the executors' Python must be the same version and platform)
 #   COMMITLOG_DRIVER_SCRIPT    the application file (default: deploy/driver.py; tests put a
 #                              probe script here)
 #
@@ -59,8 +58,11 @@ fi
 build="${COMMITLOG_BUILD_DIR:-$repo/build/deploy}"
 mkdir -p "$build"
 ship="${COMMITLOG_SHIP:-archive}"
-if [[ "$ship" != "archive" && "$ship" != "zip" ]]; then
-    echo "spark-submit.sh: COMMITLOG_SHIP is '$ship': use archive (the default) or zip" >&2
+if [[ "$ship" == "zip" ]]; then
+    echo "spark-submit.sh: COMMITLOG_SHIP=zip is no longer supported: executors need the compiled passes; the archive (the default) ships them" >&2
+    exit 2
+elif [[ "$ship" != "archive" ]]; then
+    echo "spark-submit.sh: COMMITLOG_SHIP is '$ship': archive is the only value" >&2
     exit 2
 fi
 zip_path="$build/commitlog_ingest.zip"
@@ -71,14 +73,12 @@ archive_path="$build/commitlog_ingest.tar.gz"
 # Python must be the same version on the same platform: a homogeneous cluster or the image).
 # Bytecode caches and tests stay out; both are rebuilt on every submit, so they always match the
 # checkout being submitted.
-kernel_dir=""
-if [[ "$ship" == "archive" ]]; then
-    kernel_dir="$build/kernel"
-    rm -rf "$kernel_dir" "$build/kernel-tmp"
-    # Built with the extension alone, away from the checkout: setup.py would make setuptools read
-    # pyproject.toml, whose metadata an older setuptools in the user's Python may refuse.
-    mkdir -p "$build/kernel-tmp"
-    if ! (cd "$build/kernel-tmp" && "$python" - "$repo" "$kernel_dir" <<'PY'
+kernel_dir="$build/kernel"
+rm -rf "$kernel_dir" "$build/kernel-tmp"
+# Built with the extension alone, away from the checkout: setup.py would make setuptools read
+# pyproject.toml, whose metadata an older setuptools in the user's Python may refuse.
+mkdir -p "$build/kernel-tmp"
+if ! (cd "$build/kernel-tmp" && "$python" - "$repo" "$kernel_dir" <<'PY'
 import glob, os, sys
 from setuptools import Distribution, Extension
 repo, build_lib = sys.argv[1:3]
@@ -89,20 +89,24 @@ exts = [Extension(os.path.relpath(c, repo)[:-2].replace(os.sep, "."), [c], extra
 dist = Distribution({"name": "commitlog-kernel", "ext_modules": exts,
                      "script_args": ["build_ext", "--build-lib", build_lib, "--build-temp", "."]})
 dist.parse_command_line()
-dist.run_commands()
+try:
+    dist.run_commands()
+except Exception as e:    # noqa: BLE001 - the caller shows one line; the compiler's own lines are above it
+    cmd = getattr(e.__context__, "cmd", None) or []
+    sys.exit(f"error: {cmd[0]} failed on {cmd[cmd.index('-c') + 1]}" if "-c" in cmd else f"error: {e}")
 missing = [e.name for e in exts if not glob.glob(os.path.join(build_lib, *e.name.split(".")) + ".*")]
 sys.exit(f"not built: {missing}" if missing or not exts else 0)
 PY
-            ) >"$build/kernel-build.log" 2>&1; then
-        echo "spark-submit.sh: could not build the C kernel (see $build/kernel-build.log); shipping the" \
-             "Python code only (COMMITLOG_SHIP=zip): every fetch is encoded the general way, several times slower" >&2
-        ship="zip"
-        kernel_dir=""
-    fi
+        ) >"$build/kernel-build.log" 2>&1; then
+    # the compiler's first error, else the build's own one-line summary, else the log's last line
+    log="$build/kernel-build.log"
+    why="$(grep -m1 ': error:' "$log" || grep -m1 '^error:' "$log" || tail -n1 "$log")"
+    echo "spark-submit.sh: the C passes do not build for $python ($("$python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo '?')): ${why:-no output} (full log: $log)" >&2
+    exit 2
 fi
-"$python" - "$repo" "$zip_path" "$archive_path" "$ship" "$kernel_dir" <<'PY'
+"$python" - "$repo" "$zip_path" "$archive_path" "$kernel_dir" <<'PY'
 import os, sys, tarfile, zipfile
-repo, zip_out, archive_out, ship, kernel_dir = sys.argv[1:6]
+repo, zip_out, archive_out, kernel_dir = sys.argv[1:5]
 
 def files():
     for pkg in ("ingest", "sink", "store"):
@@ -121,16 +125,15 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
     for path, name in files():
         z.write(path, name)
 os.replace(tmp, zip_out)
-if ship == "archive":
-    tmp = archive_out + ".tmp"
-    with tarfile.open(tmp, "w:gz") as t:
-        for path, name in files():
-            t.add(path, name)
-        for dirpath, _, filenames in sorted(os.walk(kernel_dir)):    # only the built kernels are there
-            for name in sorted(filenames):
-                path = os.path.join(dirpath, name)
-                t.add(path, os.path.relpath(path, kernel_dir))
-    os.replace(tmp, archive_out)
+tmp = archive_out + ".tmp"
+with tarfile.open(tmp, "w:gz") as t:
+    for path, name in files():
+        t.add(path, name)
+    for dirpath, _, filenames in sorted(os.walk(kernel_dir)):    # only the built kernels are there
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            t.add(path, os.path.relpath(path, kernel_dir))
+os.replace(tmp, archive_out)
 PY
 
 # The driver JVM also starts Python workers of its own: the one that plans a Python streaming data
@@ -145,28 +148,24 @@ conf=(--conf "spark.pyspark.driver.python=$driver_python")
 if [[ -n "${COMMITLOG_EXECUTOR_PYTHON:-}" ]]; then
     conf+=(--conf "spark.pyspark.python=$COMMITLOG_EXECUTOR_PYTHON")
 fi
-if [[ "$ship" == "archive" ]]; then
-    # Spark unpacks an --archives entry into each executor's working directory under the name after
-    # '#'; the executors' Python workers start there, so the relative path finds the packages.
-    # spark-submit keeps only the last --archives it is given, so one of the user's own is joined
-    # with ours rather than passed beside it.
-    archives="$archive_path#commitlog_ingest"
-    rest=()
-    for (( i = 0; i < ${#submit_args[@]}; i++ )); do
-        arg="${submit_args[$i]}"
-        if [[ "$arg" == "--archives" && $(( i + 1 )) -lt ${#submit_args[@]} ]]; then
-            archives="${submit_args[$((i + 1))]},$archives"; i=$(( i + 1 ))
-        elif [[ "$arg" == --archives=* ]]; then
-            archives="${arg#--archives=},$archives"
-        else
-            rest+=("$arg")
-        fi
-    done
-    submit_args=("${rest[@]}")
-    ship_args=(--archives "$archives" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest")
-else
-    ship_args=(--py-files "$zip_path")
-fi
+# Spark unpacks an --archives entry into each executor's working directory under the name after
+# '#'; the executors' Python workers start there, so the relative path finds the packages.
+# spark-submit keeps only the last --archives it is given, so one of the user's own is joined
+# with ours rather than passed beside it.
+archives="$archive_path#commitlog_ingest"
+rest=()
+for (( i = 0; i < ${#submit_args[@]}; i++ )); do
+    arg="${submit_args[$i]}"
+    if [[ "$arg" == "--archives" && $(( i + 1 )) -lt ${#submit_args[@]} ]]; then
+        archives="${submit_args[$((i + 1))]},$archives"; i=$(( i + 1 ))
+    elif [[ "$arg" == --archives=* ]]; then
+        archives="${arg#--archives=},$archives"
+    else
+        rest+=("$arg")
+    fi
+done
+submit_args=("${rest[@]}")
+ship_args=(--archives "$archives" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest")
 
 # Spark's own Kafka source (`run --source spark-kafka`), when `make jvm` resolved it: its jars go to
 # the driver and the executors. A user's own --jars comes after ours and wins nothing away from it.

@@ -1,8 +1,11 @@
 """The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan,
 every test three ways: the C scan (store/scan/_record_check.c, the walk and the checks in one
-pass), the C walk (store/scan/_scan_walk.c) with the numpy checks, and numpy alone."""
+pass), the C walk (store/scan/_scan_walk.c) with the numpy checks (the forceVerifyPropCRC scan),
+and the numpy walk of tests/oracles/walk.py with those checks."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,7 +15,9 @@ from hypothesis import strategies as st
 from store.format.codec import CodecConfig, Message, decode_message, encode_message
 from store.format.constants import MIN_RECORD_LENGTH
 from store.format.hosts import HostAddress
-from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
+from store.scan import record_check as scan
+from store.scan.record_check import RecordCheck, SegmentScan, check_record, scan_segment, scan_segment_fast
+from tests.oracles import walk as oracle_walk
 
 pytestmark = pytest.mark.unit
 
@@ -22,17 +27,18 @@ SEGMENT = 16384
 
 @pytest.fixture(autouse=True, params=["c-scan", "c-walk", "numpy"])
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    import store.scan.record_check as scan
-    import store.scan.walk as walk
-    if request.param == "c-scan":
-        assert scan._record_check is not None, "setup.py's store/scan/_record_check.c did not build: run `make venv`"
-    else:
-        monkeypatch.setattr(scan, "_record_check", None)
+    if request.param != "c-scan":
+        monkeypatch.setattr(scan, "_scan_c", scan._scan_walked)
     if request.param == "numpy":
-        monkeypatch.setattr(walk, "_scan_walk", None)
-    else:
-        assert walk.walk_kernel_available(), "setup.py's store/scan/_scan_walk.c did not build: run `make venv`"
+        monkeypatch.setattr(scan, "walk", oracle_walk.walk)
     return request.param
+
+
+def numpy_checks(scan_of: Callable[[], SegmentScan]) -> SegmentScan:
+    """``scan_of()`` with the C walk and the numpy checks in place of the C scan."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(scan, "_scan_c", scan._scan_walked)
+        return scan_of()
 
 
 def build_segment(n: int, *, base: int = BASE, size: int = SEGMENT, blank: bool = False,
@@ -145,7 +151,6 @@ def test_the_c_walk_follows_totalsize_as_the_python_walk_does(n: int, victim: in
     """The walk alone, C against the plain Python walk: TOTALSIZE bytes damaged, a pause at any
     place, an end anywhere."""
     from store.scan import _scan_walk
-    from store.scan.walk import _walk
     buf, starts = build_segment(n, size=8192)
     if victim < len(starts):
         buf[starts[victim] + at] = byte
@@ -153,12 +158,11 @@ def test_the_c_walk_follows_totalsize_as_the_python_walk_does(n: int, victim: in
     end = max(0, len(buf) - cut)
     out = np.empty(len(buf) // MIN_RECORD_LENGTH + 1, np.int64)
     count, c_next, c_more = _scan_walk.walk(np.frombuffer(buf, np.uint8), pos, end, stop_at, MIN_RECORD_LENGTH, out)
-    py_starts, py_next, py_more = _walk(memoryview(buf), pos, end, stop_at)
+    py_starts, py_next, py_more = oracle_walk._walk(memoryview(buf), pos, end, stop_at)
     assert (out[:count].tolist(), c_next, c_more) == (list(py_starts), py_next, py_more)
 
 
 def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.scan.record_check as scan
     buf, starts = build_segment(200, blank=True)
     victim = starts[len(starts) * 3 // 4]
     buf[victim + 35] ^= 0x55                  # PHYSICALOFFSET
@@ -245,7 +249,7 @@ def test_the_scan_columns_are_the_same_with_and_without_the_c_scan(walk: str) ->
     until = starts[70] + 1
     for kw in ({}, {"until": until}, {"start": starts[33], "until": until}):
         c = scan_segment_fast(buf, BASE, len(buf), columns=True, **kw)
-        numpy = scan_segment_fast(buf, BASE, len(buf), columns=True, use_c=False, **kw)
+        numpy = numpy_checks(lambda: scan_segment_fast(buf, BASE, len(buf), columns=True, **kw))
         assert c.stop == numpy.stop and c.offsets.tolist() == numpy.offsets.tolist()
         assert c.sizes.tolist() == numpy.sizes.tolist()
         for name in ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len"):

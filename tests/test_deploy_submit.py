@@ -121,10 +121,9 @@ PROBE = textwrap.dedent('''
         (chunk,) = part.take(None)
         maker = EncodedBatches(KafkaColumns(arrow_schema(kafka_schema(True))), MappingConfig(), CodecConfig())
         rows = maker.from_chunk(chunk, KafkaOffsetRange("t", 0, 0, 100)).num_rows
-        from store.scan import arrow_text, record_batch, walk
-        return {"kernel": direct_encode.available(), "kernel_share": maker.direct_records() / rows,
-                "store_kernels": arrow_text.kernel_available() and record_batch.columns_kernel_available()
-                and walk.walk_kernel_available()}
+        from store.scan import _properties_split, _record_columns, _scan_walk
+        return {"kernel_share": maker.direct_records() / rows,
+                "kernels": [m.__file__ for m in (direct_encode._kernel, _properties_split, _record_columns, _scan_walk)]}
 
     spark = SparkSession.builder.getOrCreate()
     sc = spark.sparkContext
@@ -137,15 +136,12 @@ PROBE = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("ship", ["archive", "zip"])
 def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster, executor_python: Path,
-                                                          tmp_path: Path, ship: str) -> None:
-    """By default the executors get the code and the C kernels (--archives) and encode with them; with
-    COMMITLOG_SHIP=zip they get the Python code only and encode every record the general way."""
+                                                          tmp_path: Path) -> None:
+    """The executors get the code and the C passes (--archives) and encode with them."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    result = submit(cluster, executor_python, tmp_path, ["run", "--store", "/somewhere"],
-                    driver_script=probe, extra_env={} if ship == "archive" else {"COMMITLOG_SHIP": "zip"})
+    result = submit(cluster, executor_python, tmp_path, ["run", "--store", "/somewhere"], driver_script=probe)
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     assert result.returncode == 0 and lines, (
         f"spark-submit.sh failed ({result.returncode})\n{result.stdout[-3000:]}\n"
@@ -163,28 +159,20 @@ def test_submit_ships_the_project_to_standalone_executors(cluster: SparkCluster,
         assert ex["pid"] != report["driver_pid"]
         assert ex["python"] == str(executor_python)
         assert Path(ex["cwd"]).is_relative_to(cluster.work_dir), "runs in a Worker's executor dir"
-        shipped = Path(ex["cwd"]) / ("commitlog_ingest" if ship == "archive" else "commitlog_ingest.zip")
+        shipped = Path(ex["cwd"]) / "commitlog_ingest"
         for pkg in ("store", "ingest", "sink", "constants"):
-            # The executor fetched the archive (unpacked) or the zip into its own work dir and imports from it.
+            # The executor fetched the archive, unpacked, into its own work dir and imports from it.
             assert Path(ex[pkg]).is_relative_to(shipped), ex
-        if ship == "archive":
-            assert ex["kernel"] and ex["kernel_share"] == 0.99, ex    # all but the handed-back record
-            assert ex["store_kernels"], "the store's C passes are shipped too"
-        else:
-            assert not ex["kernel"] and ex["kernel_share"] == 0.0, ex
-            assert not ex["store_kernels"], ex
+        assert ex["kernel_share"] == 0.99, ex    # all but the handed-back record
+        for kernel in ex["kernels"]:            # the encode pass and the store's C passes, shipped
+            assert Path(kernel).is_relative_to(shipped) and kernel.endswith(".so"), ex
     apps = cluster.state()["completedapps"]
     assert any(app["name"] == "commitlog-ingest" for app in apps), apps
 
 
 def test_a_users_own_archives_are_joined_with_the_project_archive(tmp_path: Path) -> None:
     """spark-submit keeps only the last --archives: the user's must travel in the same list as ours."""
-    fake = tmp_path / "spark" / "bin" / "spark-submit"
-    fake.parent.mkdir(parents=True)
-    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do echo \"ARG $a\"; done\n")
-    fake.chmod(0o755)
-    env = {**os.environ, "SPARK_HOME": str(tmp_path / "spark"), "PYTHON": sys.executable,
-           "COMMITLOG_BUILD_DIR": str(tmp_path / "build")}
+    env = fake_spark(tmp_path)
     done = subprocess.run(["bash", str(SUBMIT), "--archives", "env.tar.gz#env", "--master", "local[1]",
                            "--", "run", "--store", "/s"], env=env, capture_output=True, text=True, timeout=300)
     args = [line[4:] for line in done.stdout.splitlines() if line.startswith("ARG ")]
@@ -193,6 +181,36 @@ def test_a_users_own_archives_are_joined_with_the_project_archive(tmp_path: Path
     archives = args[args.index("--archives") + 1].split(",")
     assert archives[0] == "env.tar.gz#env" and archives[1].endswith("commitlog_ingest.tar.gz#commitlog_ingest")
     assert args[-3:] == ["run", "--store", "/s"] and "--master" in args
+
+
+def fake_spark(tmp_path: Path) -> dict[str, str]:
+    """An environment whose spark-submit only echoes its arguments, building in tmp_path."""
+    fake = tmp_path / "spark" / "bin" / "spark-submit"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do echo \"ARG $a\"; done\n")
+    fake.chmod(0o755)
+    return {**os.environ, "SPARK_HOME": str(tmp_path / "spark"), "PYTHON": sys.executable,
+            "COMMITLOG_BUILD_DIR": str(tmp_path / "build")}
+
+
+def test_shipping_python_alone_is_refused(tmp_path: Path) -> None:
+    env = {**fake_spark(tmp_path), "COMMITLOG_SHIP": "zip"}
+    done = subprocess.run(["bash", str(SUBMIT), "--", "run", "--store", "/s"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "ARG" not in done.stdout
+    assert done.stderr.splitlines() == ["spark-submit.sh: COMMITLOG_SHIP=zip is no longer supported: executors "
+                                        "need the compiled passes; the archive (the default) ships them"]
+
+
+def test_a_kernel_that_does_not_build_stops_the_submit(tmp_path: Path) -> None:
+    """No fallback to Python alone: one line naming the Python and what the compiler said."""
+    env = {**fake_spark(tmp_path), "CC": "/bin/false"}
+    done = subprocess.run(["bash", str(SUBMIT), "--", "run", "--store", "/s"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "ARG" not in done.stdout
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"spark-submit.sh: the C passes do not build for {sys.executable} ("), line
+    assert "/bin/false" in line and "kernel-build.log" in line, line
 
 
 def test_submit_without_commitlog_arguments_prints_usage(tmp_path: Path) -> None:

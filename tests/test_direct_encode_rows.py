@@ -50,7 +50,7 @@ def both_ways(rows: pa.RecordBatch, mapping: MappingConfig = MappingConfig(), co
               ) -> tuple[pa.RecordBatch | None, pa.RecordBatch, DirectEncoder]:
     encoder = DirectEncoder.for_partition(TOPIC, PARTITION, mapping, codec)
     assert encoder is not None
-    direct = encoder.encode_rows(rows, lambda rest: map_and_encode(rest, mapping, codec, vectorized=False))
+    direct = encoder.encode_rows(rows, lambda rest: map_and_encode(rest, mapping, codec))
     return direct, map_and_encode(rows, mapping, codec), encoder
 
 

@@ -18,11 +18,11 @@ from store import MessageStore, StoreConfig, batch_index_keys
 from store.errors import FlushError, StoreReadOnlyError
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, Message
-from store.index import build as index_build
 from store.index import file as index_file
 from store.index import service as index_service
-from store.index.build import build_kernel_available
+from store.index.file import IndexFile
 from store.index.service import IndexConfig, IndexService
+from tests.oracles import index_put
 
 pytestmark = pytest.mark.unit
 SEG = 1 << 16
@@ -133,23 +133,21 @@ def test_a_failure_behind_the_append_makes_the_store_refuse_writes_until_reopene
         assert len(s2.messages_by_key("T", "k24")) == 1
 
 
-@pytest.mark.skipif(not build_kernel_available(), reason="built without a C compiler")
 def test_the_c_pass_and_numpy_build_the_same_index_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two stores fed the same batches at the same store timestamps, one indexed without the C
-    passes: their IndexFiles, rolled over several times, are equal byte for byte."""
+    """Two stores fed the same batches at the same store timestamps, one indexed by the numpy oracles
+    instead of the C passes: their IndexFiles, rolled over several times, are equal byte for byte."""
     config = StoreConfig(segment_size=SEG, index=IndexConfig(True, 97, 300))
     non_ascii = encode_messages([Message("Tö", b"x", properties="KEYS\x01clé \U0001F600\x02UNIQ_KEY\x01\xe9\x02")],
                                 CodecConfig())
     for name, with_c in (("c", True), ("numpy", False)):
         if not with_c:
-            monkeypatch.setattr(index_service, "build_kernel_available", lambda: False)
-            monkeypatch.setattr(index_file, "_index_build", None)
+            monkeypatch.setattr(IndexService, "put_records", index_put.put_records)
+            monkeypatch.setattr(IndexFile, "put", index_put.put)
         with MessageStore.open(tmp_path / name, config) as s:
             for b in range(12):
                 s.append_encoded(batch(b * 37, 37, topic=f"T{b % 2}"), store_timestamp=1_700_000_000_000 + b * 1500)
                 s.append_encoded(non_ascii, store_timestamp=1_700_000_000_000 + b * 1500)
             s.commit()
-    assert index_build.build_kernel_available()
     c, py = index_bytes(tmp_path / "c"), index_bytes(tmp_path / "numpy")
     assert len(c) == len(py) > 3
     assert c == py
@@ -273,7 +271,6 @@ def test_shipped_records_of_any_key_count_put_as_their_keys_one_by_one(
     plain.close()
 
 
-@pytest.mark.skipif(index_file._index_build is None, reason="the C put is not built")
 def test_the_c_put_refuses_key_counts_past_the_keys_it_was_given(tmp_path: Path) -> None:
     f = index_file.IndexFile(tmp_path / "f", 16, 50, create=True, start=index_file.IndexHeader())
     with pytest.raises(ValueError, match="add up to more keys"):

@@ -1,4 +1,5 @@
-"""The index's C passes (store/index/_index_build.c) give what the numpy passes give, byte for byte:
+"""The index's C passes (store/index/_index_build.c) give what the numpy oracles
+(tests/oracles/index_keys.py, index_put.py) give, byte for byte:
 the keys of any records (each found, hashed and placed as store.index.keys says RocketMQ does),
 and the IndexFiles built from them."""
 
@@ -15,12 +16,12 @@ from hypothesis import strategies as st
 from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, HostAddress, Message
 from store.format.constants import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, TRANSACTION_ROLLBACK_TYPE
-from store.index.build import build_kernel_available, record_keys
+from store.index.build import record_keys
 from store.index.file import IndexFile, IndexHeader
 from tests.index_helpers import expected, property_names, property_texts
+from tests.oracles import index_keys, index_put
 
-pytestmark = [pytest.mark.unit,
-              pytest.mark.skipif(not build_kernel_available(), reason="built without a C compiler")]
+pytestmark = pytest.mark.unit
 
 
 def encoded(messages: list[Message], store_timestamp: int = 1_700_000_000_123) -> tuple[np.ndarray, np.ndarray]:
@@ -31,8 +32,8 @@ def encoded(messages: list[Message], store_timestamp: int = 1_700_000_000_123) -
 
 def both_ways(messages: list[Message], base: int = 0):
     arr, starts = encoded(messages)
-    c = record_keys(arr, starts, base, use_c=True)
-    py = record_keys(arr, starts, base, use_c=False)
+    c = record_keys(arr, starts, base)
+    py = index_keys.record_keys(arr, starts, base)
     for name in ("record", "key_hash", "phy_offset", "store_timestamp"):
         assert getattr(c, name).tolist() == getattr(py, name).tolist(), name
     assert (c.record.tolist(), c.key_hash.tolist()) == expected(messages)
@@ -95,8 +96,8 @@ def test_text_java_would_replace_is_decoded_as_java_decodes_it():
         at = bytes(arr).index(b"UNIQ_KEY\x01ok", int(starts[record])) + 9
         arr[at:at + 2] = np.frombuffer(bad, dtype=np.uint8)
     assert bytes(arr).count(b"UNIQ_KEY\x01ok") == 1        # the last record's key is the one left whole
-    c = record_keys(arr, starts, use_c=True)
-    py = record_keys(arr, starts, use_c=False)
+    c = record_keys(arr, starts)
+    py = index_keys.record_keys(arr, starts)
     assert c.key_hash.tolist() == py.key_hash.tolist()
     assert c.record.tolist() == py.record.tolist() == [0, 1, 2, 3]
     assert c.store_timestamp.tolist() == py.store_timestamp.tolist()
@@ -107,7 +108,7 @@ def test_a_record_whose_lengths_do_not_add_up_has_no_keys():
     arr, starts = encoded(msgs)
     body_len_at = int(starts[1]) + 84
     arr[body_len_at:body_len_at + 4] = np.frombuffer((10_000).to_bytes(4, "big"), dtype=np.uint8)
-    assert record_keys(arr, starts, use_c=True).record.tolist() == [0, 2]
+    assert record_keys(arr, starts).record.tolist() == [0, 2]
 
 
 def test_many_records_cross_the_chunks_of_the_c_pass():
@@ -136,18 +137,17 @@ def test_any_properties_agree(rows):
 
 
 def put_both_ways(tmp: Path, slots: int, items: int, hashes, phys, ts, begin: int = 0):
-    """One IndexFile filled by each pass; both files' bytes."""
+    """One IndexFile filled by the C put, one by the oracle's; both files' bytes."""
     out = []
-    for use_c in (True, False):
-        f = IndexFile(tmp / f"f{use_c}", slots, items, create=True,
-                      start=IndexHeader(begin, begin, 0, 0))
+    for name, put in (("c", IndexFile.put), ("numpy", index_put.put)):
+        f = IndexFile(tmp / name, slots, items, create=True, start=IndexHeader(begin, begin, 0, 0))
         done = 0
         while done < len(hashes) and f.room:
             take = min(f.room, len(hashes) - done, 7)     # several puts, as batches come
-            f.put(hashes[done:done + take], phys[done:done + take], ts[done:done + take], use_c=use_c)
+            put(f, hashes[done:done + take], phys[done:done + take], ts[done:done + take])
             done += take
         f.flush()
-        out.append((tmp / f"f{use_c}").read_bytes())
+        out.append((tmp / name).read_bytes())
         f.close()
     return out
 

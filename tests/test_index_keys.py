@@ -1,5 +1,6 @@
-"""The index keys of a batch found in its bytes (store.index.batch_keys, the append's way) are the
-keys store.index.keys gives each decoded message (RocketMQ's rule), hashed alike, in the same order."""
+"""The index keys of a batch found in its bytes (tests/oracles/index_keys.py, the numpy oracle of the
+C key finder) are the keys store.index.keys gives each decoded message (RocketMQ's rule), hashed
+alike, in the same order."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from store.format.batch_codec import encode_messages
 from store.format.codec import CodecConfig, Message
 from store.format.constants import TRANSACTION_ROLLBACK_TYPE
 from store.scan.fields import record_fields
-from store.index.batch_keys import batch_keys
+from tests.oracles.index_keys import batch_keys
 from tests.index_helpers import expected
 
 

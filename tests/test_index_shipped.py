@@ -17,10 +17,11 @@ from store import EncodedBatch, MessageStore, StoreConfig, batch_index_keys
 from store.format.batch_codec import INDEX_KEYS_COLUMN, encode_messages
 from store.format.codec import CodecConfig, Message
 from store.format.constants import TRANSACTION_ROLLBACK_TYPE
-from store.index import file as index_file
 from store.index.build import record_keys
+from store.index.file import IndexFile
 from store.index.service import IndexConfig, IndexService
 from tests.index_helpers import property_names, property_texts
+from tests.oracles import index_put
 
 pytestmark = pytest.mark.unit
 SEG = 1 << 16
@@ -81,7 +82,8 @@ def test_keys_shipped_before_the_store_writes_each_record_s_crc_property_are_its
 def test_the_numpy_put_of_shipped_keys_gives_the_same_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     batches = [encode_messages([keyed(i) for i in range(b * 90, b * 90 + 90)], CodecConfig()) for b in range(4)]
     c = index_after(tmp_path / "c", [with_keys(b) for b in batches])
-    monkeypatch.setattr(index_file, "_index_build", None)
+    monkeypatch.setattr(IndexService, "put_shipped", index_put.put_shipped)
+    monkeypatch.setattr(IndexFile, "put", index_put.put)
     assert index_after(tmp_path / "numpy", [with_keys(b) for b in batches]) == c
 
 

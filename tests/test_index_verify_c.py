@@ -1,6 +1,7 @@
 """verify's C look at a healthy index (store/index/_index_check.c) changes nothing but the time it
 takes: on healthy and damaged stores alike, index_problems gives the same problems with it as with
-the numpy checks alone, whether the index covers the store or may lag behind it; a healthy index is
+the numpy checks alone (tests/oracles/index_check.py's NumpyAlone in place of the C module), whether
+the index covers the store or may lag behind it; a healthy index is
 told without the numpy checks; one whose keys RocketMQ put in another order, or whose records hold
 text the C key finder leaves to Python, is told healthy through them."""
 
@@ -19,7 +20,7 @@ from store.format.codec import CodecConfig, Message
 from store.scan.walk import walk
 from store.index import check
 from store.index.build import record_keys
-from store.index.check import check_kernel_available, item_columns, structure_faults, time_diffs
+from store.index.check import item_columns, structure_faults, time_diffs
 from store.index.file import IndexFile
 from store.index.lookup import open_index
 from store.index.service import IndexConfig, IndexService
@@ -38,14 +39,16 @@ from tests.index_helpers import (
     overwrite,
     small_index_store,
 )
+from tests.oracles import index_check
 
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def c_checks_built() -> None:
-    """Each test holds the C checks against numpy: without them it would compare numpy with itself."""
-    assert check_kernel_available(), "setup.py's store/index/_index_check.c did not build: run `make venv`"
+def numpy_alone(check_of: Callable[[], object]) -> object:
+    """``check_of()`` with verify's numpy checks running on everything: nothing is told healthy in C."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(check, "_index_check", index_check.NumpyAlone)
+        return check_of()
 
 Damage = Callable[[Path, list[int]], None]
 T0 = 1_700_000_000_000
@@ -154,8 +157,8 @@ def both_ways(root: Path, data_end: int | None = None) -> list[tuple[int, str, s
     """index_problems with the C checks and with numpy alone: the same, problem for problem."""
     src = open_view(root)
     end = src.committed_end() if data_end is None else data_end
-    fast, fast_items = index_problems(src, end, use_c=True)
-    slow, slow_items = index_problems(src, end, use_c=False)
+    fast, fast_items = index_problems(src, end)
+    slow, slow_items = numpy_alone(lambda: index_problems(src, end))
     assert [(p.offset, p.kind, p.detail) for p in fast] == [(p.offset, p.kind, p.detail) for p in slow]
     assert fast_items == slow_items
     return [(p.offset, p.kind, p.detail) for p in fast]
@@ -167,7 +170,7 @@ def no_numpy_checks(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the numpy checks ran on a healthy index")
 
     monkeypatch.setattr(verify_index, "_check_segment", refuse)
-    monkeypatch.setattr(check, "_chains_hold", refuse)
+    monkeypatch.setattr(check, "_item_faults", refuse)
 
 
 def lagging(root: Path, config: IndexConfig = IndexConfig(True, SLOTS, ITEMS)) -> None:
@@ -183,7 +186,7 @@ def test_a_healthy_index_is_told_in_c_alone(tmp_path: Path, monkeypatch: pytest.
         lagging(tmp_path / "s")
     assert both_ways(tmp_path / "s") == []
     no_numpy_checks(monkeypatch)
-    problems, items = index_problems(open_view(tmp_path / "s"), offsets[-1] + 1_000, use_c=True)
+    problems, items = index_problems(open_view(tmp_path / "s"), offsets[-1] + 1_000)
     assert problems == [] and items == 78
 
 
@@ -233,12 +236,15 @@ def _segment_matches(root: Path, strict: bool = True) -> bool:
 def test_chains_hold_only_where_numpy_finds_nothing(tmp_path: Path, damage: str) -> None:
     offsets = small_index_store(tmp_path / "s")
     f = IndexFile(index_file_of(tmp_path / "s"), SLOTS, ITEMS, read_only=True)
-    assert structure_faults(f, use_c=True) == structure_faults(f, use_c=False) == []
+    assert structure_faults(f) == numpy_alone(lambda: structure_faults(f)) == []
+    assert index_check.chains_hold(f.items(), f.slots(), SLOTS) and check._index_check.chains_hold(f.items(), f.slots(), SLOTS)
     f.close()
     DAMAGES[damage](tmp_path / "s", offsets)
     f = IndexFile(index_file_of(tmp_path / "s"), SLOTS, ITEMS, read_only=True)
     try:
-        assert structure_faults(f, use_c=True) == structure_faults(f, use_c=False)
+        assert structure_faults(f) == numpy_alone(lambda: structure_faults(f)) != []
+        assert not index_check.chains_hold(f.items(), f.slots(), SLOTS)
+        assert not check._index_check.chains_hold(f.items(), f.slots(), SLOTS)
     finally:
         f.close()
 
@@ -268,7 +274,7 @@ def rewritten(root: Path, config: IndexConfig, order: Callable[[np.ndarray], np.
             end = min(seg.size, src.committed_offset - seg.base_offset)
             with mapped(seg) as mv:
                 arr = np.frombuffer(mv, dtype=np.uint8)
-                starts, _, _ = walk(arr, mv, 0, end, end)
+                starts, _, _ = walk(arr, 0, end, end)
                 keys = record_keys(arr, starts, seg.base_offset)
                 del arr
             first = np.flatnonzero(np.r_[True, keys.record[1:] != keys.record[:-1]])
@@ -289,7 +295,7 @@ def test_many_segments_and_files_both_ways(tmp_path: Path, monkeypatch: pytest.M
     assert both_ways(tmp_path / "s", data_end=offsets[40]) != []      # items past the data's end
     with monkeypatch.context() as m:
         no_numpy_checks(m)
-        assert index_problems(open_view(tmp_path / "s"), src.committed_offset, use_c=True)[0] == []
+        assert index_problems(open_view(tmp_path / "s"), src.committed_offset)[0] == []
     # a key of a record in the middle of a middle file: its timeDiff
     path = sorted((tmp_path / "s" / "index").iterdir())[2]
     data = bytearray(path.read_bytes())
@@ -340,7 +346,7 @@ def _segments_all_match(root: Path) -> bool:
 
     verify_index.records_match = spy            # type: ignore[assignment]
     try:
-        index_problems(open_view(root), open_view(root).committed_offset, use_c=True)
+        index_problems(open_view(root), open_view(root).committed_offset)
     finally:
         verify_index.records_match = real       # type: ignore[assignment]
     return bool(seen) and all(seen)
@@ -372,8 +378,8 @@ def test_item_columns_both_ways(tmp_path: Path) -> None:
     try:
         items = f.items()
         for low, limit in ((0, offsets[-1] + 1), (offsets[3], offsets[20]), (offsets[-1] + 1, 1 << 62)):
-            fast = item_columns(items, low, limit, use_c=True)
-            slow = item_columns(items, low, limit, use_c=False)
+            fast = item_columns(items, low, limit)
+            slow = index_check.item_columns(items, low, limit)
             assert [c.tolist() for c in fast[:3]] == [c.tolist() for c in slow[:3]]
             assert [c.dtype for c in fast[:3]] == [c.dtype for c in slow[:3]]
             assert fast[3] == slow[3] == int(np.count_nonzero((fast[0] < low) | (fast[0] >= limit)))
@@ -392,13 +398,3 @@ def test_time_diffs_as_putkey_computes_them() -> None:
         plain = np.where(begin > 0, np.minimum(np.where(ts >= begin, (ts - begin) // 1000, 0), 0x7FFFFFFF), 0)
     assert time_diffs(ts, begin).tolist() == plain.tolist()
     assert time_diffs(np.array([1_700_000_003_999]), np.array([1_700_000_000_000])).tolist() == [3]
-
-
-def test_without_the_c_checks_numpy_tells_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A machine without a compiler: asked for C or not, the numpy checks run, with the same report."""
-    offsets = small_index_store(tmp_path / "s")
-    wrong_time(tmp_path / "s", offsets)
-    want = both_ways(tmp_path / "s")
-    monkeypatch.setattr(check, "_index_check", None)
-    assert not check_kernel_available()
-    assert both_ways(tmp_path / "s") == want and want

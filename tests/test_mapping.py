@@ -1,4 +1,5 @@
-"""Kafka record -> RocketMQ message mapping, on Arrow batches, without Spark."""
+"""Kafka record -> RocketMQ message mapping, on Arrow batches, without Spark. Every test runs both
+ways: vectorized (ingest.encode.mapping_fast, its odd rows redone row by row) and row by row."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, map_kafka_batch, uniq_key
+from ingest.encode import mapping_batch
+from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, uniq_key
+from ingest.encode.mapping_batch import map_kafka_batch, map_rows, map_vectorized
 from ingest.encode.restore import RestoreError, kafka_headers, kafka_key, kafka_value
 from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
@@ -18,6 +21,13 @@ from store.format.properties import string_to_properties, tags_code
 from tests.batch_helpers import TS, kafka_rows
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True, params=["vectorized", "per-row"])
+def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """map_kafka_batch takes the vectorized path from one row on, or never."""
+    monkeypatch.setattr(mapping_batch, "VECTORIZED_MIN_ROWS", 1 if request.param == "vectorized" else 1 << 62)
+    return request.param
 
 
 def one(batch: pa.RecordBatch, cfg: MappingConfig | None = None) -> dict:
@@ -61,8 +71,8 @@ def test_key_hash_queues_follow_rocketmq_select_by_hash() -> None:
 def test_one_of_n_broker_groups_stores_partition_p_as_queue_p_div_n_both_ways() -> None:
     batch = kafka_rows(*[{"partition": p, "offset": p} for p in (1, 3, 5, 7, 9)])
     cfg = MappingConfig(broker_groups=2)
-    for vectorized in (True, False):
-        rows = map_kafka_batch(batch, cfg, vectorized=vectorized).to_pylist()
+    for map_batch in (map_vectorized, map_rows):
+        rows = map_batch(batch, cfg).to_pylist()
         assert [r["queue_id"] for r in rows] == [0, 1, 2, 3, 4]
         assert [string_to_properties(r["properties"])["KAFKA_PARTITION"] for r in rows] == ["1", "3", "5", "7", "9"]
     with pytest.raises(MappingConfigError, match="broker groups 0"):
@@ -122,7 +132,7 @@ def test_null_and_empty_values_get_a_one_byte_body_and_a_property_saying_which()
 def test_the_vectorized_and_per_row_mappings_agree_on_null_and_empty_values() -> None:
     rows = kafka_rows({"value": None, "key": b"a"}, {"value": b"", "offset": 1, "key": b"b"},
                       {"value": b"v", "offset": 2, "key": b"c"})
-    assert map_kafka_batch(rows, MappingConfig()).equals(map_kafka_batch(rows, MappingConfig(), vectorized=False))
+    assert map_vectorized(rows, MappingConfig()).equals(map_rows(rows, MappingConfig()))
 
 
 def test_stores_written_before_the_marker_still_read_back() -> None:
@@ -175,8 +185,7 @@ def test_bad_records_are_dead_letters_with_a_reason_and_the_raw_record(record: d
     assert row["raw_value"] == record.get("value", b"v")
 
 
-@pytest.mark.parametrize("vectorized", [True, False], ids=["vectorized", "per-row"])
-def test_a_null_header_or_a_header_without_a_name_makes_a_dead_letter_not_a_crash(vectorized: bool) -> None:
+def test_a_null_header_or_a_header_without_a_name_makes_a_dead_letter_not_a_crash() -> None:
     # Kafka sends neither; a parquet export from another tool may hold both (a null list element,
     # a null name): a record that cannot be Kafka's goes to the dead letters, as it came
     at = KAFKA_SCHEMA.get_field_index("headers")
@@ -189,7 +198,7 @@ def test_a_null_header_or_a_header_without_a_name_makes_a_dead_letter_not_a_cras
         kafka_rows({"offset": 1}).set_column(at, KAFKA_SCHEMA.field(at), null_header),
         kafka_rows({"offset": 2, "headers": [{"key": "ok", "value": b"1"}, {"key": None, "value": b"x"}]}),
     ])
-    out = map_kafka_batch(rows, MappingConfig(), vectorized).to_pylist()
+    out = map_kafka_batch(rows, MappingConfig()).to_pylist()
     assert [r["dead_reason"] for r in out] == [
         None, "header 0 is null (a Kafka header has a name and a value or null value)",
         "header 1 has a null name (a Kafka header's name is text)"]
@@ -239,4 +248,4 @@ def test_vectorized_and_per_row_paths_agree() -> None:
     batch = kafka_rows(*rows)
     for cfg in (MappingConfig(max_message_size=120), MappingConfig(queue_mode="key-hash", queue_count=5,
                                                                    topic_map={"orders": "Orders"})):
-        assert map_kafka_batch(batch, cfg).to_pylist() == map_kafka_batch(batch, cfg, vectorized=False).to_pylist()
+        assert map_vectorized(batch, cfg).to_pylist() == map_rows(batch, cfg).to_pylist()

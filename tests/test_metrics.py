@@ -16,7 +16,8 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.encode.mapping import MappingConfig, map_kafka_batch
+from ingest.encode.mapping import MappingConfig
+from ingest.encode.mapping_batch import map_kafka_batch
 from ingest.encode.prepare import map_and_encode
 from ingest.lag import LagLog, partition_lag
 from ingest.metrics import PHASES, JobMetrics, MetricsPortError, MetricsServer

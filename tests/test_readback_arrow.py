@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import CorruptRecordError, StoreReader
-from store.scan.arrow_text import kernel_available, parse_properties, properties_of
+from store.scan import arrow_text
+from store.scan.arrow_text import parse_properties, properties_of
 from store.scan import record_batch
 from store.scan.record_batch import READBACK_SCHEMA
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.unit
 def test_each_golden_store_read_as_arrow_is_its_reference_decoding(case: str, zero_copy: bool, columns: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     if columns == "numpy":
-        monkeypatch.setattr(record_batch, "_columns_kernel", None)
+        monkeypatch.setattr(record_batch, "_batch_c", record_batch._batch_numpy)   # the > 2 GiB way
     expected = expected_rows(case)
     with StoreReader.open(golden_root() / case) as reader:
         batches = list(reader.record_batches(batch_size=5, zero_copy=zero_copy))
@@ -63,8 +64,14 @@ def _laid_out(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.frombuffer(buf, np.uint8), np.array(pos, np.int64), np.array([len(b) for b in blobs], np.int64)
 
 
+def split_by(kernel: bool, data: np.ndarray, pos: np.ndarray, length: np.ndarray,
+             wanted: tuple[str, ...] = ()) -> arrow_text.Properties:
+    """The C split (True) or the numpy one (False), whichever parse_properties would take."""
+    return (arrow_text._split_c if kernel else arrow_text._split_numpy)(data, pos, length, wanted)
+
+
 def _split(blobs: list[bytes], kernel: bool) -> list[dict[str, str]]:
-    props = parse_properties(*_laid_out(blobs), kernel=kernel)
+    props = split_by(kernel, *_laid_out(blobs))
     return [dict(x) for x in props.map.to_pylist()]
 
 
@@ -75,10 +82,6 @@ SPLIT_CASES = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"nona
                # long runs without a separator (read a word at a time), bad or good UTF-8 inside them
                b"key\x01" + b"abcdefg\xff" * 3 + b"\x02" + "ü".encode() * 12 + b"\x01" + b"x" * 17,
                b"abcdefghijklmnop\x01qrstuvwxyz012345\x02ABCDEFGHIJKLMNOP\x01\xe2\x82\xacQRSTUVWXYZ"]
-
-
-def test_the_c_split_was_built() -> None:
-    assert kernel_available(), "setup.py's store/scan/_properties_split.c did not build: run `make venv`"
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["c", "numpy"])
@@ -100,8 +103,8 @@ _PIECES = st.sampled_from([b"a", b"b", b"KEYS", b"TAGS", b"\x01", b"\x02", b"\xc
 @given(st.lists(st.lists(_PIECES, max_size=40).map(b"".join), max_size=30))
 def test_the_c_split_gives_the_numpy_split_pair_for_pair(blobs: list[bytes]) -> None:
     wanted = ("KEYS", "TAGS", "b")
-    c = parse_properties(*_laid_out(blobs), wanted, kernel=True)
-    py = parse_properties(*_laid_out(blobs), wanted, kernel=False)
+    c = parse_properties(*_laid_out(blobs), wanted)
+    py = split_by(False, *_laid_out(blobs), wanted)
     assert c.map.equals(py.map)                     # the same pairs, in the same order
     assert {k: v.to_pylist() for k, v in c.named.items()} == {k: v.to_pylist() for k, v in py.named.items()}
     assert [dict(x) for x in c.map.to_pylist()] == _split_reference(blobs)
@@ -110,14 +113,14 @@ def test_the_c_split_gives_the_numpy_split_pair_for_pair(blobs: list[bytes]) -> 
 def test_the_c_split_refuses_properties_outside_its_buffer() -> None:
     data, pos, length = _laid_out([b"a\x01b", b"c\x01d"])
     with pytest.raises(ValueError, match="outside the buffer"):
-        parse_properties(data, pos, length + 5, kernel=True)
+        parse_properties(data, pos, length + 5)
 
 
 def test_more_named_values_than_the_c_split_picks_out_take_the_numpy_split() -> None:
     names = tuple(f"n{i}" for i in range(17))
     blobs = [b"\x02".join(b"%s\x01v%d" % (n.encode(), r) for n in names) for r in range(3)]
     with pytest.raises(ValueError, match="at most 16 wanted names"):
-        parse_properties(*_laid_out(blobs), names, kernel=True)
+        split_by(True, *_laid_out(blobs), names)
     got = parse_properties(*_laid_out(blobs), names)
     assert got.named["n16"].to_pylist() == ["v0", "v1", "v2"]
 

@@ -15,7 +15,9 @@ from store.format.constants import (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, P
                                     POS_TOTALSIZE)
 from store.index.build import decoded_keys, record_keys
 from store.scan.fields import topic_lengths
+from store.scan import record_check
 from store.scan.record_check import check_record, scan_segment_fast
+from tests.oracles import index_keys
 
 pytestmark = pytest.mark.unit
 
@@ -58,11 +60,13 @@ def test_the_fields_reader_takes_topiclength_signed() -> None:
         assert topic_lengths(arr, np.array([0]), np.array([v2])).tolist() == [expected]
 
 
-@pytest.mark.parametrize("use_c", [True, False], ids=["c", "numpy"])
-def test_the_scan_passes_the_short_topic_and_stops_at_the_long_one(use_c: bool) -> None:
+@pytest.mark.parametrize("checks", ["c", "numpy"])
+def test_the_scan_passes_the_short_topic_and_stops_at_the_long_one(checks: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if checks == "numpy":       # the C walk, then the numpy checks (the forceVerifyPropCRC scan)
+        monkeypatch.setattr(record_check, "_scan_c", record_check._scan_walked)
     good = v1_record(SHORT)
     buf = good + v1_record(LONG, physical_offset=len(good)) + bytes(64)
-    scan = scan_segment_fast(buf, 0, use_c=use_c, columns=True)
+    scan = scan_segment_fast(buf, 0, columns=True)
     assert scan.offsets.tolist() == [0]
     assert scan.columns is not None and scan.columns.topic_len.tolist() == [SHORT]
     assert (scan.stop.kind, scan.stop.offset) == ("error", len(good))
@@ -97,11 +101,11 @@ def test_record_columns_c_refuses_the_negative_length_the_scan_reads() -> None:
         columns(LONG - 256)
 
 
-@pytest.mark.parametrize("use_c", [True, False], ids=["c", "numpy"])
-def test_index_keys_of_the_short_topic_only(use_c: bool) -> None:
+@pytest.mark.parametrize("keys_of", [record_keys, index_keys.record_keys], ids=["c", "oracle"])
+def test_index_keys_of_the_short_topic_only(keys_of) -> None:  # noqa: ANN001
     short = np.frombuffer(v1_record(SHORT), np.uint8)
-    assert len(record_keys(short, np.array([0]), use_c=use_c)) == 3        # UNIQ_KEY, k1, k2
-    if use_c:       # the numpy way reads records the scan passed; the long one never is
+    assert len(keys_of(short, np.array([0]))) == 3        # UNIQ_KEY, k1, k2
+    if keys_of is record_keys:       # the oracle reads records the scan passed; the long one never is
         long = np.frombuffer(v1_record(LONG), np.uint8)
         assert len(record_keys(long, np.array([0]))) == 0
 

@@ -41,7 +41,6 @@ def a_store(root: Path, n: int = 300) -> list[int]:
 
 
 def test_the_probe_finds_the_first_page_past_a_file_truncated_under_its_mapping(tmp_path: Path) -> None:
-    pytest.importorskip("store.log._page_probe", reason="the C probe is built by setup.py build_ext")
     path = tmp_path / "f"
     path.write_bytes(b"x" * (16 * 4096))
     found = run_child(f"""
@@ -91,7 +90,6 @@ def test_every_read_of_a_segment_truncated_under_the_reader_is_one_error_naming_
 
 
 def test_the_tools_reading_a_segment_whose_pages_cannot_be_read_say_so_in_one_line(tmp_path: Path) -> None:
-    pytest.importorskip("store.log._page_probe", reason="the C probe is built by setup.py build_ext")
     a_store(tmp_path)
     segment = tmp_path / "commitlog" / f"{0:020d}"
     # the tools map a segment at its size when opened; the pages are checked before they are parsed

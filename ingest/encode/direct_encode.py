@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.encode import _direct_encode as _kernel
 from ingest.encode.mapping import (
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
@@ -67,11 +68,6 @@ from store.format import (
 from store.format import NAME_VALUE_SEPARATOR as SEP1
 from store.format import PROPERTY_SEPARATOR as SEP2
 
-try:
-    from ingest.encode import _direct_encode as _kernel
-except ImportError:  # built without a C compiler: the general path only
-    _kernel = None
-
 log = logging.getLogger(__name__)
 
 FALLBACK_REASONS = {1: "damaged batch", 2: "key not UTF-8 text", 3: "header name not UTF-8 text",
@@ -82,11 +78,6 @@ FALLBACK_REASONS = {1: "damaged batch", 2: "key not UTF-8 text", 3: "header name
 # BODYLENGTH follow BORNTIMESTAMP's 8 bytes and the born host
 _HEAD_FIXED = POS_BORNHOST + 8 + 4 + 8 + 4
 _RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names handed back
-
-
-def available() -> bool:
-    """Was the C kernel built (a C compiler at install time)?"""
-    return _kernel is not None
 
 
 @dataclass
@@ -113,8 +104,8 @@ class DirectEncoder:
     def for_partition(cls, topic: str, partition: int, mapping: MappingConfig,
                       codec: CodecConfig) -> DirectEncoder | None:
         """The encoder of ``topic``-``partition``, or None when its records need the general path
-        whatever they hold (no kernel, envelope mode, property CRCs, a target topic RocketMQ refuses)."""
-        if _kernel is None or mapping.envelope or codec.enabled_append_prop_crc:
+        whatever they hold (envelope mode, property CRCs, a target topic RocketMQ refuses)."""
+        if mapping.envelope or codec.enabled_append_prop_crc:
             return None
         target = mapping.topic_map.get(topic, topic)
         if topic_problem(target):
@@ -152,7 +143,7 @@ class DirectEncoder:
         (what ingest.encode.prepare.map_and_encode makes of them), or None: map and encode the whole
         fetch the general way. ``general`` maps and encodes the records handed back (a chunk of
         them): their live rows are put back in offset order, their dead letters follow."""
-        if _kernel is None or "columns" in chunk.__dict__:
+        if "columns" in chunk.__dict__:
             return None
         chunk.drop_from(until_offset)
         sections = chunk.sections
@@ -180,8 +171,6 @@ class DirectEncoder:
         map and encode them the general way. As ``encode``: the rows the kernel does not cover (and
         those with a problem, a null timestamp or null headers) are handed to ``general`` and put back in
         place."""
-        if _kernel is None:
-            return None
         n = rows.num_rows
         key, value = _binary_buffers(rows.column("key")), _binary_buffers(rows.column("value"))
         headers = _header_buffers(rows.column("headers"))

@@ -1,7 +1,9 @@
-"""Kafka record -> RocketMQ message, on Arrow batches (runs in Spark's executors, see ingest.encode.prepare).
+"""Kafka record -> RocketMQ message: the mapping's settings and its rules, record by record (map_row);
+ingest.encode.mapping_batch applies them to whole Arrow batches (in Spark's executors, see
+ingest.encode.prepare).
 
-Pure pyarrow/numpy, no Spark: the same function maps a micro-batch in the stream, a replayed range and
-an exported file, and is unit-tested on its own. A record that cannot become a RocketMQ message is not
+No Spark: the same rules map a micro-batch in the stream, a replayed range and an exported file,
+and are unit-tested on their own. A record that cannot become a RocketMQ message is not
 dropped: it leaves with ``dead_reason`` set and its raw Kafka fields kept, for the dead-letter file.
 """
 
@@ -14,11 +16,8 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ingest.encode.mapping_fast import map_fast
 from ingest.kafka.decode import HEADER_TYPE
 from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store import DeadLetterReason
@@ -143,7 +142,7 @@ def _has_separator(s: str) -> bool:
 
 
 @dataclass
-class _Row:
+class MappedRow:
     """One record's mapped fields while they are being assembled (the slow, general path)."""
 
     topic: str | None
@@ -162,12 +161,12 @@ def _decode_text(raw: bytes | None, what: str) -> str:
     try:
         return (raw or b"").decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _Dead(DeadLetterReason.HEADER_INVALID,
+        raise DeadRecord(DeadLetterReason.HEADER_INVALID,
                     f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
-class _Dead(Exception):
-    """Internal: this record goes to the dead letters with this reason (code and text)."""
+class DeadRecord(Exception):
+    """Raised by map_row: this record goes to the dead letters with this reason (code and text)."""
 
     def __init__(self, code: DeadLetterReason, text: str) -> None:
         super().__init__(text)
@@ -183,10 +182,10 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
     for i, h in enumerate(headers):
         # Kafka has neither; an export file written by other tools may (parquet allows both)
         if h is None:
-            raise _Dead(DeadLetterReason.HEADER_INVALID,
+            raise DeadRecord(DeadLetterReason.HEADER_INVALID,
                         f"header {i} is null (a Kafka header has a name and a value or null value)")
         if h["key"] is None:
-            raise _Dead(DeadLetterReason.HEADER_INVALID,
+            raise DeadRecord(DeadLetterReason.HEADER_INVALID,
                         f"header {i} has a null name (a Kafka header's name is text)")
         seen[h["key"]] = seen.get(h["key"], 0) + 1
     lossy = False
@@ -197,7 +196,7 @@ def _header_properties(headers: list[dict] | None, cfg: MappingConfig) -> tuple[
             try:
                 born = HostAddress.parse(text).to_bytes()
             except (ValueError, TypeError):
-                raise _Dead(DeadLetterReason.HEADER_INVALID, f"header {name} value {text!r} is not ip:port") from None
+                raise DeadRecord(DeadLetterReason.HEADER_INVALID, f"header {name} value {text!r} is not ip:port") from None
             lossy = True       # BORNHOST holds the address, not the header's text: KAFKA_HEADERS keeps it
             continue
         value = _plain_text(raw)
@@ -247,29 +246,29 @@ def _envelope_fields(value: bytes | None) -> dict:
     try:
         env = json.loads(value or b"")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, f"envelope is not JSON: {exc}") from None
+        raise DeadRecord(DeadLetterReason.ENVELOPE_INVALID, f"envelope is not JSON: {exc}") from None
     if not isinstance(env, dict):
-        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, "envelope is not a JSON object")
+        raise DeadRecord(DeadLetterReason.ENVELOPE_INVALID, "envelope is not a JSON object")
     if "bodyBase64" in env:
         try:
             body = base64.b64decode(env["bodyBase64"], validate=True)
         except (ValueError, TypeError):
-            raise _Dead(DeadLetterReason.ENVELOPE_INVALID, "envelope bodyBase64 is not base64") from None
+            raise DeadRecord(DeadLetterReason.ENVELOPE_INVALID, "envelope bodyBase64 is not base64") from None
     else:
         body_field = env.get("body", "")
         body = (body_field if isinstance(body_field, str) else json.dumps(body_field)).encode()
     props = env.get("properties") or {}
     if not isinstance(props, dict):
-        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, "envelope properties is not an object")
+        raise DeadRecord(DeadLetterReason.ENVELOPE_INVALID, "envelope properties is not an object")
     flag = env.get("flag", 0)
     if not isinstance(flag, int) or not -(2**31) <= flag < 2**31:
-        raise _Dead(DeadLetterReason.ENVELOPE_INVALID, f"envelope flag {flag!r} is not an int32")
+        raise DeadRecord(DeadLetterReason.ENVELOPE_INVALID, f"envelope flag {flag!r} is not an int32")
     return {"topic": env.get("topic"), "tags": env.get("tags"), "keys": env.get("keys"),
             "properties": {str(k): str(v) for k, v in props.items()}, "body": body, "flag": flag}
 
 
-def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
-             headers: list[dict] | None, cfg: MappingConfig, default_born: bytes) -> _Row:
+def map_row(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
+            headers: list[dict] | None, cfg: MappingConfig, default_born: bytes) -> MappedRow:
     header_parts, tags, born = _header_properties(headers, cfg)
     key_parts, key_text = _key_properties(key)
     target_topic = cfg.topic_map.get(topic, topic)
@@ -289,12 +288,12 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
             if name in RESERVED_PROPERTIES - {PROPERTY_KEYS}:
                 continue
             if not name or _has_separator(name) or PROPERTY_SEPARATOR in val:
-                raise _Dead(DeadLetterReason.ENVELOPE_INVALID,
+                raise DeadRecord(DeadLetterReason.ENVELOPE_INVALID,
                             f"envelope property {name!r} contains a RocketMQ property separator")
             header_parts.append(_prop(name, val))
     problem = topic_problem(target_topic)
     if problem:
-        raise _Dead(DeadLetterReason.TOPIC_INVALID, problem)
+        raise DeadRecord(DeadLetterReason.TOPIC_INVALID, problem)
     if cfg.queue_mode == "partition":
         queue_id = cfg.partition_queue(partition)
     else:
@@ -307,13 +306,13 @@ def _map_row(key: bytes | None, value: bytes | None, topic: str, partition: int,
     properties = "".join(key_parts + header_parts + empty_mark + coords)
     size = len(properties.encode("utf-8"))
     if size > MAX_PROPERTIES_LENGTH:
-        raise _Dead(DeadLetterReason.PROPERTIES_TOO_LARGE,
+        raise DeadRecord(DeadLetterReason.PROPERTIES_TOO_LARGE,
                     f"properties are {size} bytes, over the limit of {MAX_PROPERTIES_LENGTH}")
     body_len = len(body or b"")
     if body_len > cfg.max_message_size:
-        raise _Dead(DeadLetterReason.BODY_TOO_LARGE,
+        raise DeadRecord(DeadLetterReason.BODY_TOO_LARGE,
                     f"body is {body_len} bytes, over the limit of {cfg.max_message_size} (maxMessageSize)")
-    return _Row(target_topic, queue_id, flag, body or EMPTY_VALUE_BODY, properties, tags, born or default_born, kind)
+    return MappedRow(target_topic, queue_id, flag, body or EMPTY_VALUE_BODY, properties, tags, born or default_born, kind)
 
 
 def _empty_value(value: bytes | None, body: bytes | None, envelope: bool) -> tuple[int, list[str]]:
@@ -324,83 +323,3 @@ def _empty_value(value: bytes | None, body: bytes | None, envelope: bool) -> tup
     if value is None and not envelope:
         return VALUE_NULL, [_prop(PROPERTY_KAFKA_VALUE_NULL, "true")]
     return VALUE_EMPTY, [_prop(PROPERTY_KAFKA_VALUE_EMPTY, "true")]
-
-
-def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, topic: pa.Array, queue_id: pa.Array,
-              flag: pa.Array, body: pa.Array, properties: pa.Array, tags: pa.Array, born_host: pa.Array,
-              value_kind: pa.Array, dead_reason: pa.Array, dead_code: pa.Array) -> pa.RecordBatch:
-    """MAPPED_SCHEMA from the mapped columns and the columns every row shares the rule of."""
-    n = batch.num_rows
-    ts = batch.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())
-    store_host = HostAddress.parse(cfg.store_host).to_bytes()
-    zeros32 = pa.array(np.zeros(n, np.int32))
-    live = {"topic": topic, "queue_id": queue_id, "body": body, "properties": properties, "tags": tags,
-            "value_kind": value_kind}
-    raw = {name: MAPPED_SCHEMA.field(f"raw_{name}").type for name in ("key", "value", "headers")}
-    if dead_reason.null_count == n:
-        # the usual batch: no dead letter, so no column to mask (masking costs ~15 % of a mapping)
-        raw_cols = {name: pa.nulls(n, typ) for name, typ in raw.items()}
-    else:
-        dead = pc.is_valid(dead_reason)
-        live = {k: pc.if_else(dead, pa.scalar(None, v.type), v) for k, v in live.items()}
-        raw_cols = {name: pc.if_else(dead, batch.column(name).cast(typ), pa.scalar(None, typ))
-                    for name, typ in raw.items()}
-    arrays = [
-        live["topic"], live["queue_id"].cast(pa.int32()), flag.cast(pa.int32()), live["body"],
-        live["properties"], live["tags"], zeros32, pc.divide(ts, 1000).fill_null(0), born_host,
-        pa.repeat(pa.scalar(store_host, pa.binary()), n), zeros32, pa.array(np.zeros(n, np.int64)),
-        batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
-        batch.column("offset").cast(pa.int64()), live["value_kind"].cast(pa.int8()), dead_reason, dead_code,
-        raw_cols["key"], raw_cols["value"],
-        raw_cols["headers"], ts.fill_null(0),
-    ]
-    return pa.RecordBatch.from_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
-                                      schema=MAPPED_SCHEMA)
-
-
-def _map_rows(batch: pa.RecordBatch, cfg: MappingConfig) -> pa.RecordBatch:
-    """The per-row path: every rule, one record at a time (envelopes, odd keys and headers)."""
-    n = batch.num_rows
-    keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
-    topics, partitions = batch.column("topic").to_pylist(), batch.column("partition").to_pylist()
-    offsets, headers = batch.column("offset").to_pylist(), batch.column("headers").to_pylist()
-    default_born = HostAddress.parse(cfg.born_host).to_bytes()
-    rows = []
-    for i in range(n):
-        try:
-            rows.append(_map_row(keys[i], values[i], topics[i], partitions[i], offsets[i], headers[i], cfg,
-                                 default_born))
-        except _Dead as dead:
-            rows.append(_Row(None, 0, 0, None, "", None, default_born, VALUE_IN_BODY, str(dead), dead.code))
-    return _assemble(
-        batch, cfg, pa.array([r.topic for r in rows], pa.string()), pa.array([r.queue_id for r in rows], pa.int32()),
-        pa.array([r.flag for r in rows], pa.int32()), pa.array([r.body for r in rows], pa.binary()),
-        pa.array([r.properties for r in rows], pa.string()), pa.array([r.tags for r in rows], pa.string()),
-        pa.array([r.born_host for r in rows], pa.binary()), pa.array([r.value_kind for r in rows], pa.int8()),
-        pa.array([r.dead_reason for r in rows], pa.string()), pa.array([r.dead_code for r in rows], pa.string()))
-
-
-def map_kafka_batch(batch: pa.RecordBatch | pa.Table, cfg: MappingConfig, vectorized: bool = True) -> pa.RecordBatch:
-    """Map one Arrow batch of Kafka rows (Spark's kafka columns) to MAPPED_SCHEMA rows, same order."""
-    if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], KAFKA_SCHEMA)
-    n = batch.num_rows
-    if n == 0 or cfg.envelope or not vectorized:
-        return _map_rows(batch, cfg)
-    cols, slow = map_fast(batch, cfg.topic_map, frozenset(RESERVED_PROPERTIES), cfg.born_host_header,
-                          cfg.queue_count if cfg.queue_mode == "key-hash" else None, cfg.max_message_size,
-                          topic_problem)
-    born = pa.repeat(pa.scalar(HostAddress.parse(cfg.born_host).to_bytes(), pa.binary()), n)
-    if cfg.queue_mode == "partition" and cfg.broker_groups > 1:
-        cols["queue_id"] = pa.array(np.asarray(cols["queue_id"], dtype=np.int32) // cfg.broker_groups)
-    fast = _assemble(batch, cfg, cols["topic"], cols["queue_id"], pa.array(np.zeros(n, np.int32)), cols["body"],
-                     cols["properties"], cols["tags"], born, pa.array(np.zeros(n, np.int8)), cols["dead_reason"],
-                     cols["dead_code"])
-    if not slow.any():
-        return fast
-    slow_idx, fast_idx = np.nonzero(slow)[0], np.nonzero(~slow)[0]
-    redone = _map_rows(batch.take(pa.array(slow_idx)), cfg)
-    combined = pa.Table.from_batches([fast.take(pa.array(fast_idx)), redone])
-    order = np.empty(n, dtype=np.int64)
-    order[np.concatenate([fast_idx, slow_idx])] = np.arange(n)
-    return combined.take(pa.array(order)).combine_chunks().to_batches()[0]

@@ -85,13 +85,13 @@ class EncodedBatches:
         direct = self._direct[key]
         encoded = None
         if direct is not None:
-            encoded = direct.encode(chunk, rng.until_offset, lambda rest: self._general(rest, rng, False))
+            encoded = direct.encode(chunk, rng.until_offset, lambda rest: self._general(rest, rng))
         if encoded is not None:
             return encoded
         return self._general(chunk, rng)
 
-    def _general(self, chunk: ArrowChunk, rng: KafkaOffsetRange, vectorized: bool = True) -> pa.RecordBatch:
-        return map_and_encode(self.columns.from_chunk(chunk, rng), self.mapping, self.codec, vectorized)
+    def _general(self, chunk: ArrowChunk, rng: KafkaOffsetRange) -> pa.RecordBatch:
+        return map_and_encode(self.columns.from_chunk(chunk, rng), self.mapping, self.codec)
 
     def fallbacks(self) -> dict[str, int]:
         """How many records of the fast path's fetches went the general way, by reason, over every

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 
 from ingest.encode.direct_encode import DirectEncoder
 from ingest.encode.index_keys import with_index_keys
-from ingest.encode.mapping import PROBLEM, MappingConfig, map_kafka_batch
+from ingest.encode.mapping import PROBLEM, MappingConfig
+from ingest.encode.mapping_batch import map_kafka_batch
 from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.packed import CHUNK, pack_batches, packed_spark_schema
 from sink.spool import Spool, SpoolTarget, spool_batches
@@ -40,15 +41,13 @@ RAW_SOURCES = {"raw_key": "key", "raw_value": "value", "raw_headers": "headers"}
 MAX_RUNS = 64   # partition_runs: more runs than this (and than one per 64 rows) and a batch goes whole
 
 
-def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig,
-                   vectorized: bool = True) -> pa.RecordBatch:
+def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig) -> pa.RecordBatch:
     """Kafka rows -> ENCODED_SCHEMA rows: the live ones encoded (in their order), then the dead
-    letters with their reason and the raw Kafka record. ``vectorized=False`` maps row by row, for
-    a few odd records (what the C pass hands back) the vectorized mapping would send that way anyway."""
+    letters with their reason and the raw Kafka record."""
     n = batch.num_rows
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=ENCODED_SCHEMA)
-    mapped = map_kafka_batch(batch, mapping, vectorized)
+    mapped = map_kafka_batch(batch, mapping)
     reasons, codes = mapped.column("dead_reason"), mapped.column("dead_code")
     if PROBLEM in batch.schema.names and batch.column(PROBLEM).null_count < n:
         problem = batch.column(PROBLEM).cast(pa.string())
@@ -142,7 +141,7 @@ def _encode_run(run: pa.RecordBatch, tp: tuple[str, int] | None, mapping: Mappin
         encoders[tp] = DirectEncoder.for_partition(*tp, mapping, codec)
     encoder = None if tp is None else encoders[tp]
     encoded = None if encoder is None else encoder.encode_rows(
-        run, lambda rest: map_and_encode(rest, mapping, codec, vectorized=False))
+        run, lambda rest: map_and_encode(rest, mapping, codec))
     return map_and_encode(run, mapping, codec) if encoded is None else encoded
 
 

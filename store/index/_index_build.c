@@ -1,6 +1,5 @@
-/* The index's passes in C, with the GIL released (store/index/build.py keeps the numpy passes they
- * replace, for machines without a compiler; tests/test_index_build.py holds the ways equal byte for
- * byte):
+/* The index's passes in C, with the GIL released (the numpy oracles of tests/oracles/index_keys.py and
+ * index_put.py are what tests/test_index_build.py holds them equal to, byte for byte):
  *
  * find_keys: the keys RocketMQ's IndexService puts for each record, hashed (the key finder of
  *   _index_keys.h, which verify's check in _index_check.c shares); records whose keys it cannot

@@ -1,6 +1,6 @@
 /* verify's look at a healthy index in C, with the GIL released (store/index/check.py calls it; the
- * numpy checks there and in store/tools/verify_index.py stay for machines without a compiler and for
- * every index that is not healthy). Each pass only says whether all is as it should be: the moment
+ * numpy checks there and in store/tools/verify_index.py find and word the faults of every index
+ * that is not healthy). Each pass only says whether all is as it should be: the moment
  * anything differs it stops, and the numpy path finds the problems and words them, so what verify
  * reports never depends on this module (tests/test_index_verify_c.py runs both ways).
  *

@@ -2,9 +2,9 @@
 IndexService.buildIndex takes them: for each record its UNIQ_KEY, then each KEYS token, hashed,
 with the record's offset and STORETIMESTAMP. In C (_index_build.c, built by setup.py) one pass
 with the GIL released, so that the index can be built on a thread behind the append while the
-next batch is copied; without a compiler, numpy (store.index.batch_keys). Text the C pass cannot
-decode as Java would without a replacement, it leaves to store.index.keys record by record.
-tests/test_index_build.py holds the two ways equal."""
+next batch is copied. Text the C pass cannot decode as Java would without a replacement, it leaves
+to store.index.keys record by record (decoded_keys). tests/test_index_build.py holds the pass equal
+to the numpy oracle (tests/oracles/index_keys.py)."""
 
 from __future__ import annotations
 
@@ -24,16 +24,10 @@ from store.format.constants import (
     POS_SYSFLAG,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from store.scan.fields import be_ints, record_fields
 from store.format.properties import java_string, string_to_properties
-from store.index.batch_keys import batch_keys
+from store.index import _index_build
 from store.index.hashing import index_key_hashes
 from store.index.keys import indexed_keys
-
-try:
-    from store.index import _index_build
-except ImportError:  # built without a C compiler: the numpy passes
-    _index_build = None
 
 RECORD_LEFT = 2             # IndexFile.put_records: the C pass left a record to decoded_keys
 _MOST_KEYS = 16386          # keys of one record at most: UNIQ_KEY and a token per 2 of 32,767 bytes
@@ -56,26 +50,11 @@ class RecordKeys:
         return RecordKeys(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def build_kernel_available() -> bool:
-    """Whether setup.py built the C passes (numpy is used otherwise)."""
-    return _index_build is not None
-
-
-def record_keys(arr: np.ndarray, starts: np.ndarray, base: int = 0, *, use_c: bool | None = None) -> RecordKeys:
-    """The keys of the records at ``starts`` in ``arr`` (uint8); ``base`` is the offset of arr[0].
-    ``use_c`` False takes the numpy way (tests compare the two)."""
+def record_keys(arr: np.ndarray, starts: np.ndarray, base: int = 0) -> RecordKeys:
+    """The keys of the records at ``starts`` in ``arr`` (uint8); ``base`` is the offset of arr[0]."""
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     if len(starts) == 0:
         return RecordKeys.empty()
-    if use_c is None:
-        use_c = _index_build is not None
-    if not use_c:
-        return _numpy_keys(arr, starts, base)
-    return _c_keys(arr, starts, base)
-
-
-def _c_keys(arr: np.ndarray, starts: np.ndarray, base: int) -> RecordKeys:
-    assert _index_build is not None
     first, n, done = 0, len(starts), 0
     out = _key_arrays(2 * n + _MOST_KEYS)       # two keys a record is the usual; grown if not
     while first < n:
@@ -155,15 +134,3 @@ def _text_places(rec: bytes) -> tuple[int, tuple[int, int], tuple[int, int]] | N
 
 def _ts_pos(sys_flag: int) -> int:
     return POS_STORETIMESTAMP_V6 if sys_flag & BORNHOST_V6_FLAG else POS_STORETIMESTAMP_V4
-
-
-def _numpy_keys(arr: np.ndarray, starts: np.ndarray, base: int) -> RecordKeys:
-    sizes = be_ints(arr, starts, 4)
-    fields = record_fields(arr, starts, sizes)
-    keys = batch_keys(arr, fields)
-    if not len(keys):
-        return RecordKeys.empty()
-    at = starts[keys.record]
-    born6 = (fields.sys_flag[keys.record] & BORNHOST_V6_FLAG) != 0
-    ts = be_ints(arr, at + np.where(born6, POS_STORETIMESTAMP_V6, POS_STORETIMESTAMP_V4), 8)
-    return RecordKeys(keys.record, keys.key_hash.astype(np.int32), at + base, ts)

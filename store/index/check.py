@@ -9,7 +9,8 @@ still shows it once its header stays the same between two reads (settled).
 
 A healthy index is told in C (_index_check.c, built by setup.py: chains_hold, records_match), which
 only says whether all holds; whatever does not hold is found and worded by the numpy checks here
-and in store.tools.verify_index, which machines without a compiler run for everything.
+and in store.tools.verify_index (a production path: the C does not word faults). Tests hold the C
+to the numpy oracles of tests/oracles/index_check.py.
 """
 
 from __future__ import annotations
@@ -21,13 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.format.constants import INDEX_INVALID_INDEX
+from store.index import _index_check
 from store.index.file import IndexFile, IndexHeader
 from store.index.service import IndexService
-
-try:
-    from store.index import _index_check
-except ImportError:  # built without a C compiler: the numpy checks alone
-    _index_check = None
 
 _INT_MAX = 0x7FFFFFFF
 LISTED = 3                   # faults of one kind described one by one per file; the rest are counted
@@ -96,25 +93,22 @@ def header_faults(f: IndexFile) -> list[IndexFault]:
     return out.faults
 
 
-def check_kernel_available() -> bool:
-    """Whether setup.py built the C checks of a healthy index (numpy checks everything otherwise)."""
-    return _index_check is not None
-
-
-def _c_wanted(use_c: bool | None) -> bool:
-    return _index_check is not None and use_c is not False
-
-
-def structure_faults(f: IndexFile, *, use_c: bool | None = None) -> list[IndexFault]:
+def structure_faults(f: IndexFile) -> list[IndexFault]:
     """header_faults, then every slot against the newest item of its chain, every item's prevIndex
     against the item before it in its slot (0 for the first), key hashes non-negative and phyOffsets
-    in commit-log order. ``use_c`` False: numpy alone (tests compare the two ways)."""
+    in commit-log order."""
     out = _Faults(f.path.name, header_faults(f))
     if any(x.kind == "indexHeader" and "indexCount" in x.detail for x in out.faults):
         return out.faults       # the items cannot be told from the rest
     items = f.items()
-    if _c_wanted(use_c) and _index_check.chains_hold(items, f.slots(), f.max_hash_slot_num):
+    if _index_check.chains_hold(items, f.slots(), f.max_hash_slot_num):
         return out.faults       # all of the below holds: nothing to add
+    _item_faults(f, items, out)
+    return out.faults
+
+
+def _item_faults(f: IndexFile, items: np.ndarray, out: _Faults) -> None:
+    """What the C pass found does not hold, found and worded: each fault of the items and slots."""
     n = len(items)
     hashes = items["key_hash"].astype(np.int64)
     phy = items["phy_offset"].astype(np.int64)
@@ -131,9 +125,7 @@ def structure_faults(f: IndexFile, *, use_c: bool | None = None) -> list[IndexFa
     out.more("indexItem", len(back), "items go back in the commit log")
     slot_of = hashes % f.max_hash_slot_num
     slots = f.slots().astype(np.int64)
-    if _chains_hold(slot_of, prev, slots):
-        return out.faults
-    # where they do not: each item's prevIndex and each slot against what they should be
+    # each item's prevIndex and each slot against what they should be
     order = np.argsort(slot_of, kind="stable")            # by slot, each slot's items in put order
     in_slot = slot_of[order]
     starts = np.ones(n, dtype=bool)
@@ -154,42 +146,12 @@ def structure_faults(f: IndexFile, *, use_c: bool | None = None) -> list[IndexFa
         out.add("indexSlot", 0, f"hash slot {s} holds item {slots[s]}, but the newest item of its chain is "
                                 f"{want_slots[s]}")
     out.more("indexSlot", len(wrong), "hash slots do not head their chain")
-    return out.faults
 
 
-def _chains_hold(slot_of: np.ndarray, prev: np.ndarray, slots: np.ndarray) -> bool:
-    """Every slot's items are one chain, newest first, headed by the slot, without sorting: each
-    prevIndex points back to an item of the same slot, no item is pointed at twice, and there are as
-    many chain ends (prevIndex 0) as slots in use. Chains are then disjoint runs going back, one per
-    slot, through all of its items: each slot's items in put order. Their heads (items nothing
-    points at) must be what the slots hold."""
-    n = len(prev)
-    if np.any((prev < INDEX_INVALID_INDEX) | (prev >= np.arange(1, n + 1))):
-        return False
-    linked = prev > INDEX_INVALID_INDEX
-    back = prev[linked]
-    if np.any(slot_of[back - 1] != slot_of[linked]):
-        return False
-    pointed = np.bincount(back, minlength=n + 1)
-    if pointed.max(initial=0) > 1:
-        return False
-    if n - len(back) != np.count_nonzero(np.bincount(slot_of, minlength=len(slots))):
-        return False
-    heads = np.flatnonzero(pointed[1:] == 0) + 1
-    want = np.zeros(len(slots), dtype=np.int64)
-    want[slot_of[heads - 1]] = heads
-    return bool(np.array_equal(want, slots))
-
-
-def item_columns(items: np.ndarray, low: int, limit: int, *, use_c: bool | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def item_columns(items: np.ndarray, low: int, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """An IndexFile's items (IndexFile.items) as columns: phyOffset int64, keyHash and timeDiff
     int32, and how many items point outside [low, limit)."""
     n = len(items)
-    if not _c_wanted(use_c) or not n:
-        phy = items["phy_offset"].astype(np.int64)
-        return (phy, items["key_hash"].astype(np.int32), items["time_diff"].astype(np.int32),
-                int(np.count_nonzero((phy < low) | (phy >= limit))))
     phy, key_hash, time_diff = np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32)
     outside = _index_check.item_columns(items, low, limit, phy, key_hash, time_diff)
     return phy, key_hash, time_diff, outside
@@ -203,9 +165,7 @@ def records_match(segment: np.ndarray, end: int, base: int, strict: bool,
     measured from the file before); ``strict`` (the index covers the store): every key with its
     item. ``runs``: (items, beginTimestamp, first) in file order, items a run of an IndexFile's
     items (IndexFile.items), first whether it starts with its file's first item. False says only
-    that something differs, or that the C pass is not built: the numpy checks tell."""
-    if not _c_wanted(None):
-        return False
+    that something differs: the numpy checks tell."""
     return bool(_index_check.records_match(segment, end, base, strict, runs))
 
 

@@ -5,8 +5,7 @@ all big-endian. An item is (keyHash, phyOffset, timeDiff, prevIndex); a slot hol
 of its hash chain. Item 0 is never written, so a file holds ``max_index_num - 1`` items.
 
 Keys are put a batch at a time, in C (store/index/_index_build.c: RocketMQ's putKey once per key,
-slots asked for ahead) or, without a compiler, with numpy (the chains of the batch linked at once),
-which gives the same bytes.
+slots asked for ahead); tests hold it to a numpy oracle (tests/oracles/index_put.py).
 """
 
 from __future__ import annotations
@@ -22,17 +21,12 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
+from store.index import _index_build
 from store.log.segment import fsync_dir
 from store.space import create_reserved, reserve_path
 
-try:
-    from store.index import _index_build
-except ImportError:  # built without a C compiler: the numpy put
-    _index_build = None
-
 _HEADER = struct.Struct(">qqqqii")
 _ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
-_INT_MAX = 0x7FFFFFFF
 CREATING_SUFFIX = ".tmp"      # a file being created; IndexService removes one a crash left
 _MADV_POPULATE_WRITE = 23
 
@@ -74,11 +68,6 @@ def _ask_for_huge_pages(mm: mmap.mmap) -> None:
         mm.madvise(mmap.MADV_HUGEPAGE)
     except (AttributeError, OSError):   # no MADV_HUGEPAGE (not Linux), or a kernel without THP
         pass
-
-
-def put_kernel_available() -> bool:
-    """Whether keys are put in C (store/index/_index_build.c was built)."""
-    return _index_build is not None
 
 
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
@@ -143,27 +132,21 @@ class IndexFile:
     def room(self) -> int:
         return max(self.max_index_num - self.header.index_count, 0)
 
-    def put(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray, *,
-            use_c: bool | None = None) -> None:
-        """Append items for these keys, in order (at most ``room`` of them): in C when it was built
-        (``use_c`` False takes the numpy way, which tests compare with it)."""
+    def put(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
+        """Append items for these keys, in order (at most ``room`` of them)."""
         n = len(key_hashes)
         if n == 0:
             return
         if n > self.room:
             raise ValueError(f"{n} keys do not fit index file {self.path.name} ({self.room} items left)")
-        if _index_build is not None and use_c is not False:
-            h = self.header
-            header, _ = _index_build.put_items(
-                self._mm, self.max_hash_slot_num, self.max_index_num,
-                (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
-                 h.index_count), np.ascontiguousarray(key_hashes, dtype=np.int32),
-                np.ascontiguousarray(phy_offsets, dtype=np.int64), np.ascontiguousarray(store_timestamps, dtype=np.int64))
-            self.header = IndexHeader(*header)
-            self._write_header()
-            return
-        self._put_numpy(np.asarray(key_hashes, dtype=np.int64), np.asarray(phy_offsets, dtype=np.int64),
-                        np.asarray(store_timestamps, dtype=np.int64))
+        h = self.header
+        header, _ = _index_build.put_items(
+            self._mm, self.max_hash_slot_num, self.max_index_num,
+            (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
+             h.index_count), np.ascontiguousarray(key_hashes, dtype=np.int32),
+            np.ascontiguousarray(phy_offsets, dtype=np.int64), np.ascontiguousarray(store_timestamps, dtype=np.int64))
+        self.header = IndexHeader(*header)
+        self._write_header()
 
     def put_shipped(self, key_hashes: np.ndarray, key_counts: np.ndarray, phy_offsets: np.ndarray,
                     store_timestamp: int, start: tuple[int, int, int], most: int) -> tuple[int, int, int]:
@@ -171,7 +154,6 @@ class IndexFile:
         ``key_counts[i]`` keys, in order in ``key_hashes``, at ``phy_offsets[i]``, all stored at
         ``store_timestamp``; from ``start`` (record, its keys already in, the key) on, at most
         ``most`` keys while the file has room. Returns where it stopped, the same triple."""
-        assert _index_build is not None
         h = self.header
         header, *stop = _index_build.put_shipped(
             self._mm, self.max_hash_slot_num, self.max_index_num,
@@ -216,7 +198,6 @@ class IndexFile:
         (_index_build.index_records): (status, next record, its keys already in), status 0 when
         every record is in, 1 when the file filled up, 2 when the C pass left record ``next`` to
         the caller (store.index.build decodes it)."""
-        assert _index_build is not None
         h = self.header
         header, status, nxt, skip = _index_build.index_records(
             buf, starts, first, skip, base, self._mm, self.max_hash_slot_num, self.max_index_num,
@@ -224,52 +205,6 @@ class IndexFile:
         self.header = IndexHeader(*header)
         self._write_header()
         return status, nxt, skip
-
-    def _put_numpy(self, key_hashes: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
-        """put with numpy: the chains of the batch linked at once (each key's previous item is the
-        one before it in its slot, within the batch or from the slot)."""
-        n = len(key_hashes)
-        h = self.header
-        first_item = h.index_count
-        numbers = np.arange(first_item, first_item + n, dtype=np.int64)
-        slots = key_hashes % self.max_hash_slot_num
-        # timeDiff against the begin timestamp in force at each put: the first put of a file sees
-        # the previous file's (0 for the very first file), the later ones the first put's.
-        begin = np.full(n, h.begin_timestamp if first_item > 1 else ts[0], dtype=np.int64)
-        if first_item == 1:
-            begin[0] = h.begin_timestamp
-        diff = np.where(begin > 0, (ts - begin) // 1000, 0)
-        diff = np.where(ts - begin < 0, 0, diff)           # Java's long division truncates; clamp at 0
-        diff = np.minimum(diff, _INT_MAX)
-        # prevIndex: the item before in the same slot, from this batch or from the slot
-        order = np.lexsort((numbers, slots))
-        sorted_slots = slots[order]
-        starts_group = np.ones(n, dtype=bool)
-        starts_group[1:] = sorted_slots[1:] != sorted_slots[:-1]
-        prev_sorted = np.empty(n, dtype=np.int64)
-        prev_sorted[1:] = numbers[order][:-1]
-        current = self._slots[sorted_slots[starts_group]].astype(np.int64)
-        current[(current <= INDEX_INVALID_INDEX) | (current > first_item)] = INDEX_INVALID_INDEX
-        prev_sorted[starts_group] = current
-        prev = np.empty(n, dtype=np.int64)
-        prev[order] = prev_sorted
-        items = self._items[first_item:first_item + n]
-        items["key_hash"] = key_hashes
-        items["phy_offset"] = phy
-        items["time_diff"] = diff
-        items["prev_index"] = prev
-        if first_item == 1:
-            h.begin_phy_offset, h.begin_timestamp = int(phy[0]), int(ts[0])
-        h.hash_slot_count += int((current == INDEX_INVALID_INDEX).sum())
-        h.index_count += n
-        h.end_phy_offset, h.end_timestamp = int(phy[-1]), int(ts[-1])
-        # The header before the slots: a process killed between the two leaves slots that point at
-        # counted items only. (The other way round, a slot past the count reads as empty to a
-        # RocketMQ broker, which keeps the file after a crash: the chain's older keys would be lost.)
-        self._write_header()
-        ends_group = np.ones(n, dtype=bool)
-        ends_group[:-1] = sorted_slots[1:] != sorted_slots[:-1]
-        self._slots[sorted_slots[ends_group]] = numbers[order][ends_group]
 
     @property
     def covered_end(self) -> int:

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
-from store.index.build import RECORD_LEFT, build_kernel_available, decoded_keys, record_keys
-from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader, index_file_names, put_kernel_available
+from store.index.build import RECORD_LEFT, decoded_keys
+from store.index.file import CREATING_SUFFIX, IndexFile, IndexHeader, index_file_names
 from store.index.hashing import index_key_hashes
 
 log = logging.getLogger(__name__)
@@ -130,10 +130,6 @@ class IndexService:
         if len(counts) and (not self.files or self.files[-1].is_full):
             self._new_file()        # as put_records: a batch of records has a file, keys or none
             self._dirty.add(len(self.files) - 1)
-        if not put_kernel_available():
-            self.put_hashes(key_hashes, np.repeat(np.asarray(phy_offsets, dtype=np.int64), counts),
-                            np.full(len(key_hashes), store_timestamp, dtype=np.int64))
-            return len(key_hashes)
         hashes = np.ascontiguousarray(key_hashes, dtype=np.int32)
         counts32 = np.ascontiguousarray(counts, dtype=np.int32)
         phy = np.ascontiguousarray(phy_offsets, dtype=np.int64)
@@ -149,12 +145,8 @@ class IndexService:
     def put_records(self, buf: np.ndarray, starts: np.ndarray, base: int) -> int:
         """Index the records at ``starts`` of ``buf`` (``base``: the offset of buf[0]), in order, as
         buildIndex does: keys found, hashed and put in one C pass, rolling to a new file whenever one
-        is full (numpy's way without a compiler). Returns how many keys were put."""
+        is full. Returns how many keys were put."""
         starts = np.ascontiguousarray(starts, dtype=np.int64)
-        if not build_kernel_available():
-            keys = record_keys(buf, starts, base)
-            self.put_hashes(keys.key_hash, keys.phy_offset, keys.store_timestamp)
-            return len(keys)
         put, first, skip = 0, 0, 0
         while first < len(starts):
             if not self.files or self.files[-1].is_full:

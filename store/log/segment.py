@@ -22,6 +22,7 @@ import numpy as np
 
 from store.errors import UnreadablePageError
 from store.format.constants import FILE_NAME_DIGITS, OS_PAGE_SIZE
+from store.log._page_probe import probe as _probe
 from store.space import create_reserved, reserve
 
 log = logging.getLogger(__name__)
@@ -118,16 +119,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-try:
-    from store.log._page_probe import probe as _probe
-except ImportError:  # no C compiler at install: a truncated file is still found, by its size
-    _probe = None
-
-
 def first_unreadable(mm: mmap.mmap, start: int, end: int) -> int:
-    """The first offset in [start, end) of ``mm`` whose page cannot be read (SIGBUS caught), or -1;
-    always -1 without the C probe."""
-    return _probe(mm, start, end) if _probe is not None and end > start else -1
+    """The first offset in [start, end) of ``mm`` whose page cannot be read (SIGBUS caught), or -1."""
+    return _probe(mm, start, end) if end > start else -1
 
 
 def _mapping_address(mm: mmap.mmap) -> int:

@@ -4,8 +4,9 @@ property names) told apart once each, and the properties string of every record 
 (record, name, value) pairs the way RocketMQ's MessageDecoder.string2messageProperties does.
 
 The split has two ways with the same result: store/scan/_properties_split.c (built by setup.py,
-one pass per record) and, without a C compiler, a dozen numpy passes over all the records at once;
-tests/test_readback_arrow.py holds them to each other and to the per-record reference."""
+one pass per record) and, for what the C split cannot take (many wanted names, 2 GiB of text), a
+dozen numpy passes over all the records at once; tests/test_readback_arrow.py holds them to each
+other and to the per-record reference."""
 
 from __future__ import annotations
 
@@ -14,15 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from store.errors import StoreError
 from store.format.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from store.scan.fields import byte_rows, text_ids
 from store.format.properties import java_string, string_to_properties
-
-try:
-    from store.scan import _properties_split as _kernel
-except ImportError:  # built without a C compiler: the numpy split only
-    _kernel = None
+from store.scan import _properties_split as _kernel
 
 _SEP2 = ord(PROPERTY_SEPARATOR)
 _SEP1 = ord(NAME_VALUE_SEPARATOR)
@@ -77,24 +73,16 @@ class Properties:
     named: dict[str, pa.Array]
 
 
-def kernel_available() -> bool:
-    """Whether setup.py built the C split (the numpy one is used otherwise)."""
-    return _kernel is not None
-
-
-def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, wanted: tuple[str, ...] = (),
-                     *, kernel: bool | None = None) -> Properties:
+def parse_properties(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray,
+                     wanted: tuple[str, ...] = ()) -> Properties:
     """string2messageProperties over every record: pieces split on \\x02, the name ends at the
     first \\x01, pieces without one or with an empty name or value are dropped, a later pair
     overwrites an earlier one of the same name (the earlier one is dropped). Text is decoded like
-    Java's new String(UTF_8). ``kernel``: the C split (True), the numpy one (False), or the C
-    split when built (None)."""
-    use_c = kernel_available() and len(wanted) <= _KERNEL_MAX_WANTED if kernel is None else kernel
-    if use_c and not kernel_available():
-        raise StoreError("the C properties split was not built: run `make venv` and read pip's output")
+    Java's new String(UTF_8). In C (_properties_split.c); the numpy split takes what the C one
+    cannot: more than _KERNEL_MAX_WANTED names, or 2 GiB of text (its int32 offsets)."""
     props_pos = np.ascontiguousarray(props_pos, dtype=np.int64)
     props_len = np.ascontiguousarray(props_len, dtype=np.int64)
-    if use_c and int(props_len.sum()) < 1 << 31:
+    if len(wanted) <= _KERNEL_MAX_WANTED and int(props_len.sum()) < 1 << 31:
         return _split_c(arr, props_pos, props_len, wanted)
     return _split_numpy(arr, props_pos, props_len, wanted)
 
@@ -109,7 +97,6 @@ def _split_c(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, wanted: tuple
     name_data = pa.allocate_buffer(text_cap)
     value_data = pa.allocate_buffer(text_cap)
     wanted_pair = np.empty(len(wanted) * n, dtype=np.int32)
-    assert _kernel is not None
     pairs, not_ascii = _kernel.split(arr, pos, length, b"\0".join(w.encode() for w in wanted), map_offsets,
                                      name_offsets, name_data, value_offsets, value_data, wanted_pair)
     names = _strings(name_offsets[:pairs + 1], name_data, not_ascii)

@@ -7,8 +7,7 @@ touched, sink.spool) is checked here first, as recovery checks a segment (store.
 TOTALSIZE equals the record's length, the magic code, every field length adds up, BODYCRC matches
 the body; and the record's own TOPIC, QUEUEID and SYSFLAG are the ones its columns say. In C
 (_record_check.c, built by setup.py) every check of a record is made in one pass over its bytes,
-outside the GIL; without a compiler, numpy gathers the fields and each body's CRC is one call
-(several times the time: bench/spool.py).
+outside the GIL; tests/oracles/encoded_check.py is the numpy way the tests hold it to.
 """
 
 from __future__ import annotations
@@ -20,13 +19,9 @@ from store.errors import InvalidMessageError
 from store.format.batch_columns import binary_parts, int_column
 from store.format.codec import CodecConfig
 from store.format.constants import MIN_RECORD_LENGTH
+from store.scan import _record_check
 from store.scan.fields import ScanColumns, be_ints, rows_at
-from store.scan.record_check import check_record, first_bad
-
-try:
-    from store.scan import _record_check
-except ImportError:  # built without a C compiler: the numpy checks
-    _record_check = None
+from store.scan.record_check import check_record
 
 _ROWS_WIDTH = 256       # topics up to this long are compared as rows of a byte matrix
 
@@ -57,7 +52,7 @@ def _check_batch(batch: pa.RecordBatch, first_row: int) -> None:
     short = np.flatnonzero(sizes < MIN_RECORD_LENGTH)
     if len(short):
         raise fail(int(short[0]), f"shorter than any record ({MIN_RECORD_LENGTH} bytes)")
-    first, cols = (_records_c if _record_check is not None else _records_numpy)(values, starts, sizes)
+    first, cols = _records(values, starts, sizes)
     # the columns against the records, over the records that are well formed
     queue_id = int_column(batch.column("queue_id"), np.int64)[rows[:first]]
     sys_flag = int_column(batch.column("sys_flag"), np.int64)[rows[:first]]
@@ -83,23 +78,8 @@ def _check_batch(batch: pa.RecordBatch, first_row: int) -> None:
     raise fail(first, check.detail or "not a record")
 
 
-def kernel_available() -> bool:
-    """Whether setup.py built the C checks (the numpy ones are used otherwise)."""
-    return _record_check is not None
-
-
-def _records_numpy(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[int, ScanColumns]:
+def _records(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[int, ScanColumns]:
     """(index of the first record that fails, or len(starts); the fields of those before it)."""
-    framed = np.flatnonzero(be_ints(values, starts, 4) != sizes)
-    n = int(framed[0]) if len(framed) else len(starts)
-    first, cols = first_bad(values, memoryview(values), starts[:n], sizes[:n], 0, CodecConfig(), columns=True,
-                            placed=False)
-    assert cols is not None
-    return first, cols
-
-
-def _records_c(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[int, ScanColumns]:
-    assert _record_check is not None
     n = len(starts)
     out = np.empty((4, n), np.int64)
     first = _record_check.check(values, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),

@@ -3,10 +3,10 @@ with no Python step per record.
 
 The walk and the record checks are record_check.py's (the ones recovery and verify use). The fixed
 fields, hosts, topics and bodies then come from one pass over the records: _record_columns.c
-(built by setup.py) or, without a C compiler, numpy gathers (fields.py) with the same result;
-tests/test_readback_arrow.py holds the two to each other. Bodies are copied into a plain
-``binary`` column, or with ``zero_copy`` are views (binary_view: pointers into the mapped
-segment). Properties are split into a map<string, string> the way RocketMQ's
+(built by setup.py); numpy gathers (fields.py) build a batch of 2 GiB of records or more, which
+the C pass's int32 body offsets cannot (tests/test_readback_columns.py holds the two to each
+other). Bodies are copied into a plain ``binary`` column, or with ``zero_copy`` are views
+(binary_view: pointers into the mapped segment). Properties are split into a map<string, string> the way RocketMQ's
 ``MessageDecoder.string2messageProperties`` does (arrow_text.py).
 """
 
@@ -45,12 +45,8 @@ from store.format.constants import (
 from store.scan.fields import be_ints, byte_rows, fields_from_scan, text_ids
 from store.format.hosts import HostAddress
 from store.format.properties import java_string
+from store.scan import _record_columns as _columns_kernel
 from store.scan.record_check import RecordCheck, ScanColumns, check_record, first_bad, scan_segment_fast
-
-try:
-    from store.scan import _record_columns as _columns_kernel
-except ImportError:  # built without a C compiler: numpy gathers only
-    _columns_kernel = None
 
 READBACK_SCHEMA = pa.schema([
     pa.field("topic", pa.string(), nullable=False),
@@ -185,15 +181,10 @@ def _failure(offset: int, kind: str, detail: str) -> RecordCheck:
     return RecordCheck("error", offset, 0, kind, detail)
 
 
-def columns_kernel_available() -> bool:
-    """Whether setup.py built the C pass over the records (numpy gathers are used otherwise)."""
-    return _columns_kernel is not None
-
-
 def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
            rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
     # int32 body offsets: a batch of more than 2 GiB of records takes the numpy path (and Arrow's limit)
-    if _columns_kernel is not None and int(np.sum(sizes)) < 1 << 31:
+    if int(np.sum(sizes)) < 1 << 31:
         return _batch_c(arr, base_offset, starts, sizes, cols, rf, zero_copy)
     return _batch_numpy(arr, base_offset, starts, sizes, cols, rf, zero_copy)
 
@@ -228,7 +219,6 @@ def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.nd
     born_ts, store_ts, body_pos = (np.empty(n, dtype=np.int64) for _ in range(3))
     body_offsets = np.empty(n + 1, dtype=np.int32)
     body_data = pa.allocate_buffer(0 if zero_copy else int(np.sum(sizes)), resizable=True)
-    assert _columns_kernel is not None
     hosts, topics = _columns_kernel.columns(arr, starts, topic_pos, topic_len, flag, born_ts, store_ts, reconsume,
                                             born, store, topic_id, body_pos, body_len, body_offsets, body_data)
     sys_flag = cols.sys_flag

@@ -30,13 +30,9 @@ from store.format.constants import (
 )
 from store.format.crc import crc32, crc32_many
 from store.format.properties import java_string, string_to_properties
+from store.scan import _record_check
 from store.scan.fields import ScanColumns, be_ints, topic_lengths
 from store.scan.walk import walk
-
-try:
-    from store.scan import _record_check
-except ImportError:  # built without a C compiler: the numpy checks
-    _record_check = None
 
 _HEADER = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
@@ -259,31 +255,35 @@ def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarra
 
 
 def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config: CodecConfig | None = None,
-                      start: int = 0, until: int | None = None, columns: bool = False,
-                      use_c: bool | None = None) -> SegmentScan:
+                      start: int = 0, until: int | None = None, columns: bool = False) -> SegmentScan:
     """Check every record of one segment from ``start`` up to ``end``; stops at the first BLANK,
-    zeroed space or failure. The hot path of recovery and verify: the walk along TOTALSIZE (in
-    C) and the body CRC are the only per-record steps; every other check is vectorized.
+    zeroed space or failure. The hot path of recovery and verify: the walk and every check of a
+    record in one C pass (_record_check.scan).
 
     With ``until``, the scan also pauses at the first record start at or past it (a stop of
     kind "pause" there), so a segment can be checked in pieces (verify's parallel pieces).
-    With ``columns``, the fields read on the way come back too (SegmentScan.columns).
-    ``use_c`` False takes the numpy way where the C scan was built (tests compare the two)."""
+    With ``columns``, the fields read on the way come back too (SegmentScan.columns)."""
     config = config or CodecConfig()
     mv = _as_bytes_view(buf)
     end = len(mv) if end is None else end
     arr = np.frombuffer(mv, dtype=np.uint8)
-    if use_c is None:
-        use_c = _record_check is not None
-    if use_c and not config.force_verify_prop_crc:
-        return _scan_c(arr, mv, base_offset, end, config, start, until, columns)
+    if config.force_verify_prop_crc:       # the C pass does not read PROPERTIES for their CRC32
+        return _scan_walked(arr, mv, base_offset, end, config, start, until, columns)
+    return _scan_c(arr, mv, base_offset, end, config, start, until, columns)
+
+
+def _scan_walked(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config: CodecConfig, start: int,
+                 until: int | None, columns: bool) -> SegmentScan:
+    """scan_segment_fast for forceVerifyPropCRC: the C walk, then the checks over the records found,
+    vectorized, the property CRC record by record. (Tests run every scan this way too: it must
+    agree with the C pass on every other setting.)"""
     all_starts: list[np.ndarray] = []
     all_sizes: list[np.ndarray] = []
     all_columns: list[ScanColumns] = []
     pos = start
     while True:
         stop_at = pos + _WALK_CHUNK_BYTES if until is None else min(pos + _WALK_CHUNK_BYTES, until - 1)
-        starts, next_pos, more = walk(arr, mv, pos, end, stop_at)
+        starts, next_pos, more = walk(arr, pos, end, stop_at)
         if len(starts):
             sizes = np.diff(starts, append=next_pos)
             first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config, columns)
@@ -325,7 +325,6 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
             until: int | None, columns: bool) -> SegmentScan:
     """scan_segment_fast with the walk and every check of a record in one C pass
     (_record_check.scan), which also reads the PROPERTIES for verify's tagsCode."""
-    assert _record_check is not None
     parts: list[np.ndarray] = []
     topics = np.zeros(1 + 2 * _MOST_TOPICS, dtype=np.int64)      # see topic_id in _record_check.c
     pos = start

@@ -9,11 +9,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
-from store.index.check import check_kernel_available, item_columns, order_faults, settled, structure_faults
+from store.index.check import item_columns, order_faults, settled, structure_faults
 from store.index.file import IndexFile
 from store.index.service import IndexService
 
@@ -100,19 +99,18 @@ class CheckedItems:
         self.runs = None
 
 
-def file_items(service: IndexService, low: int, limit: int, report: Report, use_c: bool | None) -> CheckedItems:
+def file_items(service: IndexService, low: int, limit: int, report: Report) -> CheckedItems:
     """Each file's faults (store.index.check structure_faults, settled for the newest one), items
     pointing past ``limit`` (the end of the valid data), and the files' order reported; the items in
     [low, limit)."""
     parts: list[ItemRun | tuple[np.ndarray, ...]] = []
     files = service.files
-    runs_read = use_c is not False and check_kernel_available()
     try:
         for i, f in enumerate(files):
-            faults = settled(f, partial(structure_faults, use_c=use_c), live=i == len(files) - 1)
+            faults = settled(f, structure_faults, live=i == len(files) - 1)
             for fault in faults:
                 report(fault.kind, fault.offset, str(fault))
-            part = _file_part(f, low, limit, report, use_c, sound=runs_read and not faults)
+            part = _file_part(f, low, limit, report, sound=not faults)
             if part is not None:
                 parts.append(part)
     except BaseException:
@@ -130,7 +128,7 @@ def file_items(service: IndexService, low: int, limit: int, report: Report, use_
     return CheckedItems(None, _joined([p.columns() if isinstance(p, ItemRun) else p for p in parts]))
 
 
-def _file_part(f: IndexFile, low: int, limit: int, report: Report, use_c: bool | None,
+def _file_part(f: IndexFile, low: int, limit: int, report: Report,
                sound: bool) -> ItemRun | tuple[np.ndarray, ...] | None:
     """The file's items in [low, limit), each one past ``limit`` reported: a run of its mapping when
     the file is ``sound`` (its items ascend), else columns. None: its items cannot be told."""
@@ -143,7 +141,7 @@ def _file_part(f: IndexFile, low: int, limit: int, report: Report, use_c: bool |
         a, b = bisect_left(phy, low), bisect_left(phy, limit)
         _report_past(report, f, phy, range(b, len(items)), limit)
         return ItemRun(items[a:b], h.begin_timestamp, a == 0)
-    phy, key_hash, time_diff, outside = item_columns(items, low, limit, use_c=use_c)
+    phy, key_hash, time_diff, outside = item_columns(items, low, limit)
     del items              # a view of the mapping: it must go before the file is closed
     first = np.zeros(len(phy), dtype=bool)
     first[:1] = True

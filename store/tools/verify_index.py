@@ -10,7 +10,7 @@ key finder, not record by record.
 A healthy index is told in one C pass per segment (store.index.check records_match: the walk, each
 record's keys and the items, read where the files hold them (store.tools.index_items), side by
 side); when anything differs, the numpy checks below find and word the problems, so the report is
-the same either way (``use_c`` False: numpy alone)."""
+the same either way (tests run the numpy checks on healthy stores too: tests/oracles/index_check.py)."""
 
 from __future__ import annotations
 
@@ -32,13 +32,12 @@ MAX_REPORTED = 20          # bad items reported one by one per kind; the rest ar
 _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PAIR + hash
 
 
-def index_problems(src: StoreView, data_end: int, *, use_c: bool | None = None) -> tuple[list[Problem], int]:
+def index_problems(src: StoreView, data_end: int) -> tuple[list[Problem], int]:
     """(problems, items checked). ``data_end``: the end of the valid data, which may lie past the
     commit point (store.read.past_commit): items pointing at records up to it are checked against
     them, items past it are problems; keys are held to the items only up to the commit point (a
     broker indexes its records behind its appends). Items below the first segment (retention
-    keeps a file until all of it is old) are not checked. ``use_c`` False: the numpy checks alone
-    (tests compare the two)."""
+    keeps a file until all of it is old) are not checked."""
     if src.root is None:
         return [], 0
     out = _Problems()
@@ -56,7 +55,7 @@ def index_problems(src: StoreView, data_end: int, *, use_c: bool | None = None) 
     unindexed: list[np.ndarray] = []       # offsets of messages with a key no item holds
     try:
         if service is not None:
-            items = file_items(service, low, data_end, out.add, use_c)
+            items = file_items(service, low, data_end, out.add)
         for seg in src.segments:
             end = min(seg.size, limit - seg.base_offset)
             pointed = items.count_within(seg.base_offset, seg.end_offset)
@@ -160,7 +159,7 @@ def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _walked_messages(arr: np.ndarray, mv: memoryview, end: int) -> np.ndarray:
     """The message records of [0, end) of the segment, walked along TOTALSIZE from its start."""
-    walked, _, _ = walk(arr, mv, 0, end, end)
+    walked, _, _ = walk(arr, 0, end, end)
     magic = be_ints(arr, walked + 4, 4) & 0xFFFFFFFF
     return walked[(magic == MESSAGE_MAGIC_CODE) | (magic == MESSAGE_MAGIC_CODE_V2)]
 

@@ -1,5 +1,6 @@
-"""The index keys of a whole encoded batch at once, hashed: what store.index.keys decides for one
-decoded message, found with numpy in the records' bytes, so that indexing keeps up with the append.
+"""The test oracle of the index's key finder (store/index/_index_keys.h, store.index.build.record_keys):
+the index keys of a whole encoded batch at once, hashed, what store.index.keys decides for one
+decoded message, found with numpy in the records' bytes.
 
 Each record's properties are laid side by side as fixed-width byte strings (numpy's C string
 search finds UNIQ_KEY and KEYS in them), the values are cut out as small windows, and the Java
@@ -7,7 +8,7 @@ hash of "topic#key" is built from the hash of "topic#" and running hashes of the
 (uint32 arithmetic wraps as Java's int does); a non-ASCII value alone is decoded, as Java would,
 before its keys are hashed. A record the fast path cannot be sure of (a name found twice or inside
 another, very long properties or values) is decoded and keyed one at a time by
-store.index.keys: the ways agree byte for byte (tests/test_index_keys.py).
+store.index.keys: the ways agree byte for byte (tests/test_index_keys.py, tests/test_index_build.py).
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.format.constants import (
+    BORNHOST_V6_FLAG,
     INDEX_KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_UNIQ_KEY,
+    POS_STORETIMESTAMP_V4,
+    POS_STORETIMESTAMP_V6,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from store.scan.fields import RecordFields, rows_at
+from store.index.build import RecordKeys
+from store.scan.fields import RecordFields, be_ints, record_fields, rows_at
 from store.format.properties import java_string, string_to_properties
 from store.index.hashing import index_key_hashes, java_string_hashes
 from store.index.keys import indexed_keys, keys_tokens
@@ -204,3 +209,19 @@ def _hashes(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, prefix: np.nda
     ascii_key = ~utf8[rec]
     return (rec[ascii_key], rank[ascii_key], key_hash.astype(np.int32)[ascii_key], np.flatnonzero(bad),
             np.flatnonzero(utf8))
+
+
+def record_keys(arr: np.ndarray, starts: np.ndarray, base: int = 0) -> RecordKeys:
+    """What store.index.build.record_keys gives, the numpy way."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    if len(starts) == 0:
+        return RecordKeys.empty()
+    sizes = be_ints(arr, starts, 4)
+    fields = record_fields(arr, starts, sizes)
+    keys = batch_keys(arr, fields)
+    if not len(keys):
+        return RecordKeys.empty()
+    at = starts[keys.record]
+    born6 = (fields.sys_flag[keys.record] & BORNHOST_V6_FLAG) != 0
+    ts = be_ints(arr, at + np.where(born6, POS_STORETIMESTAMP_V6, POS_STORETIMESTAMP_V4), 8)
+    return RecordKeys(keys.record, keys.key_hash.astype(np.int32), at + base, ts)

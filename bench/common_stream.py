@@ -155,7 +155,7 @@ def collect(events: list[Any], since: int, expected_rows: int, timeout_s: float 
             ) -> RunProgress:
     """The progress events after index ``since``; waits briefly for late ones (the listener bus is
     asynchronous) until they account for ``expected_rows``. ``records`` (batch id -> records the
-    sink wrote) replaces Spark's numInputRows, which counts the job's packed rows (sink.packed),
+    sink wrote) replaces Spark's numInputRows, which counts the job's packed rows (sink.handover.packed),
     not records. ``committed`` (batch id -> epoch seconds of the store's commit) ends each batch
     there instead: the sink commits a batch after Spark has recorded it (sink.foreach_batch)."""
     def current() -> list[BatchProgress]:

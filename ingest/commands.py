@@ -21,13 +21,13 @@ def _run(args: argparse.Namespace) -> int:
     from ingest.job import check_spool_setting, run
     from ingest.preflight import PreflightError, check_brokers, check_checkpoint_path, check_store_path
     from sink.foreach_batch import BatchWriteError
+    from sink.handover.trust import UntrustedPathError
     from sink.spark_checkpoint import CheckpointRewindError, check_checkpoint_dir
-    from sink.trust import UntrustedPathError
     from store import StoreError
 
     try:
         cfg = config_from_args(args)
-        # what another user could change is refused whatever --skip-preflight says (sink.trust)
+        # what another user could change is refused whatever --skip-preflight says (sink.handover.trust)
         check_spool_setting(cfg)
         check_store_group(cfg.store, cfg.group)
         if not cfg.skip_preflight:
@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
             check_checkpoint_path(cfg.checkpoint)
             check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
             _warn_missing_topics(cfg)
-        check_checkpoint_dir(cfg.checkpoint)    # whatever --skip-preflight says: see sink.trust
+        check_checkpoint_dir(cfg.checkpoint)    # whatever --skip-preflight says: see sink.handover.trust
         return run(cfg)
     except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError, BatchWriteError,
             CheckpointRewindError, OSError) as exc:

@@ -30,8 +30,9 @@ from ingest.lag import LagLog
 from ingest.metrics import JobMetrics, MetricsPortError, MetricsServer, observe_batches
 from sink import BatchStats, CommitLogWriter
 from sink.foreach_batch import BatchWriteError, ForeachBatchSink
-from sink.spool import Spool, auto_dir
-from sink.trust import check_existing_dir
+from sink.handover.spool import Spool
+from sink.handover.spool_task import auto_dir
+from sink.handover.trust import check_existing_dir
 from sink.spark_checkpoint import check_checkpoint_dir, local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 from store import IndexConfig, RetentionConfig, StoreConfig
@@ -80,7 +81,7 @@ def spark_session(cfg: JobConfig) -> Any:
 
 
 def spool_directory(cfg: JobConfig, spark: Any) -> str | None:
-    """Where our source's read tasks leave their batches for the driver (sink.spool), or None:
+    """Where our source's read tasks leave their batches for the driver (sink.handover.spool), or None:
     through Spark. ``auto`` spools only when the executors are on this machine (local mode), in
     ``<store>/spool``, which the store's lock keeps to one job."""
     if cfg.spool_dir == "off" or cfg.source != "kafka-python":
@@ -93,7 +94,7 @@ def spool_directory(cfg: JobConfig, spark: Any) -> str | None:
 
 
 def open_spool(cfg: JobConfig, spark: Any) -> Spool | None:
-    """The spool the job's tasks write to (sink.spool), checked and opened; call with the store's
+    """The spool the job's tasks write to (sink.handover.spool), checked and opened; call with the store's
     lock held. None: batches come through Spark."""
     directory = spool_directory(cfg, spark)
     if directory is None:
@@ -103,7 +104,7 @@ def open_spool(cfg: JobConfig, spark: Any) -> Spool | None:
 
 def check_spool_setting(cfg: JobConfig) -> None:
     """Before Spark starts: the spool directory the job would use, if it exists, is one it may use
-    (sink.trust); raises UntrustedPathError. The automatic one is checked whatever the master: it
+    (sink.handover.trust); raises UntrustedPathError. The automatic one is checked whatever the master: it
     is inside the store, where no one else should have put anything."""
     if cfg.spool_dir == "off" or cfg.source != "kafka-python":
         return

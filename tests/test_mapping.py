@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, map_kafka_batch, uniq_key
 from ingest.encode.restore import RestoreError, kafka_headers, kafka_key, kafka_value
-from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from sink.handover.schema import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
 from store.format.hosts import HostAddress
 from store.format.properties import string_to_properties, tags_code

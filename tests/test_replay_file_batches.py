@@ -28,7 +28,7 @@ from ingest.replay.file_pieces import (
 )
 from ingest.replay.jsonl_lines import MARK_ROWS, line_marks, line_starts
 from sink.batch import prepare
-from sink.spool import Spool
+from sink.handover.spool import Spool
 from tests.export_helpers import TOPIC, good, write_jsonl
 
 CFG = JobConfig(bootstrap_servers="(unused)", subscribe="*", store="(unused)")

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from ingest.encode.mapping_fast import map_fast
 from ingest.kafka.decode import HEADER_TYPE
-from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from sink.handover.schema import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store import DeadLetterReason
 from store.format import (
     DEFAULT_MAX_MESSAGE_SIZE,

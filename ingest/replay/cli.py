@@ -98,8 +98,8 @@ def replay_command(args: argparse.Namespace) -> int:
     from ingest.kafka.options import KafkaSourceError
     from ingest.metrics import MetricsPortError
     from ingest.replay.command import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_VERIFY_FAILED, replay
-    from sink.packed import PackedBatchError
-    from sink.trust import UntrustedPathError
+    from sink.handover.packed import PackedBatchError
+    from sink.handover.trust import UntrustedPathError
     from store import StoreError
 
     if not getattr(args, "verbose", False):
@@ -113,7 +113,7 @@ def replay_command(args: argparse.Namespace) -> int:
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
     except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError, BrokerGroupError,
-            MetricsPortError, PackedBatchError) as exc:     # a spool file refused (sink.spool): a full disk, say
+            MetricsPortError, PackedBatchError) as exc:     # a spool file refused (sink.handover.spool): a full disk, say
         print(f"commitlog replay: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

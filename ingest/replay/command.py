@@ -48,7 +48,7 @@ from sink import BatchStats
 from store import DeadLetterReason
 
 if TYPE_CHECKING:
-    from sink.spool import Spool
+    from sink.handover.spool import Spool
 
 log = logging.getLogger("commitlog.replay")
 
@@ -146,7 +146,7 @@ def kafka_batch_loader(cfg: JobConfig, spark: Any, spool: Spool | None = None
                        ) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
     """Ranges -> a batch DataFrame read by the job's own source (encoded records, or Kafka columns
     with Spark's source), as ingest.encode.prepare takes it; its tasks leave their batches in the
-    ``spool`` when one is given (sink.spool)."""
+    ``spool`` when one is given (sink.handover.spool)."""
     from ingest.job import source_reader
     from ingest.kafka.offsets import offsets_to_json
 

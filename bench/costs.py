@@ -146,7 +146,7 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any)
     from ingest.config import JobConfig
     from ingest.encode.index_keys import add_index_keys
     from ingest.encode.message_source import EncodedBatches
-    from ingest.job import codec_config, mapping_config
+    from ingest.job_settings import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange
     from ingest.kafka.options import kafka_client_params
     from ingest.kafka.read import KafkaColumns, read_range

@@ -15,7 +15,7 @@ import pytest
 
 from ingest.config import JobConfig
 from ingest.encode.prepare import collect_packed
-from ingest.job import codec_config, mapping_config
+from ingest.job_settings import codec_config, mapping_config
 from ingest.replay.file_batches import file_batch, narrowed, piece_order
 from ingest.replay.positions import source_order
 from ingest.replay.file_pieces import (

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from ingest.config import JobConfig, JobConfigError
-from ingest.job import spool_directory
+from ingest.lifecycle import spool_directory
 from sink.handover.packed import PACKED_SCHEMA, PackedBatchError, pack, unpack
 from sink.handover.schema import ENCODED_SCHEMA
 from sink.handover.spool import Spool

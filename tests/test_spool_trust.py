@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from ingest.config import JobConfig
-from ingest.job import check_spool_setting
+from ingest.lifecycle import check_spool_setting
 from sink.handover.packed import unpack
 from sink.handover.schema import ENCODED_SCHEMA
 from sink.handover.spool import Spool

@@ -94,7 +94,7 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
 
 def replay_command(args: argparse.Namespace) -> int:
     from ingest.broker_groups import BrokerGroupError
-    from ingest.job import StopSignal, check_spool_setting
+    from ingest.lifecycle import StopSignal
     from ingest.kafka.options import KafkaSourceError
     from ingest.metrics import MetricsPortError
     from ingest.replay.command import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_VERIFY_FAILED, replay
@@ -109,7 +109,6 @@ def replay_command(args: argparse.Namespace) -> int:
     try:
         opts = options_from_args(args)
         cfg = job_config_from_args(args, opts)
-        check_spool_setting(cfg)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
     except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError, BrokerGroupError,

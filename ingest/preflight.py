@@ -225,13 +225,13 @@ def missing_topics(client_params: dict, names: list[str]) -> list[str]:
 
 
 def check_topics_reachable(cfg: Any) -> None:
-    """The brokers answer (BrokerUnreachableError else); a subscribed topic they lack is one warning
-    line (the job reads it once it exists)."""
+    """The brokers answer (BrokerUnreachableError else); see warn_missing_topics."""
     check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
-    _warn_missing_topics(cfg)
+    warn_missing_topics(cfg)
 
 
-def _warn_missing_topics(cfg: Any) -> None:
+def warn_missing_topics(cfg: Any) -> None:
+    """A subscribed topic the brokers lack is one warning line (the job reads it once it exists)."""
     from ingest.config import kafka_reader_options
     from ingest.kafka.options import KafkaSourceError, kafka_client_params
 

@@ -155,7 +155,7 @@ def collect(events: list[Any], since: int, expected_rows: int, timeout_s: float 
             ) -> RunProgress:
     """The progress events after index ``since``; waits briefly for late ones (the listener bus is
     asynchronous) until they account for ``expected_rows``. ``records`` (batch id -> records the
-    sink wrote) replaces Spark's numInputRows, which counts the job's packed rows (sink.packed),
+    sink wrote) replaces Spark's numInputRows, which counts the job's packed rows (sink.handover.packed),
     not records. ``committed`` (batch id -> epoch seconds of the store's commit) ends each batch
     there instead: the sink commits a batch after Spark has recorded it (sink.foreach_batch)."""
     def current() -> list[BatchProgress]:
@@ -228,12 +228,12 @@ def jvm_child() -> int | None:
 
 
 def spark_session(cores: int = 2, driver_memory: str | None = None) -> Any:
-    """A SparkSession configured as ``commitlog run`` configures its own (ingest.job.spark_session);
+    """A SparkSession configured as ``commitlog run`` configures its own (ingest.lifecycle.spark_session);
     ``driver_memory`` as `--spark-conf spark.driver.memory=...` would set it."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from ingest.config import JobConfig
-    from ingest.job import spark_session as job_session
+    from ingest.lifecycle import spark_session as job_session
 
     conf = {"spark.driver.memory": driver_memory} if driver_memory else {}
     return job_session(JobConfig(master=f"local[{cores}]", spark_conf=conf))

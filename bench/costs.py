@@ -10,7 +10,7 @@ job runs, over topics of the pipeline's workloads (bench/workloads.py) on the em
   fetch response cut into record-batch sections), ``decode+encode`` (the C pass from fetched bytes to
   CommitLog records, or Kafka columns and the mapping for what it hands back), ``index_keys`` (each
   record's index keys found and hashed for the batch, ingest.encode.index_keys, the index being on),
-  ``hand_over`` (the batch written to a spool file, sink.spool, local mode's way);
+  ``hand_over`` (the batch written to a spool file, sink.handover.spool, local mode's way);
 - the driver, micro-batches of ``batch`` records (sink.CommitLogWriter.write_batch on a fresh store):
   ``collect`` (the spool files mapped in, sink.batch.prepare), ``append`` (MessageStore.append_encoded
   on the caller's thread), ``copy_helper`` (the commit log's second copying thread, which also writes
@@ -146,12 +146,12 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any)
     from ingest.config import JobConfig
     from ingest.encode.index_keys import add_index_keys
     from ingest.encode.message_source import EncodedBatches
-    from ingest.job import codec_config, mapping_config
+    from ingest.job_settings import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange
     from ingest.kafka.options import kafka_client_params
     from ingest.kafka.read import KafkaColumns, read_range
     from ingest.kafka.source import arrow_schema, kafka_schema
-    from sink import spool
+    from sink.handover import spool_task as spool
 
     cfg = JobConfig(bootstrap_servers=bootstrap, subscribe=topic)
     params = kafka_client_params({"kafka.bootstrap.servers": bootstrap})
@@ -178,7 +178,7 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> Phas
 
     from sink import CommitLogWriter
     from sink.batch import prepare
-    from sink.packed import PACKED_SCHEMA
+    from sink.handover.packed import PACKED_SCHEMA
     from store import StoreConfig
 
     phases = Phases()
@@ -207,7 +207,7 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> Phas
         for i, group in enumerate(groups, 1):
             with phases.timing("collect"):
                 table = spooled.resolve(pa.Table.from_batches(group, PACKED_SCHEMA))
-            with phases.timing("check"):     # the spool files' MACs and records (sink.spool.Spool.check)
+            with phases.timing("check"):     # the spool files' MACs and records (sink.handover.spool.Spool.check)
                 table = spooled.check(table)
             with phases.timing("collect"):
                 table = prepare(table, writer.state.kafka_offsets)
@@ -229,7 +229,7 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> Phas
 def _records_in(row: Any) -> int:
     import pyarrow as pa
 
-    from sink.packed import SPOOL
+    from sink.handover.packed import SPOOL
 
     path = row.column(SPOOL)[0].as_py()
     with pa.memory_map(path, "r") as f:
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.parser(__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="uniform,mixed", help="comma-separated: uniform, mixed")
     args = ap.parse_args(argv)
-    from sink.spool import Spool
+    from sink.handover.spool import Spool
 
     p = QUICK if args.quick else FULL
     rep = common.Report("costs", args)

@@ -11,7 +11,7 @@ figure:
   durable commit per batch; flush SYNC or ASYNC; ``commitlog.sync_noindex``: SYNC with the index
   off (``--message-index false``), so the index's cost shows in the same run (target >= 0.9);
   ``commitlog.sync_nospool``: SYNC with the batches crossing Spark (``--spool-dir off``, what a
-  cluster does) instead of the local-mode spool files (sink.spool);
+  cluster does) instead of the local-mode spool files (sink.handover.spool);
 - peers on the same source options: Spark's ``parquet`` file sink and the ``noop`` sink (the
   source's ceiling);
 - ``spark_kafka.commitlog.sync`` / ``spark_kafka.noop``: the same through Spark's own Kafka source

@@ -97,7 +97,7 @@ def task_closure_bytes(spark: Any, export: Path, fmt: str) -> int:
     from pyspark import cloudpickle
 
     from ingest.config import JobConfig
-    from ingest.job import codec_config, mapping_config
+    from ingest.job_settings import codec_config, mapping_config
     from ingest.replay.file_batches import batch_task
     from ingest.replay.file_pieces import _read_pieces, plan_pieces, scan_export
 

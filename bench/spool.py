@@ -1,8 +1,8 @@
 """What do the spool's checks cost a batch, against the hand-over without them and the write they guard?
 
-The local-mode fast path (sink.spool): a read task writes its encoded batch to a file, the driver maps
+The local-mode fast path (sink.handover.spool): a read task writes its encoded batch to a file, the driver maps
 it. Per batch of 50,000 records (100-byte and 1 KiB bodies), in ms:
-- ``task.write``: sink.spool.write (Arrow IPC into memory, O_EXCL|O_NOFOLLOW file of mode 0600, the
+- ``task.write``: sink.handover.spool_task.write (Arrow IPC into memory, O_EXCL|O_NOFOLLOW file of mode 0600, the
   MAC of name and bytes: keyed BLAKE3), against ``task.write_unchecked``: the IPC stream written straight
   to a file, as the tasks did before the checks (the peer);
 - ``driver.resolve``: Spool.resolve (open O_NOFOLLOW relative to the directory, fstat checks, map,
@@ -41,8 +41,8 @@ QUICK = {"batch": 5_000, "bodies": [100]}
 
 
 def encoded_batch(n: int, body: int) -> pa.RecordBatch:
-    """``n`` records as a read task hands them over (sink.batch.ENCODED_SCHEMA), all live."""
-    from sink.batch import ENCODED_SCHEMA
+    """``n`` records as a read task hands them over (sink.handover.schema.ENCODED_SCHEMA), all live."""
+    from sink.handover.schema import ENCODED_SCHEMA
     from store.format.batch_codec import encode_batch_to_arrow
 
     enc = encode_batch_to_arrow(records.message_table(n, body))
@@ -77,9 +77,11 @@ def unchecked_map(path: Path) -> pa.Buffer:
 
 def measure(rep: common.Report, root: Path, batch: pa.RecordBatch, tag: str, runs: int) -> None:
     from sink import CommitLogWriter
-    from sink.batch import ENCODED_SCHEMA, prepare
-    from sink.packed import value_buffer
-    from sink.spool import Spool, file_mac, write
+    from sink.batch import prepare
+    from sink.handover.packed import value_buffer
+    from sink.handover.schema import ENCODED_SCHEMA
+    from sink.handover.spool import Spool
+    from sink.handover.spool_task import file_mac, write
     from store import StoreConfig, check_encoded
 
     (root / "store").mkdir(parents=True)

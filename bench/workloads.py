@@ -98,7 +98,7 @@ def direct_share(bootstrap: str, topic: str, partitions: int, n: int, cfg: objec
     workers keep their counts to themselves."""
     from ingest.config import kafka_reader_options
     from ingest.encode.message_source import EncodedBatches
-    from ingest.job import codec_config, mapping_config
+    from ingest.job_settings import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange
     from ingest.kafka.options import parse_options
     from ingest.kafka.read import KafkaColumns, read_range

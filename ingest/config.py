@@ -66,7 +66,7 @@ class JobConfig:
     max_index_num: int = DEFAULT_MAX_INDEX_NUM
     drop_cache_behind: bool = True           # a commit hands the page cache of what it covers back
     skip_preflight: bool = False
-    spool_dir: str = "auto"                  # auto | off | a directory the executors share (sink.spool)
+    spool_dir: str = "auto"                  # auto | off | a directory the executors share (sink.handover.spool)
     broker_group: str | None = None          # "K/N": this job writes broker group K of N (ingest.broker_groups)
     metrics_port: int | None = None          # serve Prometheus metrics on this port (ingest.metrics); None: off
     metrics_host: str = "127.0.0.1"          # ... bound to this address

@@ -8,7 +8,7 @@ follow Prometheus' conventions (``commitlog_`` prefix, ``_total`` counters, seco
 README's "Watching a job" lists them.
 
 Spark's own progress gets the batch's records, bytes and dead letters too: ``observe_batches``
-sums the counts every packed row carries (sink.packed) into ``observedMetrics["commitlog"]`` of each
+sums the counts every packed row carries (sink.handover.packed) into ``observedMetrics["commitlog"]`` of each
 progress event (``query.lastProgress``, StreamingQueryListener, the event log). Spark's UI does not
 chart observed metrics, and a Python data source cannot report source metrics, so its streaming tab
 keeps counting input rows as the packed batches Spark moves, not records.
@@ -222,7 +222,7 @@ def observe_batches(df: Any) -> Any:
     columns (Spark's own source) gets its row count only, as records are encoded after it."""
     from pyspark.sql import functions as F
 
-    from sink.packed import COUNT_COLUMNS
+    from sink.handover.packed import COUNT_COLUMNS
 
     if all(c in df.columns for c in COUNT_COLUMNS):
         return df.observe(OBSERVED, *(F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in COUNT_COLUMNS))

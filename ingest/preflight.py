@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import socket
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from store import StoreError
 
@@ -220,3 +222,36 @@ def missing_topics(client_params: dict, names: list[str]) -> list[str]:
     with OffsetReader(client_params, timeout_ms=10_000) as reader:
         have = reader.meta.topics()
     return [n for n in names if n not in have]
+
+
+def check_topics_reachable(cfg: Any) -> None:
+    """The brokers answer (BrokerUnreachableError else); see warn_missing_topics."""
+    check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
+    warn_missing_topics(cfg)
+
+
+def warn_missing_topics(cfg: Any) -> None:
+    """A subscribed topic the brokers lack is one warning line (the job reads it once it exists)."""
+    from ingest.config import kafka_reader_options
+    from ingest.kafka.options import KafkaSourceError, kafka_client_params
+
+    if not cfg.subscribe:
+        return
+    names = [t.strip() for t in cfg.subscribe.split(",") if t.strip()]
+    try:
+        missing = missing_topics(kafka_client_params(kafka_reader_options(cfg, "earliest")), names)
+    except (KafkaSourceError, OSError) as exc:
+        logging.getLogger("commitlog.run").warning("could not list the brokers' topics: %s", exc)
+        return
+    if missing:
+        logging.getLogger("commitlog.run").warning(
+            "topic%s %s not on the brokers at %s (yet): the job reads %s once %s", "s" if len(missing) > 1 else "",
+            ", ".join(missing), cfg.bootstrap_servers, "them" if len(missing) > 1 else "it",
+            "they exist" if len(missing) > 1 else "it exists")
+
+
+def _connect_timeout_s(kafka_options: dict[str, str]) -> float:
+    for key in ("socket.connection.setup.timeout.ms", "kafka.socket.connection.setup.timeout.ms"):
+        if key in kafka_options:
+            return int(kafka_options[key]) / 1000
+    return 10.0     # kafka-python's socket.connection.setup.timeout.ms default

@@ -1,6 +1,6 @@
-"""The foreachBatch sink: the hand-over from ingest (sink.batch), one driver-side writer per store and
-the exactly-once protocol, the dead-letter file, the Spark checkpoint's rewind. Imports store's public
-face only; nothing of ingest."""
+"""The foreachBatch sink: the hand-over from ingest taken in (sink.batch; its form and how it crosses
+Spark: sink.handover), one driver-side writer per store and the exactly-once protocol, the
+dead-letter file, the Spark checkpoint's rewind. Imports store's public face only; nothing of ingest."""
 
 from sink.deadletter import DeadLetterLog, read_dead_letters
 from sink.state import SinkState, parse_tp_key, tp_key

@@ -42,7 +42,7 @@ WRITER_NICE = 10
 
 Collect = Callable[[Any], pa.Table]   # DataFrame -> the batch on the driver (sink.batch), source order
 # On the writer thread, before prepare: what a collected batch must pass before any of it is written
-# (sink.spool.Spool.check); returns the batch as prepare takes it.
+# (sink.handover.spool.Spool.check); returns the batch as prepare takes it.
 Check = Callable[[pa.Table], pa.Table]
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from sink.handover.trust import UntrustedPathError, mkdir_private, open_dir, user_name
 from sink.state import SinkState
-from sink.trust import UntrustedPathError, mkdir_private, open_dir, user_name
 
 # What Spark keeps in a checkpoint: ``offsets`` decides which Kafka range a batch reads after a restart
 SPARK_ENTRIES = ("metadata", "offsets", "commits", "sources", "state")

@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sink.batch import COORD_COLUMNS, RECORD_COLUMNS, VALUE_EMPTY, VALUE_KIND, VALUE_NULL
 from sink.deadletter import DeadLetterLog
 from sink.faults import CrashPoints
+from sink.handover.schema import COORD_COLUMNS, RECORD_COLUMNS, VALUE_EMPTY, VALUE_KIND, VALUE_NULL
 from sink.state import SinkState, tp_key
 from store import DeadLetterReason, EncodedBatch, MessageStore, StoreConfig
 

@@ -102,7 +102,7 @@ def test_a_spool_dir_others_can_write_is_refused_before_spark_starts(tmp_path) -
 def test_a_subscribed_topic_the_brokers_lack_is_one_warning(bootstrap_servers: str, tmp_path, caplog) -> None:
     import logging
 
-    from ingest.commands import _warn_missing_topics
+    from ingest.preflight import warn_missing_topics
     from ingest.config import JobConfig
     from tests.kafka_helpers import create_topics, unique_topic
 
@@ -110,7 +110,7 @@ def test_a_subscribed_topic_the_brokers_lack_is_one_warning(bootstrap_servers: s
     create_topics(bootstrap_servers, [there])
     cfg = JobConfig(bootstrap_servers=bootstrap_servers, subscribe=f"{there},{absent}", store=str(tmp_path / "s"))
     with caplog.at_level(logging.WARNING, logger="commitlog.run"):
-        _warn_missing_topics(cfg)
+        warn_missing_topics(cfg)
     lines = [r.getMessage() for r in caplog.records if r.name == "commitlog.run"]
     assert len(lines) == 1 and absent in lines[0] and there not in lines[0] and "once it exists" in lines[0]
 

@@ -23,7 +23,7 @@ from ingest.kafka.fetch import ArrowChunk, fast_partition_records
 from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.read import chunk_to_batch
 from ingest.encode.restore import kafka_value
-from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from sink.handover.schema import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
 from store.format.codec import CodecConfig, decode_message
 from tests.direct_encode_helpers import (

@@ -191,8 +191,8 @@ def test_both_sources_write_the_same_records(bootstrap_servers: str, spark: obje
 
 def test_in_local_mode_batches_reach_the_driver_through_spool_files_and_none_is_left(
         bootstrap_servers: str, spark: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ingest.job import spool_directory
-    from sink.spool import Spool
+    from ingest.lifecycle import spool_directory
+    from sink.handover.spool import Spool
 
     topics = [unique_topic("job-spool")]
     create_topics(bootstrap_servers, topics)

@@ -14,7 +14,7 @@ from ingest.encode import mapping_batch
 from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, uniq_key
 from ingest.encode.mapping_batch import map_kafka_batch, map_rows, map_vectorized
 from ingest.encode.restore import RestoreError, kafka_headers, kafka_key, kafka_value
-from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from sink.handover.schema import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
 from store.format.hosts import HostAddress
 from store.format.properties import string_to_properties, tags_code

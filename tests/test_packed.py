@@ -7,8 +7,8 @@ import pytest
 
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import encode_and_pack, map_and_encode
-from sink.batch import ENCODED_SCHEMA
-from sink.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
+from sink.handover.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
+from sink.handover.schema import ENCODED_SCHEMA
 from store.format.codec import CodecConfig
 from tests.batch_helpers import encoded, kafka_rows
 
@@ -41,7 +41,7 @@ def test_a_chunk_of_other_columns_is_refused_with_its_columns_named() -> None:
 
 
 def test_a_packed_value_is_read_where_it_lies_not_copied() -> None:
-    from sink.packed import value_buffer
+    from sink.handover.packed import value_buffer
 
     for typ in (pa.binary(), pa.large_binary()):
         column = pa.array([b"first", b"x" * 100_000, b"third"], typ).slice(1)
@@ -51,13 +51,13 @@ def test_a_packed_value_is_read_where_it_lies_not_copied() -> None:
 
 
 def test_a_packed_row_says_how_many_records_bytes_and_dead_letters_it_holds(tmp_path) -> None:
-    from sink import spool
-    from sink.spool import Spool
+    from sink.handover import spool_task as spool
+    from sink.handover.spool import Spool
 
     store = tmp_path / "store"
     store.mkdir()
     spooler = Spool.for_store(str(store))
-    from sink.packed import COUNT_COLUMNS
+    from sink.handover.packed import COUNT_COLUMNS
 
     rows = kafka_rows(*[{"offset": i, "value": b"v" * 10} for i in range(5)], {"offset": 5, "value": b"w" * 500})
     batch = map_and_encode(rows, MappingConfig(max_message_size=100), CodecConfig())

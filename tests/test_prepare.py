@@ -12,11 +12,12 @@ import pytest
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import encode_and_pack, map_and_encode, map_and_encode_batches
 from sink import CommitLogWriter
-from sink.batch import ENCODED_SCHEMA, INDEX_KEYS, RECORD_COLUMNS, drop_held, prepare
+from sink.batch import drop_held, prepare
+from sink.handover.schema import ENCODED_SCHEMA, INDEX_KEYS, RECORD_COLUMNS
 from store import EncodedBatch, StoreConfig
+from store.format.codec import CodecConfig, decode_message
 from store.index.build import record_keys
 from store.index.service import IndexService
-from store.format.codec import CodecConfig, decode_message
 from tests.batch_helpers import kafka_rows
 
 pytestmark = pytest.mark.unit

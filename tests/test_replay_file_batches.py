@@ -15,7 +15,7 @@ import pytest
 
 from ingest.config import JobConfig
 from ingest.encode.prepare import collect_packed
-from ingest.job import codec_config, mapping_config
+from ingest.job_settings import codec_config, mapping_config
 from ingest.replay.file_batches import file_batch, narrowed, piece_order
 from ingest.replay.positions import source_order
 from ingest.replay.file_pieces import (
@@ -28,7 +28,7 @@ from ingest.replay.file_pieces import (
 )
 from ingest.replay.jsonl_lines import MARK_ROWS, line_marks, line_starts
 from sink.batch import prepare
-from sink.spool import Spool
+from sink.handover.spool import Spool
 from tests.export_helpers import TOPIC, good, write_jsonl
 
 CFG = JobConfig(bootstrap_servers="(unused)", subscribe="*", store="(unused)")

@@ -20,8 +20,8 @@ from sink.spark_checkpoint import (
     local_checkpoint_path,
     rewind_to_store,
 )
+from sink.handover.trust import UntrustedPathError
 from sink.state import SinkState
-from sink.trust import UntrustedPathError
 
 pytestmark = pytest.mark.unit
 

@@ -12,10 +12,11 @@ import pyarrow as pa
 import pytest
 
 from ingest.config import JobConfig, JobConfigError
-from ingest.job import spool_directory
-from sink.batch import ENCODED_SCHEMA
-from sink.packed import PACKED_SCHEMA, PackedBatchError, pack, unpack
-from sink.spool import Spool, SpoolError, spool_batches, store_tag, write
+from ingest.lifecycle import spool_directory
+from sink.handover.packed import PACKED_SCHEMA, PackedBatchError, pack, unpack
+from sink.handover.schema import ENCODED_SCHEMA
+from sink.handover.spool import Spool
+from sink.handover.spool_task import SpoolError, spool_batches, store_tag, write
 from tests.batch_helpers import encoded
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ import pytest
 from ingest.encode.restore import kafka_value
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import map_and_encode
-from sink.spool import Spool
+from sink.handover.spool import Spool
 from store.format.codec import CodecConfig
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 from tests.job_helpers import assert_exactly_once, job_config, run_until_caught_up, sample
@@ -100,7 +100,7 @@ def test_a_tampered_spool_file_fails_its_batch_and_the_store_ends_with_what_kafk
 
 def test_the_runs_key_is_redacted_wherever_spark_prints_the_sources_options(spark: object, tmp_path: Path) -> None:
     from ingest.encode.message_source import SHORT_NAME, source_options
-    from sink.spool import SpoolTarget
+    from sink.handover.spool_task import SpoolTarget
 
     key = os.urandom(32)
     options = source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, MappingConfig(),

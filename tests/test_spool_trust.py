@@ -1,5 +1,5 @@
 """Nothing in a spool directory is taken on trust: a directory another user made or can write, a
-file swapped, linked or made by someone else, records that are not records (sink.spool, sink.trust).
+file swapped, linked or made by someone else, records that are not records (sink.handover.spool, sink.handover.trust).
 
 The tests run as root, so another user is played by chown to uid 65534 (nobody)."""
 
@@ -14,11 +14,12 @@ import pyarrow as pa
 import pytest
 
 from ingest.config import JobConfig
-from ingest.job import check_spool_setting
-from sink.batch import ENCODED_SCHEMA
-from sink.packed import unpack
-from sink.spool import Spool, SpoolError, SpoolTarget, write
-from sink.trust import UntrustedPathError
+from ingest.lifecycle import check_spool_setting
+from sink.handover.packed import unpack
+from sink.handover.schema import ENCODED_SCHEMA
+from sink.handover.spool import Spool
+from sink.handover.spool_task import SpoolError, SpoolTarget, write
+from sink.handover.trust import UntrustedPathError
 from tests.batch_helpers import corrupt, encoded
 
 pytestmark = pytest.mark.unit

@@ -49,7 +49,7 @@ from ingest.encode.mapping import (
 )
 from ingest.kafka.decode import BatchSection
 from ingest.kafka.fetch import ArrowChunk
-from sink.batch import ENCODED_SCHEMA, VALUE_KIND
+from sink.handover.schema import ENCODED_SCHEMA, VALUE_KIND
 from store import StoreError
 from store.format import (
     MAX_PROPERTIES_LENGTH,

@@ -1,6 +1,6 @@
 """The read tasks' share of the store's index: each encoded record's index keys, found and hashed in
 the task that encoded it (store.batch_index_keys, the key finder the store's own index uses) and
-shipped in the batch's ``index_keys`` column (sink.batch.INDEX_KEYS).
+shipped in the batch's ``index_keys`` column (sink.handover.schema.INDEX_KEYS).
 
 One driver writes a store, so whatever its writer does is the ceiling of the job however many
 executors read Kafka; RocketMQ finds the keys behind the append, reading every record back from the
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from sink.batch import ENCODED_SCHEMA, INDEX_KEYS
+from sink.handover.schema import ENCODED_SCHEMA, INDEX_KEYS
 from store import batch_index_keys
 from store.format import binary_parts
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ingest.kafka.decode import HEADER_TYPE
-from sink.batch import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
+from sink.handover.schema import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store import DeadLetterReason
 from store.format import (
     DEFAULT_MAX_MESSAGE_SIZE,

@@ -20,7 +20,7 @@ from ingest.encode.mapping import (
     topic_problem,
 )
 from ingest.encode.mapping_fast import map_fast
-from sink.batch import VALUE_IN_BODY
+from sink.handover.schema import VALUE_IN_BODY
 from store.format import HostAddress
 
 VECTORIZED_MIN_ROWS = 128     # fewer rows are mapped row by row: cheaper than the columns' fixed cost

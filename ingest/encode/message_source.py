@@ -4,11 +4,11 @@
          .option("commitlog.prepare", prepare_option(mapping, codec)).load()
 
 The options and offsets are the ``kafka-python`` source's (ingest.kafka.source); each row is a batch
-of ingest.encode.prepare.ENCODED_SCHEMA records packed into one binary value (sink.packed). Mapping and
+of ingest.encode.prepare.ENCODED_SCHEMA records packed into one binary value (sink.handover.packed). Mapping and
 encoding inside the read task means a record enters the JVM once, as a commit-log record: going in
 as Kafka columns and back out to Python for a ``mapInArrow`` cost as much again as the whole read
 (BENCHMARKS.md, pipeline); packing spares the JVM its per-row conversions; with the ``commitlog.spoolDir`` option (local
-mode) a task writes its batch to a file there and only the file's name and MAC cross Spark (sink.spool). Where the mapping's
+mode) a task writes its batch to a file there and only the file's name and MAC cross Spark (sink.handover.spool). Where the mapping's
 default rules cover a fetch, the task goes from the fetched bytes to CommitLog records in one C pass
 (ingest.encode.direct_encode); otherwise through Kafka columns and ingest.encode.prepare.map_and_encode. A task reads one
 Kafka offset range in offset order and the ranges are planned in (topic, partition, offset) order,
@@ -34,13 +34,13 @@ from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.options import KafkaOptionError, parse_options
 from ingest.kafka.read import BatchMaker, KafkaColumns
 from ingest.kafka.source import KafkaBatchReader, KafkaDataSource, KafkaStreamReader, kafka_schema
-from sink.packed import packed_spark_schema
-from sink.spool import SpoolTarget
+from sink.handover.packed import packed_spark_schema
+from sink.handover.spool_task import SpoolTarget
 from store.format import CodecConfig
 
 SHORT_NAME = "kafka-rocketmq"
 PREPARE_OPTION = "commitlog.prepare"
-# a directory the driver shares with the executors: batches come back through files in it (sink.spool),
+# a directory the driver shares with the executors: batches come back through files in it (sink.handover.spool),
 # named with the store's tag and sealed with the run's secret key (a name Spark's redaction of plans and
 # logs matches: spark.redaction.regex)
 SPOOL_OPTION = "commitlog.spoolDir"

@@ -1,5 +1,5 @@
 """Collecting one micro-batch: Kafka records become encoded RocketMQ records in the executors and
-come to the driver in source order, ready for the sink (sink.batch).
+come to the driver in source order, ready for the sink (sink.handover.schema).
 
 Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
 - The job's own source (ingest.encode.message_source, format ``kafka-rocketmq``) maps and encodes inside its
@@ -27,9 +27,10 @@ from ingest.encode.direct_encode import DirectEncoder
 from ingest.encode.index_keys import with_index_keys
 from ingest.encode.mapping import PROBLEM, MappingConfig
 from ingest.encode.mapping_batch import map_kafka_batch
-from sink.batch import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
-from sink.packed import CHUNK, pack_batches, packed_spark_schema
-from sink.spool import Spool, SpoolTarget, spool_batches
+from sink.handover.packed import CHUNK, pack_batches, packed_spark_schema
+from sink.handover.schema import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
+from sink.handover.spool import Spool
+from sink.handover.spool_task import SpoolTarget, spool_batches
 from store import DeadLetterReason
 from store.format import CodecConfig, encode_valid_rows
 
@@ -148,8 +149,8 @@ def _encode_run(run: pa.RecordBatch, tp: tuple[str, int] | None, mapping: Mappin
 def hand_over(batches: Iterator[pa.RecordBatch], spool: SpoolTarget | None,
               index_keys: bool) -> Iterator[pa.RecordBatch]:
     """A task's encoded batches as it hands them to the driver: with each record's index keys when
-    ``index_keys`` (the store's index is on), each packed into one row (sink.packed), or written to
-    a ``spool`` file whose name and MAC make the row (sink.spool)."""
+    ``index_keys`` (the store's index is on), each packed into one row (sink.handover.packed), or written to
+    a ``spool`` file whose name and MAC make the row (sink.handover.spool)."""
     if index_keys:
         batches = with_index_keys(batches)
     return pack_batches(batches) if spool is None else spool_batches(batches, spool)
@@ -169,8 +170,8 @@ def collect_packed(df: Any, mapping: MappingConfig, codec: CodecConfig, spool: S
     batches, source order) or any DataFrame of Kafka columns, which is sorted into source order and
     encoded by the executors (each record's index keys found with it when ``index_keys``: the
     message source's tasks take that from their options). Returns the packed batches on the driver
-    (sink.packed), in order; those the tasks left in the ``spool`` mapped in (still to be checked:
-    sink.spool.Spool.check), and the directory swept of the rest."""
+    (sink.handover.packed), in order; those the tasks left in the ``spool`` mapped in (still to be checked:
+    sink.handover.spool.Spool.check), and the directory swept of the rest."""
     if CHUNK not in df.columns:
         df = df.orderBy("topic", "partition", "offset").mapInArrow(
             partial(encode_and_pack, mapping=mapping, codec=codec, index_keys=index_keys), packed_spark_schema())

@@ -94,12 +94,12 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
 
 def replay_command(args: argparse.Namespace) -> int:
     from ingest.broker_groups import BrokerGroupError
-    from ingest.job import StopSignal, check_spool_setting
+    from ingest.lifecycle import StopSignal
     from ingest.kafka.options import KafkaSourceError
     from ingest.metrics import MetricsPortError
     from ingest.replay.command import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_VERIFY_FAILED, replay
-    from sink.packed import PackedBatchError
-    from sink.trust import UntrustedPathError
+    from sink.handover.packed import PackedBatchError
+    from sink.handover.trust import UntrustedPathError
     from store import StoreError
 
     if not getattr(args, "verbose", False):
@@ -109,11 +109,10 @@ def replay_command(args: argparse.Namespace) -> int:
     try:
         opts = options_from_args(args)
         cfg = job_config_from_args(args, opts)
-        check_spool_setting(cfg)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
     except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError, BrokerGroupError,
-            MetricsPortError, PackedBatchError) as exc:     # a spool file refused (sink.spool): a full disk, say
+            MetricsPortError, PackedBatchError) as exc:     # a spool file refused (sink.handover.spool): a full disk, say
         print(f"commitlog replay: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -28,8 +25,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ingest.broker_groups import BrokerGroup, check_store_group
+from ingest.broker_groups import BrokerGroup
 from ingest.config import JobConfig, kafka_reader_options
+from ingest.job_settings import codec_config, mapping_config, source_reader
 from ingest.replay.plan import (
     Bound,
     ReplayPlan,
@@ -48,7 +46,8 @@ from sink import BatchStats
 from store import DeadLetterReason
 
 if TYPE_CHECKING:
-    from sink.spool import Spool
+    from ingest.lifecycle import JobLifecycle
+    from sink.handover.spool import Spool
 
 log = logging.getLogger("commitlog.replay")
 
@@ -146,8 +145,7 @@ def kafka_batch_loader(cfg: JobConfig, spark: Any, spool: Spool | None = None
                        ) -> Callable[[Mapping[TopicPartitionKey, tuple[int, int]]], Any]:
     """Ranges -> a batch DataFrame read by the job's own source (encoded records, or Kafka columns
     with Spark's source), as ingest.encode.prepare takes it; its tasks leave their batches in the
-    ``spool`` when one is given (sink.spool)."""
-    from ingest.job import source_reader
+    ``spool`` when one is given (sink.handover.spool)."""
     from ingest.kafka.offsets import offsets_to_json
 
     base = kafka_reader_options(cfg, "earliest")
@@ -194,9 +192,8 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
            stop: threading.Event | None = None) -> ReplaySummary:
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
-    from ingest.encode.prepare import collect_packed
-    from ingest.job import codec_config, mapping_config, open_spool, open_writer, spark_session, start_metrics
-    from sink.foreach_batch import ForeachBatchSink
+    from ingest.lifecycle import JobLifecycle
+    from store.tools import verify_store
 
     started = time.monotonic()
     pieces = None
@@ -205,111 +202,106 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
 
         # before Spark: a file that is not of the format stops the replay here (the executors read them)
         pieces = plan_pieces(opts.from_files, opts.file_format)
-    if not cfg.skip_preflight:
-        from ingest.preflight import check_store_path
-
-        check_store_path(cfg.store)
-    check_store_group(cfg.store, cfg.group)
-    metrics, server = start_metrics(cfg, "replay")
-    stop = stop or threading.Event()
-    own_spark = spark is None
-    export = None
-    plan_file = None
-    writer = None
-    spool = None
+    job = JobLifecycle(cfg, "replay", spark)
     batch_log = logging.getLogger("commitlog.batch")
     batch_log_level = batch_log.level
-    try:
-        spark = spark or spark_session(cfg)
-        if pieces is not None:
-            from ingest.replay.file_batches import file_batch
-            from ingest.replay.file_pieces import scan_export
-            from ingest.replay.files import resolve_file_plan
-
-            # the executors scan the files before anything is written: a piece that cannot be read stops here
-            export = scan_export(spark, pieces, opts.begin.timestamp if opts.begin.kind == "timestamp" else None,
-                                 opts.finish.timestamp if opts.finish.kind == "timestamp" else None)
-            if not export.partitions() and export.unplaced:
-                plan = ReplayPlan([])    # nothing but bad rows: they are still the replay's dead letters
-            else:
-                plan = group_plan(resolve_file_plan(export, opts.begin, opts.finish, opts.topics, opts.topic_pattern),
-                                  cfg.group)
-            notes: list[str] = []
-        else:
-            plan, notes, plan_file = _kafka_plan(cfg, opts)
-        writer = open_writer(cfg, metrics)
-        spool = open_spool(cfg, spark)     # after the writer took the store's lock: no other job uses it
-        if export is None:
-            load = kafka_batch_loader(cfg, spark, spool)
-        else:
-            load = partial(file_batch, spark, export, mapping=mapping_config(cfg), codec=codec_config(cfg),
-                           spool=None if spool is None else spool.target, index_keys=cfg.message_index)
-        notes += apply_store_offsets(plan, writer.state.kafka_offsets)
-        for note in notes:
-            log.warning("%s", note)
-        summary = ReplaySummary(str(cfg.store), plan, notes=notes)
-        first_records, first_dead = writer.state.records, writer.state.dead_letters
-        first_null, first_empty = writer.state.tombstones, writer.state.empty_values
-        if export is not None:
-            from ingest.replay.unplaced import selected, write_unplaced
-
-            # rows with no partition belong to no group: the first group writes them
-            unplaced = selected(export.unplaced, opts.topics, opts.topic_pattern) if not cfg.group or \
-                cfg.group.index == 0 else []
-            summary.unplaced, summary.unplaced_held = write_unplaced(writer, unplaced)
-            if summary.unplaced:
-                metrics.count_dead_letters({DeadLetterReason.FILE_ROW_INVALID: summary.unplaced})
-            summary.repeated = export.repeated
-            for u in unplaced[:20]:
-                log.warning("dead letter: %s", u.reason)
-            if len(unplaced) > 20:
-                log.warning("... and %d more rows with no Kafka position (see the dead letters)", len(unplaced) - 20)
-        progress = ReplayProgress(plan, opts.progress)
-        if progress.mode == "bar":
-            # the bar replaces the sink's per-batch log lines, which would break its redraw
-            batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
-        if plan.todo == 0:
-            log.warning("nothing to replay: the store already holds the whole range")
-        def after_batch(stats: BatchStats) -> None:
-            metrics.batch(stats)
-            metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
-            progress.update(writer.state.kafka_offsets)
-
-        metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
-        sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None, on_batch=after_batch,
-                                check=None if spool is None else spool.check)
-        collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool=spool,
-                          index_keys=cfg.message_index)
-        with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
-            summary.complete = _write_batches(
-                (reader.submit(collect, load(sub_ranges(start, until)))
-                 for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger)),
-                lambda batch: sink(batch, writer.state.batch_id + 1), stop)
-        if not summary.complete:
-            log.warning("stopping: the last committed batch ends at %s", dict(writer.state.kafka_offsets))
-        summary.batches = sink.batches
-        summary.records = writer.state.records - first_records
-        summary.tombstones = writer.state.tombstones - first_null
-        summary.empty_values = writer.state.empty_values - first_empty
-        summary.dead_letters = writer.state.dead_letters - first_dead - summary.unplaced
-        summary.commit_offset = writer.store.committed_offset
-        if summary.complete and plan_file is not None:
-            # done: the same command run later plans afresh (and skips what is now held)
-            plan_file.unlink(missing_ok=True)
+    job.closing(lambda: batch_log.setLevel(batch_log_level))
+    with job:
+        summary = _replay(job, opts, pieces, stop or threading.Event(), batch_log)
         summary.elapsed_s = time.monotonic() - started
-        summary.write_s = progress.elapsed()
-    finally:
-        if server is not None:
-            server.stop()
-        batch_log.setLevel(batch_log_level)
-        if writer is not None:
-            writer.close()
-        if spool is not None:
-            spool.close()
-        if own_spark and spark is not None:
-            spark.stop()
     if opts.verify:
-        summary.verified = verify_store(cfg.store)
+        log.info("verifying: commitlog verify %s", cfg.store)
+        summary.verified = verify_store(cfg.store) == 0
+    return summary
+
+
+def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading.Event,
+            batch_log: logging.Logger) -> ReplaySummary:
+    """The replay's work inside its lifecycle: plan, open the store, write the batches."""
+    from ingest.encode.prepare import collect_packed
+    from sink.foreach_batch import ForeachBatchSink
+
+    cfg, metrics = job.cfg, job.metrics
+    spark = job.session()
+    export = None
+    plan_file = None
+    if pieces is not None:
+        from ingest.replay.file_batches import file_batch
+        from ingest.replay.file_pieces import scan_export
+        from ingest.replay.files import resolve_file_plan
+
+        # the executors scan the files before anything is written: a piece that cannot be read stops here
+        export = scan_export(spark, pieces, opts.begin.timestamp if opts.begin.kind == "timestamp" else None,
+                             opts.finish.timestamp if opts.finish.kind == "timestamp" else None)
+        if not export.partitions() and export.unplaced:
+            plan = ReplayPlan([])    # nothing but bad rows: they are still the replay's dead letters
+        else:
+            plan = group_plan(resolve_file_plan(export, opts.begin, opts.finish, opts.topics, opts.topic_pattern),
+                              cfg.group)
+        notes: list[str] = []
+    else:
+        plan, notes, plan_file = _kafka_plan(cfg, opts)
+    writer = job.open_writer()
+    spool = job.open_spool()
+    if export is None:
+        load = kafka_batch_loader(cfg, spark, spool)
+    else:
+        load = partial(file_batch, spark, export, mapping=mapping_config(cfg), codec=codec_config(cfg),
+                       spool=None if spool is None else spool.target, index_keys=cfg.message_index)
+    notes += apply_store_offsets(plan, writer.state.kafka_offsets)
+    for note in notes:
+        log.warning("%s", note)
+    summary = ReplaySummary(str(cfg.store), plan, notes=notes)
+    first_records, first_dead = writer.state.records, writer.state.dead_letters
+    first_null, first_empty = writer.state.tombstones, writer.state.empty_values
+    if export is not None:
+        from ingest.replay.unplaced import selected, write_unplaced
+
+        # rows with no partition belong to no group: the first group writes them
+        unplaced = selected(export.unplaced, opts.topics, opts.topic_pattern) if not cfg.group or \
+            cfg.group.index == 0 else []
+        summary.unplaced, summary.unplaced_held = write_unplaced(writer, unplaced)
+        if summary.unplaced:
+            metrics.count_dead_letters({DeadLetterReason.FILE_ROW_INVALID: summary.unplaced})
+        summary.repeated = export.repeated
+        for u in unplaced[:20]:
+            log.warning("dead letter: %s", u.reason)
+        if len(unplaced) > 20:
+            log.warning("... and %d more rows with no Kafka position (see the dead letters)", len(unplaced) - 20)
+    progress = ReplayProgress(plan, opts.progress)
+    if progress.mode == "bar":
+        # the bar replaces the sink's per-batch log lines, which would break its redraw
+        batch_log.setLevel(max(batch_log.getEffectiveLevel(), logging.WARNING))
+    if plan.todo == 0:
+        log.warning("nothing to replay: the store already holds the whole range")
+
+    def after_batch(stats: BatchStats) -> None:
+        metrics.batch(stats)
+        metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
+        progress.update(writer.state.kafka_offsets)
+
+    metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
+    sink = ForeachBatchSink(writer, Future.result, checkpoint_dir=None, on_batch=after_batch,
+                            check=None if spool is None else spool.check)
+    collect = partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg), spool=spool,
+                      index_keys=cfg.message_index)
+    with ThreadPoolExecutor(1, thread_name_prefix="replay-read") as reader:
+        summary.complete = _write_batches(
+            (reader.submit(collect, load(sub_ranges(start, until)))
+             for start, until in chunks(plan.starts(), plan.ends(), cfg.max_offsets_per_trigger)),
+            lambda batch: sink(batch, writer.state.batch_id + 1), stop)
+    if not summary.complete:
+        log.warning("stopping: the last committed batch ends at %s", dict(writer.state.kafka_offsets))
+    summary.batches = sink.batches
+    summary.records = writer.state.records - first_records
+    summary.tombstones = writer.state.tombstones - first_null
+    summary.empty_values = writer.state.empty_values - first_empty
+    summary.dead_letters = writer.state.dead_letters - first_dead - summary.unplaced
+    summary.commit_offset = writer.store.committed_offset
+    if summary.complete and plan_file is not None:
+        # done: the same command run later plans afresh (and skips what is now held)
+        plan_file.unlink(missing_ok=True)
+    summary.write_s = progress.elapsed()
     return summary
 
 
@@ -339,11 +331,3 @@ def _write_batches(batches: Iterator[Future], write: Callable[[Future], None], s
     finally:
         for batch in pending:
             batch.cancel()
-
-
-def verify_store(store: str | os.PathLike[str]) -> bool:
-    """``commitlog verify`` on the store, as its own process (no JVM, read-only)."""
-    cmd = [sys.executable, "-m", "ingest.cli", "verify", str(store)]
-    log.info("verifying: %s", " ".join(cmd))
-    done = subprocess.run(cmd, check=False)
-    return done.returncode == 0

@@ -34,8 +34,8 @@ from ingest.replay.file_pieces import (
 )
 from ingest.replay.plan import TopicPartitionKey
 from ingest.replay.positions import source_order
-from sink.packed import packed_spark_schema
-from sink.spool import SpoolTarget
+from sink.handover.packed import packed_spark_schema
+from sink.handover.spool_task import SpoolTarget
 from store.format import CodecConfig
 
 Ranges = Mapping[TopicPartitionKey, tuple[int, int]]

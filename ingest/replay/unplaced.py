@@ -12,8 +12,8 @@ from store import DeadLetterReason
 
 
 def unplaced_table(unplaced: list[Unplaced]) -> pa.Table:
-    """The unplaced rows as dead rows of the hand-over (sink.batch.ENCODED_SCHEMA)."""
-    from sink.batch import ENCODED_SCHEMA
+    """The unplaced rows as dead rows of the hand-over (sink.handover.schema.ENCODED_SCHEMA)."""
+    from sink.handover.schema import ENCODED_SCHEMA
 
     n = len(unplaced)
     cols: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in ENCODED_SCHEMA}

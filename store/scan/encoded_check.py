@@ -3,7 +3,7 @@
 The append (store.log.commitlog) copies each record as it is and files it under the topic, queue
 and sysFlag its columns name: it checks that the records fit and lie back to back, not what is in
 them. A batch that crossed a boundary it should not trust (a file another process could have
-touched, sink.spool) is checked here first, as recovery checks a segment (store.scan.record_check):
+touched, sink.handover.spool) is checked here first, as recovery checks a segment (store.scan.record_check):
 TOTALSIZE equals the record's length, the magic code, every field length adds up, BODYCRC matches
 the body; and the record's own TOPIC, QUEUEID and SYSFLAG are the ones its columns say. In C
 (_record_check.c, built by setup.py) every check of a record is made in one pass over its bytes,

@@ -65,10 +65,23 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from store.read.view import open_view
-    from store.tools.verify import print_report, reuse_freed_memory, verify_source
+    from store.tools.verify import reuse_freed_memory
 
     reuse_freed_memory()        # this process exits when the report is out
+    return _verify_report(args)
+
+
+def verify_store(path: str | os.PathLike[str]) -> int:
+    """``commitlog verify PATH`` in this process (a command that goes on afterwards, as replay does):
+    the same report on stdout, the same one-line error on stderr, the same exit status."""
+    args = argparse.Namespace(command="verify", path=os.fspath(path), base=None, json=False, jobs=None)
+    return _guard(_verify_report)(args)
+
+
+def _verify_report(args: argparse.Namespace) -> int:
+    from store.read.view import open_view
+    from store.tools.verify import print_report, verify_source
+
     src = open_view(args.path, base=args.base)
     report = verify_source(src, jobs=args.jobs)
     print_report(report, sys.stdout, as_json=args.json)

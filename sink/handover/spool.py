@@ -1,6 +1,6 @@
 """Encoded batches handed from the read tasks to the driver through files, when they share a disk.
 
-Through Spark, a task's packed batch (sink.packed) is compressed in the task, copied into the
+Through Spark, a task's packed batch (sink.handover.packed) is compressed in the task, copied into the
 executor JVM, sent to the driver JVM with the task's result, copied again into the driver's Python
 by ``toArrow()`` and decompressed there: for bodies of kilobytes these copies cost more than reading
 and encoding the records. When the executors run on the driver's machine (local mode), the task
@@ -31,143 +31,32 @@ killed mid-batch) is an orphan, removed by ``sweep``.
 from __future__ import annotations
 
 import errno
-import hashlib
 import hmac
 import mmap
 import os
-import re
 import secrets
-import socket
 import stat
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from blake3 import blake3
 
-from sink.batch import ENCODED_SCHEMA
-from sink.packed import CHUNK, MAC, SPOOL, PackedBatchError, packed_row, value_buffer
-from sink.trust import UntrustedPathError, check_ours_or_sticky, make_private_dir, open_dir, user_name
+from sink.handover.packed import CHUNK, MAC, SPOOL, value_buffer
+from sink.handover.schema import ENCODED_SCHEMA
+from sink.handover.spool_task import (
+    FILE_NAME,
+    SUFFIX,
+    SpoolError,
+    SpoolTarget,
+    auto_dir,
+    file_mac,
+    store_tag,
+)
+from sink.handover.trust import UntrustedPathError, check_ours_or_sticky, make_private_dir, open_dir, user_name
 from store import InvalidMessageError, check_encoded
 
-SUFFIX = ".arrow"
-AUTO_DIR = "spool"          # the automatic spool directory, inside the store (its lock keeps it one job's)
-_NAME = re.compile(r"([0-9a-f]{12})\.[0-9a-f]{32}\.arrow")
 T = TypeVar("T")
-
-
-class SpoolError(PackedBatchError):
-    """A spool file or directory is not what the driver or a task can trust."""
-
-
-def store_tag(store: str) -> str:
-    """Names the files of one store's jobs in a spool directory (a shared one may serve several)."""
-    return hashlib.sha1(os.path.realpath(store).encode()).hexdigest()[:12]
-
-
-def auto_dir(store: str) -> str:
-    return os.path.join(os.path.realpath(store), AUTO_DIR)
-
-
-@dataclass(frozen=True)
-class SpoolTarget:
-    """What a read task needs to hand its batches over through files (sent in the source's options)."""
-
-    directory: str
-    tag: str
-    key: bytes = field(repr=False)
-
-
-def file_mac(key: bytes, name: str, data: object) -> bytes:
-    """The keyed BLAKE3 of a spool file's name and bytes under the run's 32-byte key: ties the bytes
-    to this run and to the row that names them."""
-    mac = blake3(name.encode() + b"\0", key=key)
-    mac.update(data)  # type: ignore[arg-type]
-    return mac.digest()
-
-
-# --------------------------------------------------------------------------------------- the tasks
-
-def write(batch: pa.RecordBatch, target: SpoolTarget) -> pa.RecordBatch:
-    """One PACKED_SCHEMA row naming a new file in the spool directory that holds ``batch`` (in a task)."""
-    data = _ipc_stream(batch)
-    name = f"{target.tag}.{uuid.uuid4().hex}{SUFFIX}"
-    path = os.path.join(target.directory, name)
-    dir_fd = _task_dir(target.directory)
-    call = "open"
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=dir_fd)
-        try:
-            call = "write"
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-    except OSError as exc:      # a full disk, say: the driver refuses the batch with this line
-        if call == "write":
-            _unlink_quietly(name, dir_fd)
-        return failed_row(path, f"{call}() failed on {socket.gethostname()}: [Errno {exc.errno}] {exc.strerror}",
-                          batch)
-    finally:
-        os.close(dir_fd)
-    return packed_row(pa.nulls(1, pa.binary()), pa.array([path]),
-                      pa.array([file_mac(target.key, name, data)], pa.binary()), batch)
-
-
-def failed_row(path: str, why: str, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The row of a batch whose spool file could not be written: its name, no MAC, and in its chunk
-    the reason. A task that raised instead would fail the whole query in Spark's words (every task
-    attempt's traceback, the plan); this row fails only the batch, on the driver, in one line."""
-    return packed_row(pa.array([why.encode()], pa.binary()), pa.array([path]), pa.nulls(1, pa.binary()), batch)
-
-
-def _unlink_quietly(name: str, dir_fd: int) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass        # the driver's sweep removes it
-
-
-def _ipc_stream(batch: pa.RecordBatch) -> pa.Buffer:
-    """``batch`` as an Arrow IPC stream in one buffer of its size: counted first, then written once
-    (a growing output stream copies what it holds each time it grows)."""
-    size = pa.MockOutputStream()
-    with pa.ipc.new_stream(size, batch.schema) as writer:
-        writer.write_batch(batch)
-    data = pa.allocate_buffer(size.size())
-    with pa.ipc.new_stream(pa.FixedSizeBufferWriter(data), batch.schema) as writer:
-        writer.write_batch(batch)
-    return data
-
-
-def _task_dir(directory: str) -> int:
-    """The spool directory as a task finds it: the same checks as the driver's."""
-    if not os.path.isdir(directory):
-        raise SpoolError(f"spool directory {directory} does not exist on {socket.gethostname()}: the executors "
-                         "must run on the driver's machine (local mode), or share that path with it "
-                         "(--spool-dir a shared path, or off to send batches through Spark)")
-    try:
-        fd = open_dir(directory, "spool directory")
-        try:
-            check_ours_or_sticky(os.fstat(fd), directory, "spool directory")
-        except BaseException:
-            os.close(fd)
-            raise
-    except UntrustedPathError as exc:
-        raise SpoolError(f"{exc} (on {socket.gethostname()})") from None
-    return fd
-
-
-def spool_batches(batches: Iterator[pa.RecordBatch], target: SpoolTarget) -> Iterator[pa.RecordBatch]:
-    """sink.packed.pack_batches, through files: every non-empty batch as a row naming its file."""
-    for batch in batches:
-        if batch.num_rows:
-            yield write(batch, target)
 
 
 # -------------------------------------------------------------------------------------- the driver
@@ -193,7 +82,7 @@ class Spool:
     @classmethod
     def given(cls, directory: str, store: str) -> Spool:
         """A directory the user named (``--spool-dir``): made private if it does not exist; if it
-        does, ours and writable by no one else, or sticky and shared (sink.trust)."""
+        does, ours and writable by no one else, or sticky and shared (sink.handover.trust)."""
         directory = os.path.realpath(directory)
         if not os.path.lexists(directory):
             fd = _checked(make_private_dir, directory, what="--spool-dir")
@@ -232,7 +121,7 @@ class Spool:
         """The bytes of a spool file a row names, mapped, once the file is known to be one of ours
         that a task of this job made; its name removed."""
         name = os.path.basename(path)
-        match = _NAME.fullmatch(name)
+        match = FILE_NAME.fullmatch(name)
         if os.path.dirname(path) != self.directory or match is None or match.group(1) != self.tag:
             raise SpoolError(f"spool file {path}: not a name this job's tasks give in {self.directory}")
         try:
@@ -270,7 +159,7 @@ class Spool:
     def check(self, table: pa.Table) -> pa.Table:
         """Before any of it is written (on the sink's writer thread): every mapped file's bytes
         against the MAC its task sent, then its records as recovery checks them. Returns ``table``
-        with the names and MACs dropped, as sink.packed.unpack takes it."""
+        with the names and MACs dropped, as sink.handover.packed.unpack takes it."""
         if SPOOL not in table.column_names or table.column(SPOOL).null_count == table.num_rows:
             return table
         for chunk, path, mac in zip(_rows(table, CHUNK), table.column(SPOOL).to_pylist(),
@@ -331,7 +220,7 @@ class Spool:
 
 
 def _checked(call: Callable[..., T], *args: Any, what: str = "spool directory") -> T:
-    """One of sink.trust's checks of the spool directory; what it refuses, as a SpoolError."""
+    """One of sink.handover.trust's checks of the spool directory; what it refuses, as a SpoolError."""
     try:
         return call(*args, what)
     except UntrustedPathError as exc:

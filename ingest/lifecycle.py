@@ -1,0 +1,195 @@
+"""One job's life, the same for ``commitlog run`` and ``commitlog replay``: its settings checked once,
+before anything starts, then the metrics, the store's writer, the spool and the Spark session it owns,
+closed in one order whatever ends the job (done, a stop signal, a failure).
+
+The order of the close is what makes a stop clean: the metrics server first (a scrape no longer
+sees a store going away), then the command's own (the query stopped, the batches in progress
+committed or abandoned: ``closing``), the writer (the store's last commit and its lock), the spool
+(its files swept), the command's last lines (``closed``), and Spark last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ingest.broker_groups import check_store_group
+from ingest.config import JobConfig
+from ingest.job_settings import store_config
+from ingest.metrics import JobMetrics, MetricsServer
+from sink import CommitLogWriter
+from sink.handover.spool import Spool
+from sink.handover.spool_task import auto_dir
+from sink.handover.trust import check_existing_dir
+from sink.spark_checkpoint import check_checkpoint_dir
+
+log = logging.getLogger("commitlog.run")
+
+
+def check_settings(cfg: JobConfig, command: str, reach_brokers: bool = False) -> None:
+    """Every check of the settings against the machine, in one place, before Spark starts: the spool
+    directory and the checkpoint's (refused whatever --skip-preflight says: another user could change
+    them, sink.handover.trust), the broker group the store was written as, and unless
+    --skip-preflight the store's path, the checkpoint's and, when asked, the brokers. The checkpoint
+    is ``run``'s only (a replay keeps none)."""
+    from ingest.preflight import check_checkpoint_path, check_store_path, check_topics_reachable
+
+    streaming = command == "run"
+    check_spool_setting(cfg)
+    check_store_group(cfg.store, cfg.group)
+    if not cfg.skip_preflight:
+        check_store_path(cfg.store)
+        if streaming:
+            check_checkpoint_path(cfg.checkpoint)
+        if reach_brokers:
+            check_topics_reachable(cfg)
+    if streaming:
+        check_checkpoint_dir(cfg.checkpoint or None)
+
+
+def check_spool_setting(cfg: JobConfig) -> None:
+    """The spool directory the job would use, if it exists, is one it may use (sink.handover.trust);
+    raises UntrustedPathError. The automatic one is checked whatever the master: it is inside the
+    store, where no one else should have put anything."""
+    if cfg.spool_dir == "off" or cfg.source != "kafka-python":
+        return
+    if cfg.spool_dir == "auto":
+        check_existing_dir(auto_dir(cfg.store), "spool directory", private=True)
+    else:
+        check_existing_dir(os.path.realpath(cfg.spool_dir), "--spool-dir", private=False)
+
+
+def spool_directory(cfg: JobConfig, spark: Any) -> str | None:
+    """Where our source's read tasks leave their batches for the driver (sink.handover.spool), or
+    None: through Spark. ``auto`` spools only when the executors are on this machine (local mode),
+    in ``<store>/spool``, which the store's lock keeps to one job."""
+    if cfg.spool_dir == "off" or cfg.source != "kafka-python":
+        return None
+    if cfg.spool_dir != "auto":
+        return os.path.realpath(cfg.spool_dir)
+    if not str(spark.sparkContext.master).startswith("local"):
+        return None
+    return auto_dir(cfg.store)
+
+
+def spark_session(cfg: JobConfig) -> Any:
+    from ingest.spark_session import build_session
+
+    conf = {"spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+            "spark.ui.enabled": "false",
+            # a task's packed batch (megabytes) comes back with its task status, not through a slower
+            # block-manager fetch (BENCHMARKS.md, "Pipeline")
+            "spark.task.maxDirectResultSize": str(64 << 20),
+            # Spark's offset and commit logs on a local disk without Hadoop's .crc side files: two
+            # files written and renamed per entry, not four, halves walCommit + commitOffsets, a fixed
+            # cost of every batch's latency (BENCHMARKS.md, "Latency"). Hadoop's local files are
+            # never fsynced either way; a torn entry is what sink.spark_checkpoint rewinds.
+            "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs"}
+    conf.update(cfg.spark_conf)
+    return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
+
+
+class StopSignal:
+    """SIGTERM/SIGINT set a flag the main loop polls: the batch in progress commits or is abandoned,
+    the store closes cleanly, the command exits 0. A second signal stops at once (exit 128 +
+    signal, as a shell reports it): committed data is safe, the next run resumes after it."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.event.is_set():
+            log.warning("%s again: stopping now; what was committed stays, the next run resumes after it", name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.warning("%s: stopping after the current batch (send it again to stop at once)", name)
+        self.event.set()
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class JobLifecycle:
+    """One run or replay: settings checked when made; metrics started on entry (a port that cannot
+    be served is a usage error, before anything else starts); the writer, the spool and the Spark
+    session opened when the command asks; all of it closed on exit in the module's order.
+    ``spark``: an existing session (tests), used and left running; else one is built when asked
+    and stopped at the end."""
+
+    def __init__(self, cfg: JobConfig, command: str, spark: Any | None = None, reach_brokers: bool = False) -> None:
+        check_settings(cfg, command, reach_brokers)
+        self.cfg, self.command = cfg, command
+        self.spark = spark
+        self._own_spark = spark is None
+        self.metrics = JobMetrics(command, os.path.abspath(cfg.store), cfg.broker_group)
+        self.server: MetricsServer | None = None
+        self.writer: CommitLogWriter | None = None
+        self.spool: Spool | None = None
+        self._closing: list[Callable[[], None]] = []
+        self._closed: list[Callable[[], None]] = []
+
+    def __enter__(self) -> JobLifecycle:
+        if self.cfg.metrics_port is not None:
+            self.server = MetricsServer(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
+        return self
+
+    def session(self) -> Any:
+        """The job's Spark session, built on first use."""
+        if self.spark is None:
+            self.spark = spark_session(self.cfg)
+        return self.spark
+
+    def open_writer(self) -> CommitLogWriter:
+        """The store's writer (its lock held from here on), watched by the metrics."""
+        cfg = self.cfg
+        self.writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption,
+                                      broker_group=cfg.broker_group)
+        self.metrics.watch_store(self.writer.store.usage, self.writer.store.open_report)
+        return self.writer
+
+    def open_spool(self) -> Spool | None:
+        """The spool the job's tasks write to, checked and opened; after ``open_writer``: the store's
+        lock keeps its directory to this job. None: batches come through Spark."""
+        assert self.writer is not None, "open the writer first: its lock guards the spool directory"
+        cfg = self.cfg
+        directory = spool_directory(cfg, self.session())
+        if directory is None:
+            return None
+        self.spool = Spool.for_store(cfg.store) if cfg.spool_dir == "auto" else Spool.given(directory, cfg.store)
+        return self.spool
+
+    def closing(self, call: Callable[[], None]) -> None:
+        """``call`` at exit after the metrics server stops, before the writer closes."""
+        self._closing.append(call)
+
+    def closed(self, call: Callable[[], None]) -> None:
+        """``call`` at exit after the writer and the spool close, before Spark stops."""
+        self._closed.append(call)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.server is not None:
+            self.server.stop()
+        for call in self._closing:
+            call()
+        if self.writer is not None:
+            self.writer.close()
+        if self.spool is not None:
+            self.spool.close()
+        for call in self._closed:
+            call()
+        if self._own_spark and self.spark is not None:
+            self.spark.stop()

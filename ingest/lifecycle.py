@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ingest.broker_groups import check_store_group
+from ingest.broker_groups import BrokerGroupError, check_store_group
 from ingest.config import JobConfig
 from ingest.job_settings import store_config
 from ingest.metrics import JobMetrics, MetricsServer
@@ -153,10 +153,18 @@ class JobLifecycle:
         return self.spark
 
     def open_writer(self) -> CommitLogWriter:
-        """The store's writer (its lock held from here on), watched by the metrics."""
+        """The store's writer (its lock held from here on), watched by the metrics. The broker group
+        is checked again under the lock: a job of another group may have committed since
+        check_settings read the commit point."""
         cfg = self.cfg
-        self.writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption,
-                                      broker_group=cfg.broker_group)
+        writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption,
+                                 broker_group=cfg.broker_group)
+        try:
+            check_store_group(cfg.store, cfg.group, writer.state)
+        except BrokerGroupError:
+            writer.close()
+            raise
+        self.writer = writer
         self.metrics.watch_store(self.writer.store.usage, self.writer.store.open_report)
         return self.writer
 

@@ -62,3 +62,22 @@ def test_a_spool_directory_another_user_can_write_is_refused_before_anything_ope
     with pytest.raises(UntrustedPathError, match="--spool-dir"):
         JobLifecycle(JobConfig(store=str(tmp_path / "store"), skip_preflight=True, spool_dir=str(shared)), "run")
     assert not (tmp_path / "store").exists()
+
+
+def test_a_group_that_committed_after_the_settings_were_checked_is_refused_under_the_lock(tmp_path: Path) -> None:
+    from ingest.broker_groups import BrokerGroupError
+    from ingest.lifecycle import check_settings
+    from sink.writer import CommitLogWriter
+    from store import StoreConfig
+    from tests.batch_helpers import collected
+
+    cfg = _config(tmp_path, broker_group="1/2")
+    check_settings(cfg, "run")                 # the store is empty: any group may take it
+    job = JobLifecycle(cfg, "run")
+    with CommitLogWriter(tmp_path / "store", StoreConfig(), broker_group="0/2") as other:
+        other.write_batch(0, "q", collected(0))     # another group's job got there first
+    with job, pytest.raises(BrokerGroupError, match=r"--broker-group 1/2: the store .* holds broker group 0/2"):
+        job.open_writer()
+    assert job.writer is None
+    with CommitLogWriter(tmp_path / "store", StoreConfig(), broker_group="0/2"):
+        pass                                   # the refused writer let go of the lock

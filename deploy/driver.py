@@ -3,7 +3,8 @@
 spark-submit needs a Python file as the application; this one hands its arguments to the console
 script's ``main``, so ``spark-submit driver.py run --store ...`` is ``commitlog run --store ...``
 with the master, resources and shipped code coming from spark-submit. The ingest/sink/store
-packages come from --py-files (the zip deploy/spark-submit.sh builds) or from the image's install.
+packages come from the driver's copy deploy/spark-submit.sh unpacks (build/deploy/driver, on
+PYTHONPATH) or from the image's install.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 # Submit the commitlog job to a Spark cluster (standalone, YARN or Kubernetes), shipping the
 # project (ingest/, sink/, store/ and the compiled C kernels: the read tasks' encode pass, the
 # segment walk, and the store reader's record columns and properties split) to the executors as
-# one archive (--archives, unpacked in each executor's directory), and its Python code to the driver
-# as a zip. The C passes are the implementation: the executors cannot run without them, so a
+# one archive (--archives, unpacked in each executor's directory), and the same tree unpacked to
+# the driver (build/deploy/driver on its PYTHONPATH). The C passes are the implementation: the executors cannot run without them, so a
 # kernel that does not build for $PYTHON stops the submit (exit 2) rather than shipping Python alone.
 #
 #   deploy/spark-submit.sh [spark-submit options ...] -- COMMITLOG_ARGS ...
@@ -16,14 +16,14 @@
 # command line (deploy/driver.py calls ingest.cli.main with it).
 #
 # Environment:
-#   PYTHON                     python used to build the zip and find pyspark (default: python3)
+#   PYTHON                     python used to build the kernels and find pyspark (default: python3)
 #   SPARK_HOME                 Spark to submit with (default: the pyspark package of $PYTHON)
 #   COMMITLOG_EXECUTOR_PYTHON  python on the executors (spark.pyspark.python); it needs the
 #                              project's dependencies (pyspark, numpy, pyarrow, pandas,
 #                              kafka-python, crc32c; pybase64 for replay --from-files at full
 #                              speed) but NOT the project: that is shipped.
 #   COMMITLOG_DRIVER_PYTHON    python of the driver in client mode (default: $PYTHON)
-#   COMMITLOG_BUILD_DIR        where the zip and the archive are built (default: <repo>/build/deploy)
+#   COMMITLOG_BUILD_DIR        where the archive and the driver's copy are built (default: <repo>/build/deploy)
 #   COMMITLOG_SHIP             archive, the only value (the code and the kernels, built here for
 #                              $PYTHON, so the executors' Python must be the same version and platform)
 #   COMMITLOG_DRIVER_SCRIPT    the application file (default: deploy/driver.py; tests put a
@@ -65,12 +65,12 @@ elif [[ "$ship" != "archive" ]]; then
     echo "spark-submit.sh: COMMITLOG_SHIP is '$ship': archive is the only value" >&2
     exit 2
 fi
-zip_path="$build/commitlog_ingest.zip"
+driver_dir="$build/driver"
 archive_path="$build/commitlog_ingest.tar.gz"
-# The zip holds the three packages' Python files at its root, so `import store` works with it on
-# sys.path; a zip cannot hold the compiled kernels (Python does not load extension modules from
-# one). The archive holds the same tree plus the kernels, built here for $PYTHON (the executors'
-# Python must be the same version on the same platform: a homogeneous cluster or the image).
+# The archive holds the three packages' Python files at its root, so `import store` works with it
+# on sys.path, plus the kernels, built here for $PYTHON (the executors' Python must be the same
+# version on the same platform: a homogeneous cluster or the image). The driver gets it unpacked:
+# Python does not load extension modules from a zip.
 # Bytecode caches and tests stay out; both are rebuilt on every submit, so they always match the
 # checkout being submitted.
 kernel_dir="$build/kernel"
@@ -104,9 +104,9 @@ PY
     echo "spark-submit.sh: the C passes do not build for $python ($("$python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo '?')): ${why:-no output} (full log: $log)" >&2
     exit 2
 fi
-"$python" - "$repo" "$zip_path" "$archive_path" "$kernel_dir" <<'PY'
-import os, sys, tarfile, zipfile
-repo, zip_out, archive_out, kernel_dir = sys.argv[1:5]
+"$python" - "$repo" "$driver_dir" "$archive_path" "$kernel_dir" <<'PY'
+import os, shutil, sys, tarfile
+repo, driver_dir, archive_out, kernel_dir = sys.argv[1:5]
 
 def files():
     for pkg in ("ingest", "sink", "store"):
@@ -120,11 +120,6 @@ def files():
                     path = os.path.join(dirpath, name)
                     yield path, os.path.relpath(path, repo)
 
-tmp = zip_out + ".tmp"
-with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-    for path, name in files():
-        z.write(path, name)
-os.replace(tmp, zip_out)
 tmp = archive_out + ".tmp"
 with tarfile.open(tmp, "w:gz") as t:
     for path, name in files():
@@ -134,13 +129,19 @@ with tarfile.open(tmp, "w:gz") as t:
             path = os.path.join(dirpath, name)
             t.add(path, os.path.relpath(path, kernel_dir))
 os.replace(tmp, archive_out)
+# the driver's copy: the same packages and kernels, unpacked (a zip cannot hold importable kernels)
+shutil.rmtree(driver_dir, ignore_errors=True)
+with tarfile.open(archive_out) as t:
+    try:
+        t.extractall(driver_dir, filter="data")
+    except TypeError:       # a Python before 3.11.4: no filters (the archive is the one just made)
+        t.extractall(driver_dir)
 PY
 
 # The driver JVM also starts Python workers of its own: the one that plans a Python streaming data
 # source (our Kafka source) gets neither --py-files nor the driver's sys.path, only the JVM's
-# PYTHONPATH. In client mode the zip is a local file, so put it there too (the driver plans and
-# commits; it encodes nothing).
-export PYTHONPATH="$zip_path${PYTHONPATH:+:$PYTHONPATH}"
+# PYTHONPATH. In client mode the driver's copy is a local directory, so put it there.
+export PYTHONPATH="$driver_dir${PYTHONPATH:+:$PYTHONPATH}"
 
 app="${COMMITLOG_DRIVER_SCRIPT:-$here/driver.py}"
 driver_python="${COMMITLOG_DRIVER_PYTHON:-$python}"

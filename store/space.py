@@ -36,7 +36,7 @@ def reserve(fd: int, size: int, path: Path, what: str) -> None:
             if os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
             return
-        raise FileSpaceError(e.errno, f"cannot reserve {size:,} bytes on disk for {what} {path}: "
+        raise FileSpaceError(e.errno, f"cannot reserve {size:,} bytes on disk for {what} {path} (fallocate): "
                                       f"{e.strerror}; free disk space (or raise the quota or file size limit) "
                                       f"and run again", str(path)) from e
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import StoreError, StoreIOError, StoreReadOnlyError
+from store.failed_call import said
 from store.log.commit_point import CommitPoint
 from store.log.commitlog import CommitLog
 from store.usage import OpenReport, StoreUsage, measure
@@ -50,7 +51,7 @@ class StoreState:
         """A batch's consume-queue dispatch failed: the store refuses writes until reopened."""
         self._failure = self._failure or e
         return StoreReadOnlyError(
-            f"{what} of {self.root} failed ({e}); appended batches are in "
+            f"{what} of {self.root} failed ({said(e)}); appended batches are in "
             f"the commit log but not committed. The store refuses writes now; reopen it to "
             f"recover from the last commit point")
 

@@ -43,12 +43,14 @@ class StoreLock:
                 raise StoreLockedError(str(self.path.parent), None, "a RocketMQ broker (it holds the lock file's "
                                        "record lock); stop the broker first") from None
             raise
+        call = "ftruncate"
         try:
             os.ftruncate(fd, 0)
+            call = "pwrite"
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as e:    # a full disk meets the store here first when its lock file is empty
             os.close(fd)
-            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed (pwrite): "
+            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed ({call}): "
                                           f"{e.strerror}; free disk space (or raise the quota) and run again") from e
         self._fd = fd
 

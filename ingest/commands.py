@@ -18,7 +18,7 @@ def _run(args: argparse.Namespace) -> int:
     fails under the job (a full disk): the batch in progress is not committed, the store is closed,
     and the next run resumes from its last commit."""
     from ingest.broker_groups import BrokerGroupError, check_store_group
-    from ingest.job import check_spool_setting, run
+    from ingest.job import StreamingQueryError, check_spool_setting, run
     from ingest.preflight import PreflightError, check_brokers, check_checkpoint_path, check_store_path
     from sink.foreach_batch import BatchWriteError
     from sink.spark_checkpoint import CheckpointRewindError, check_checkpoint_dir
@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
         check_checkpoint_dir(cfg.checkpoint)    # whatever --skip-preflight says: see sink.trust
         return run(cfg)
     except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError, BatchWriteError,
-            CheckpointRewindError, OSError) as exc:
+            CheckpointRewindError, StreamingQueryError, OSError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

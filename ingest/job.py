@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -38,6 +39,18 @@ from store import IndexConfig, RetentionConfig, StoreConfig
 from store.format import END_FILE_MIN_BLANK_LENGTH, CodecConfig
 
 log = logging.getLogger("commitlog.run")
+
+
+class StreamingQueryError(RuntimeError):
+    """Spark's query failed on its own (not in our sink): Spark's reason in one line."""
+
+
+def _query_failure(exc: BaseException, checkpoint: str) -> StreamingQueryError:
+    """Spark's first line, without its query ids and SQLSTATE (the plan and the stack follow in its message)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    reason = re.sub(r" SQLSTATE: \w+$", "", first.split("terminated with exception: ", 1)[-1])
+    return StreamingQueryError(f"the streaming query failed: {reason} (Spark's checkpoint {checkpoint or 'none'}); "
+                               f"the store is closed at its last commit: run again to resume")
 
 
 def store_config(cfg: JobConfig) -> StoreConfig:
@@ -245,6 +258,8 @@ def _both(first: Callable[[BatchStats], None], then: Callable[[BatchStats], None
 def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any | None = None,
                on_batch: Callable[..., None] | None = None, available_now: bool = False) -> int:
     """Run the job until ``stop`` is set (or the available data is in, with ``available_now``)."""
+    from pyspark.errors import StreamingQueryException
+
     check_checkpoint_dir(cfg.checkpoint or None)
     if not cfg.skip_preflight:
         from ingest.preflight import check_store_path
@@ -286,9 +301,13 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
         stop = stop or threading.Event()
         lag = LagLog(on_lag=metrics.kafka_lag)
-        while query.isActive and not stop.is_set() and sink.failure is None:
-            query.awaitTermination(0.25)
-            lag.after(query.lastProgress)
+        try:
+            while query.isActive and not stop.is_set() and sink.failure is None:
+                query.awaitTermination(0.25)
+                lag.after(query.lastProgress)
+        except StreamingQueryException as exc:
+            if sink.failure is None:     # else the sink's own failure, raised by drain() below
+                raise _query_failure(exc, cfg.checkpoint) from None
         if stop.is_set() or sink.failure is not None:
             sink.request_stop()
             _wait_between_triggers(query)
@@ -301,7 +320,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             raise
         failure = query.exception()
         if failure is not None and not stop.is_set():
-            raise RuntimeError(f"the streaming query failed: {failure}")
+            raise _query_failure(failure, cfg.checkpoint)
         return 0
     finally:
         if server is not None:

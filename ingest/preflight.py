@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import StoreError
+from store import StoreError, describe_failure
 
 ENV_ALLOW_EPHEMERAL = "COMMITLOG_ALLOW_EPHEMERAL_STORE"
 
@@ -111,7 +111,7 @@ def _check_locking(root: Path) -> None:
     try:
         fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise StorePathError(str(root), f"cannot create a file there ({exc.strerror}); "
+        raise StorePathError(str(root), f"cannot create a file there ({describe_failure(exc)}); "
                                         "the job needs write access") from exc
     try:
         for name, lock, unlock in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
@@ -174,7 +174,7 @@ def _make_dir(path: Path, refused: Callable[[str], Exception], mode: int = 0o777
     except FileExistsError as exc:
         raise refused("exists and is not a directory") from exc
     except OSError as exc:
-        raise refused(f"cannot be created ({exc.strerror})") from exc
+        raise refused(f"cannot be created ({describe_failure(exc)})") from exc
 
 
 class CheckpointPathError(PreflightError):
@@ -208,7 +208,7 @@ def check_checkpoint_path(checkpoint: str | None) -> None:
             os.close(fd)
         probe.unlink()
     except OSError as exc:
-        raise CheckpointPathError(shown, f"cannot be written ({exc.strerror}); Spark keeps its offsets and "
+        raise CheckpointPathError(shown, f"cannot be written ({describe_failure(exc)}); Spark keeps its offsets and "
                                          f"commits there") from exc
 
 

@@ -129,3 +129,6 @@ def said(e: BaseException) -> str:
     if isinstance(e, OSError) and e.errno is not None and not hasattr(e, "call"):
         return f"{failed_call(e).describe()}: {e.strerror}"
     return str(e)
+
+
+describe_failure = said     # its name on the store's face (ingest may use only the face)

@@ -64,3 +64,26 @@ def test_a_consume_queue_directory_that_cannot_be_made_names_mkdir(tmp_path: Pat
     finally:
         monkeypatch.undo()
         store.abandon()
+
+
+def test_a_checkpoint_that_cannot_be_written_names_the_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preflight said "--checkpoint X: cannot be written (Input/output error)": no call."""
+    from ingest.preflight import CheckpointPathError, check_checkpoint_path
+
+    monkeypatch.setattr(os, "write", _failing("write", errno.EIO))
+    with pytest.raises(CheckpointPathError) as refused:
+        check_checkpoint_path(str(tmp_path / "checkpoint"))
+    assert str(refused.value).startswith(f"--checkpoint {tmp_path / 'checkpoint'}: cannot be written (write in "
+                                         "check_checkpoint_path(): Input/output error); ")
+
+
+def test_a_streaming_query_that_failed_in_spark_is_one_line_with_spark_s_reason() -> None:
+    """Spark's own failure (its checkpoint's directory unreadable) escaped the run as a
+    StreamingQueryException: the plan and three tracebacks, exit 1."""
+    from ingest.job import _query_failure
+
+    spark_said = ("[STREAM_FAILED] Query [id = 9caf, runId = d360] terminated with exception: Invalid directory or I/O "
+                  "error occurred for dir: /c/commits SQLSTATE: XXKST\n=== Streaming Query ===\nIdentifier: commitlog")
+    assert str(_query_failure(RuntimeError(spark_said), "/c")) == (
+        "the streaming query failed: Invalid directory or I/O error occurred for dir: /c/commits (Spark's checkpoint "
+        "/c); the store is closed at its last commit: run again to resume")

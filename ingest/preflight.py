@@ -136,6 +136,9 @@ def _check_locking(root: Path) -> None:
             probe.unlink()
         except FileNotFoundError:
             pass
+        except OSError as exc:      # the store's own files could not be removed either (retention, segment rolls)
+            raise StorePathError(str(root), f"cannot remove a file there ({describe_failure(exc)}); the job "
+                                            "needs write access") from exc
 
 
 def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/mounts") -> None:

@@ -87,3 +87,15 @@ def test_a_streaming_query_that_failed_in_spark_is_one_line_with_spark_s_reason(
     assert str(_query_failure(RuntimeError(spark_said), "/c")) == (
         "the streaming query failed: Invalid directory or I/O error occurred for dir: /c/commits (Spark's checkpoint "
         "/c); the store is closed at its last commit: run again to resume")
+
+
+def test_a_store_whose_probe_file_cannot_be_removed_is_refused_in_one_line(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's unlink failing (EROFS) escaped the preflight as a bare OSError."""
+    from ingest.preflight import StorePathError, check_store_path
+
+    monkeypatch.setattr(os, "unlink", _failing("unlink", errno.EROFS))
+    with pytest.raises(StorePathError) as refused:
+        check_store_path(tmp_path / "store", mounts_file="/dev/null")
+    assert f"cannot remove a file there (unlink on {tmp_path / 'store' / '.commitlog-preflight'} in unlink(): " \
+           "Read-only file system)" in str(refused.value)

@@ -32,7 +32,7 @@ from tests.fault_e2e import KINDS, Case, all_syscalls, copy_state, count_calls, 
     sample_cases, strace_base, traced
 from tests.kafka_helpers import store_by_coordinates
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=8.4)]   # replay 5.4, run 2.9 (2 shared cores)
+pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=9)]   # replay 5.9, run 2.9 (2 shared cores)
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 56

@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace) -> int:
     is a store that fails under the job (a full disk): the batch in progress is not committed, the
     store is closed, and the next run resumes from its last commit."""
     from ingest.broker_groups import BrokerGroupError
-    from ingest.job import run
+    from ingest.job import StreamingQueryError, run
     from ingest.lifecycle import JobLifecycle
     from ingest.preflight import PreflightError
     from sink.foreach_batch import BatchWriteError
@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return run(JobLifecycle(config_from_args(args), "run", reach_brokers=True))
     except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError, BatchWriteError,
-            CheckpointRewindError, OSError) as exc:
+            CheckpointRewindError, StreamingQueryError, OSError) as exc:
         print(f"commitlog run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -33,6 +34,18 @@ from sink.spark_checkpoint import local_checkpoint_path, rewind_to_store
 from sink.state import parse_tp_key
 
 log = logging.getLogger("commitlog.run")
+
+
+class StreamingQueryError(RuntimeError):
+    """Spark's query failed on its own (not in our sink): Spark's reason in one line."""
+
+
+def _query_failure(exc: BaseException, checkpoint: str) -> StreamingQueryError:
+    """Spark's first line, without its query ids and SQLSTATE (the plan and the stack follow in its message)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    reason = re.sub(r" SQLSTATE: \w+$", "", first.split("terminated with exception: ", 1)[-1])
+    return StreamingQueryError(f"the streaming query failed: {reason} (Spark's checkpoint {checkpoint or 'none'}); "
+                               f"the store is closed at its last commit: run again to resume")
 
 
 def starting_offsets(writer: CommitLogWriter, cfg: JobConfig) -> str | dict:
@@ -149,9 +162,13 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
                  options.get("subscribePattern") or options.get("assign"), cfg.store, cfg.flush, cfg.checkpoint)
         stop = stop or threading.Event()
         lag = LagLog(on_lag=metrics.kafka_lag)
-        while query.isActive and not stop.is_set() and sink.failure is None:
-            query.awaitTermination(0.25)
-            lag.after(query.lastProgress)
+        try:
+            while query.isActive and not stop.is_set() and sink.failure is None:
+                query.awaitTermination(0.25)
+                lag.after(query.lastProgress)
+        except StreamingQueryException as exc:
+            if sink.failure is None:     # else the sink's own failure, raised by drain() below
+                raise _query_failure(exc, cfg.checkpoint) from None
         if stop.is_set() or sink.failure is not None:
             sink.request_stop()
             _wait_between_triggers(query)
@@ -164,7 +181,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
             raise
         failure = query.exception()
         if failure is not None and not stop.is_set():
-            raise RuntimeError(f"the streaming query failed: {failure}")
+            raise _query_failure(failure, cfg.checkpoint)
         return 0
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store import StoreError
+from store import StoreError, describe_failure
 
 ENV_ALLOW_EPHEMERAL = "COMMITLOG_ALLOW_EPHEMERAL_STORE"
 
@@ -113,7 +113,7 @@ def _check_locking(root: Path) -> None:
     try:
         fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise StorePathError(str(root), f"cannot create a file there ({exc.strerror}); "
+        raise StorePathError(str(root), f"cannot create a file there ({describe_failure(exc)}); "
                                         "the job needs write access") from exc
     try:
         for name, lock, unlock in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
@@ -138,6 +138,9 @@ def _check_locking(root: Path) -> None:
             probe.unlink()
         except FileNotFoundError:
             pass
+        except OSError as exc:      # the store's own files could not be removed either (retention, segment rolls)
+            raise StorePathError(str(root), f"cannot remove a file there ({describe_failure(exc)}); the job "
+                                            "needs write access") from exc
 
 
 def check_store_path(path: str | os.PathLike[str], *, mounts_file: str = "/proc/mounts") -> None:
@@ -176,7 +179,7 @@ def _make_dir(path: Path, refused: Callable[[str], Exception], mode: int = 0o777
     except FileExistsError as exc:
         raise refused("exists and is not a directory") from exc
     except OSError as exc:
-        raise refused(f"cannot be created ({exc.strerror})") from exc
+        raise refused(f"cannot be created ({describe_failure(exc)})") from exc
 
 
 class CheckpointPathError(PreflightError):
@@ -210,7 +213,7 @@ def check_checkpoint_path(checkpoint: str | None) -> None:
             os.close(fd)
         probe.unlink()
     except OSError as exc:
-        raise CheckpointPathError(shown, f"cannot be written ({exc.strerror}); Spark keeps its offsets and "
+        raise CheckpointPathError(shown, f"cannot be written ({describe_failure(exc)}); Spark keeps its offsets and "
                                          f"commits there") from exc
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -120,9 +122,9 @@ def rewind_to_store(checkpoint: str | None, state: SinkState) -> Rewind | None:
     call removes; Spark itself never starts in between (this runs before the query)."""
     path = local_checkpoint_path(checkpoint)
     query_id = checkpoint_query_id(checkpoint)
-    if path is None or query_id is None:
-        return None
     last = state.batch_id if state.query_id == query_id else -1
+    if path is None or set_aside_if_damaged(path, last) is not None or query_id is None:
+        return None
     commits = [b for b in _batch_ids(path / "commits") if b > last]
     if not commits:
         return None
@@ -141,3 +143,75 @@ def rewind_to_store(checkpoint: str | None, state: SinkState) -> Rewind | None:
     log.warning("Spark's checkpoint recorded batch(es) %s that the store had not committed (the job "
                 "stopped while writing): rewound, Spark runs batch %d again", commits, rerun)
     return Rewind(rerun, commits, offsets)
+
+
+def damage(path: Path, committed: int = -1) -> str | None:
+    """What makes Spark's checkpoint at ``path`` unreadable to Spark, as a power cut leaves it (Spark
+    never syncs its entries: any written since the disk last wrote back may be empty, cut short,
+    absent or under its temporary name), or None. Spark stops on such a checkpoint ("Incomplete log
+    file", "Concurrent update to the log") and no run could resume it. ``committed``: the store's last
+    batch of this checkpoint's query (-1: none); commits past it are the rewind's to remove."""
+    meta = path / "metadata"
+    if meta.exists() and checkpoint_query_id(str(path)) is None:
+        return f"{meta} has no query id (empty or cut short)"
+    # as Spark reads them: a version line, then (offsets) the batch's metadata and one line per source
+    for kind, least in (("offsets", 2), ("commits", 1)):
+        ids = _batch_ids(path / kind)
+        # (offsets missing below the batch to run again are the rewind's refusal, CheckpointRewindError)
+        if kind == "commits" and ids and ids != list(range(ids[0], ids[-1] + 1)):
+            missing = sorted(set(range(ids[0], ids[-1] + 1)) - set(ids))
+            return f"{path / kind} lacks batch {missing[0]} between {ids[0]} and {ids[-1]}"
+        width = None
+        for batch in ids:
+            problem = _entry_problem(path / kind / str(batch), width or least)
+            if problem:
+                return f"{path / kind / str(batch)} {problem}"
+            if kind == "offsets":       # every batch has a line per source: one cut at a line has fewer
+                width = width or len(_lines((path / kind / str(batch)).read_text()))
+    offsets, commits = _batch_ids(path / "offsets"), _batch_ids(path / "commits")
+    if commits and min(commits[-1], committed) > (offsets[-1] if offsets else -1):
+        return (f"{path / 'commits'} records batch {min(commits[-1], committed)} but {path / 'offsets'} has no "
+                "offsets for it")
+    return None
+
+
+def _entry_problem(entry: Path, lines: int) -> str | None:
+    try:
+        text = entry.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read ({exc})"
+    parts = _lines(text)
+    if not text:
+        return "is empty"
+    if not re.fullmatch(r"v\d+", parts[0].strip()) or len(parts) < lines:
+        return "is cut short"
+    try:
+        for part in parts[1:]:
+            if part != "-":     # a source with no offset yet
+                json.loads(part)
+    except ValueError:
+        return "is cut short (its JSON ends early)"
+    return None
+
+
+def _lines(text: str) -> list[str]:
+    """As Scala's getLines: no empty last line for a final newline."""
+    return text.rstrip("\n").split("\n") if text else []
+
+
+def set_aside_if_damaged(path: Path, committed: int = -1) -> Path | None:
+    """Move Spark's entries of a damaged checkpoint (``damage``) into ``<path>/damaged-<ms>/``, so
+    that Spark starts a new query there; the job then continues from the Kafka offsets the store
+    recorded (ingest.job.starting_offsets), as after a lost checkpoint. Returns where they went."""
+    problem = damage(path, committed)
+    if problem is None:
+        return None
+    aside = path / f"damaged-{int(time.time() * 1000)}"
+    mkdir_private(str(aside), "--checkpoint")
+    for name in SPARK_ENTRIES:
+        if (path / name).exists():
+            os.rename(path / name, aside / name)
+    log.warning("Spark's checkpoint %s cannot be resumed: %s (Spark never syncs its entries: a power cut "
+                "leaves them so); its entries are moved to %s and a new query continues from the Kafka "
+                "offsets the store recorded", path, problem, aside)
+    return aside

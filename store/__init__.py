@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from store.format.codec import CodecConfig, DecodedMessage, Message
     from store.format.hosts import HostAddress
     from store.log.commit_point import CommitPoint, read_commit_point
+    from store.failed_call import describe_failure
     from store.message_store import AppendResult, MessageStore
     from store.read.reader import StoreReader
     from store.index.service import IndexConfig
@@ -62,6 +63,7 @@ _LAZY = {
     "MessageStore": "store.message_store", "StoreReader": "store.read.reader", "IndexConfig": "store.index.service",
     "segment_size_on_disk": "store.read.view", "check_encoded": "store.scan.encoded_check",
     "OpenReport": "store.usage", "StoreUsage": "store.usage", "batch_index_keys": "store.index.shipped",
+    "describe_failure": "store.failed_call",
 }
 
 
@@ -74,6 +76,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "describe_failure",
     "AppendResult", "FOREIGN_TAIL_POLICIES", "CodecConfig", "INDEX_KEYS_COLUMN", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
     "IndexConfig", "Message", "batch_index_keys", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",

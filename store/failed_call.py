@@ -140,3 +140,6 @@ def remedy(errno_: int | None) -> str:
     if errno_ == errno.EROFS:
         return "the file system is read-only: make it writable and run again"
     return "check the disk (the kernel log names the device) and run again"
+
+
+describe_failure = said     # its name on the store's face (ingest may use only the face)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from store.errors import FileSpaceError, StoreLockedError
-from store.failed_call import failed_call, remedy
+from store.failed_call import remedy
 from store.format.constants import LOCK_FILE
 
 
@@ -44,13 +44,15 @@ class StoreLock:
                 raise StoreLockedError(str(self.path.parent), None, "a RocketMQ broker (it holds the lock file's "
                                        "record lock); stop the broker first") from None
             raise
+        call = "ftruncate"
         try:
             os.ftruncate(fd, 0)
+            call = "pwrite"
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as e:    # a full disk meets the store here first when its lock file is empty
             os.close(fd)
-            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed "
-                                          f"({failed_call(e).call}): {e.strerror}; {remedy(e.errno)}") from e
+            raise FileSpaceError(e.errno, f"writing the pid to the lock file {self.path} failed ({call}): "
+                                          f"{e.strerror}; {remedy(e.errno)}") from e
         self._fd = fd
 
     def release(self) -> None:

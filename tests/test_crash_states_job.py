@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sink.spool import store_tag
+from sink.handover.spool import store_tag
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.crash, pytest.mark.slow(minutes=2)]

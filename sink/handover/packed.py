@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 CHUNK = "chunk"
-SPOOL = "spool"     # instead of a chunk: the file holding it (sink.spool) ...
+SPOOL = "spool"     # instead of a chunk: the file holding it (sink.handover.spool) ...
 MAC = "mac"         # ... and what the driver checks it against
 # what the packed batch holds: live records, their encoded bytes, dead letters
 COUNT_COLUMNS = ("records", "record_bytes", "dead_letters")
@@ -68,11 +68,11 @@ def unpack(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The record batches packed in ``table``'s rows, in order, as one table of ``schema``."""
     if SPOOL in table.column_names and table.column(SPOOL).null_count < table.num_rows:
         raise PackedBatchError("a packed batch names a spool file not yet mapped and checked: "
-                               "sink.spool.Spool.resolve and .check it first")
+                               "sink.handover.spool.Spool.resolve and .check it first")
     batches: list[pa.RecordBatch] = []
     for chunk in table.column(CHUNK).chunks:
         if chunk.null_count:
-            raise PackedBatchError("a packed batch names a spool file: sink.spool.resolve it first")
+            raise PackedBatchError("a packed batch names a spool file: sink.handover.spool.resolve it first")
         for i in range(len(chunk)):
             reader = pa.ipc.open_stream(value_buffer(chunk, i))
             if not reader.schema.equals(schema):

@@ -93,7 +93,7 @@ EXPECTED = {
         ["adopt_open_s", "adopt.records_per_s", "clean_open_s", "revalidate_s"],
         ["ratio.revalidate_vs_adopt"]),
     "latency": (
-        ["commitlog.sync.rate1000.p50_ms", "commitlog.sync.rate10000.p99_ms", "commitlog.sync.rate10000.batch_p50_ms",
+        ["commitlog.sync.rate10000.p50_ms", "commitlog.sync.rate10000.p99_ms", "commitlog.sync.rate10000.batch_p50_ms",
          "commitlog.sync.rate10000.sink_p50_ms",
          "spark_kafka.source.rate10000.p50_ms", "ours.source.rate10000.batch_p50_ms"],
         ["ratio.rate10000.source_batch_ours_vs_spark", "ratio.rate10000.commitlog_p50_vs_spark_source_p50"]),

@@ -1,5 +1,5 @@
 """System calls of a whole command (``replay``, ``run``) failed under ``strace -e inject``, confined to
-our files, for tests/test_fault_sweep_e2e.py.
+our files, for tests/fault_e2e_sweep.py.
 
 A first traced run with ``-y`` (no injection) tells which files of the store, its spool and the Spark
 checkpoint the command touches, and how many calls of each kind each thread makes on them. Only the

@@ -1,5 +1,5 @@
-"""The one-line errors the end-to-end fault sweep (tests/test_fault_sweep_e2e.py) found naming no call,
-or the wrong one: each names the system call that failed and its file."""
+"""The one-line errors the end-to-end fault sweep (tests/test_fault_sweep_e2e_replay.py, _run.py) found
+naming no call, or the wrong one: each names the system call that failed and its file."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from ingest.config import JobConfig, kafka_reader_options
 from ingest.job_settings import codec_config, mapping_config, source_reader
 from ingest.replay.plan import (
     Bound,
+    ReplayError,
     ReplayPlan,
     TopicPartitionKey,
     apply_store_offsets,
@@ -43,7 +44,7 @@ from ingest.replay.plan import (
 )
 from ingest.replay.progress import ReplayProgress
 from sink import BatchStats
-from store import DeadLetterReason
+from store import DeadLetterReason, StoreError, describe_failure
 
 if TYPE_CHECKING:
     from ingest.lifecycle import JobLifecycle
@@ -211,7 +212,11 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
         summary.elapsed_s = time.monotonic() - started
     if opts.verify:
         log.info("verifying: commitlog verify %s", cfg.store)
-        summary.verified = verify_store(cfg.store) == 0
+        try:
+            summary.verified = verify_store(cfg.store) == 0
+        except (StoreError, OSError) as exc:    # the store could not be read: not a verdict on it
+            raise ReplayError(f"verifying {cfg.store} failed: {describe_failure(exc)}; what the replay stored "
+                              f"is committed: run `commitlog verify {cfg.store}` once the disk answers") from exc
     return summary
 
 

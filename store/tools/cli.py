@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 from store.errors import StoreError
+from store.failed_call import said
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
@@ -48,7 +49,7 @@ def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
             sys.stdout = open(os.devnull, "w")   # noqa: SIM115  (the interpreter flushes stdout at exit)
             return EXIT_OK
         except (StoreError, OSError) as e:
-            print(f"commitlog {args.command}: {e}", file=sys.stderr)
+            print(f"commitlog {args.command}: {said(e)}", file=sys.stderr)
             return EXIT_UNREADABLE
     return wrapped
 
@@ -73,9 +74,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 def verify_store(path: str | os.PathLike[str]) -> int:
     """``commitlog verify PATH`` in this process (a command that goes on afterwards, as replay does):
-    the same report on stdout, the same one-line error on stderr, the same exit status."""
+    the same report on stdout and the same exit status; a store that cannot be read raises its
+    StoreError or OSError to the caller, whose one line it becomes."""
     args = argparse.Namespace(command="verify", path=os.fspath(path), base=None, json=False, jobs=None)
-    return _guard(_verify_report)(args)
+    return _verify_report(args)
 
 
 def _verify_report(args: argparse.Namespace) -> int:

@@ -1,7 +1,6 @@
-"""The fault sweep end to end (issue 56): ``replay`` from files, and ``run`` from Kafka for a smaller
-sample, with one system call on the store's, the spool's or the Spark checkpoint's files failed
-(tests/fault_e2e.py: which files, how many calls, a seeded N per kind, an error among EIO, ENOSPC,
-EDQUOT, EROFS).
+"""The end-to-end fault sweep's commands, its starting data and its judge of one case, shared by
+tests/test_fault_sweep_e2e_replay.py and tests/test_fault_sweep_e2e_run.py (two modules so that two
+test workers can take them).
 
 Each case starts from the same store (and checkpoint) holding the first records and runs the
 command over more, in batches, rolling a segment, a consume-queue file and an IndexFile. It must
@@ -26,13 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 from tests.fault_e2e import KINDS, Case, all_syscalls, copy_state, count_calls, inject_args, judge, our_paths, \
     sample_cases, strace_base, traced
 from tests.kafka_helpers import store_by_coordinates
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=9)]   # replay 5.9, run 2.9 (2 shared cores)
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 56
@@ -146,39 +141,3 @@ def sweep(command: str, cmd_in: Callable[[Path], list[str]], base: Path, roots: 
           + "\n".join(f"  {c.name}: {c.outcome}" for c in done_cases))
     failed = [f"{c.name}: {'; '.join(c.problems)}" for c in done_cases if c.problems]
     assert not failed, f"{len(failed)} of {len(done_cases)} cases:\n" + "\n".join(failed)
-
-
-@pytest.mark.timeout(1200)
-def test_replay_with_a_call_on_our_files_failed_ends_in_one_line_and_the_next_run_stores_once(tmp_path: Path) -> None:
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace, .ci/install-tools.sh) to fail the calls")
-    base, files = tmp_path / "base", tmp_path / "export"
-    export(files, 0, range(FIRST))
-    first = plain(replay_cmd(base / "store", files))
-    assert first.returncode == 0, first.stderr[-3000:]
-    for partition, offsets in MORE.items():
-        export(files, partition, offsets)
-    expected = [("orders", p, o) for p, r in MORE.items() for o in range(r.stop)]
-    sweep("replay", lambda where: replay_cmd(where / "store", files), base, ("store",), expected, tmp_path)
-
-
-@pytest.mark.timeout(1200)
-def test_run_with_a_call_on_the_spark_checkpoint_failed_ends_in_one_line_and_the_next_run_stores_once(
-        bootstrap_servers: str, tmp_path: Path) -> None:
-    """The store's files are swept through replay; here the calls on Spark's checkpoint (its
-    metadata, offsets/N, commits/N and their directories) and the spool's are failed."""
-    from tests.kafka_helpers import create_topics, produce, unique_topic
-
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace, .ci/install-tools.sh) to fail the calls")
-    topic = unique_topic("faults")
-    create_topics(bootstrap_servers, [topic], partitions=2)
-    record = lambda p, o: (topic, p, b"k%d-%d" % (p, o), b"v%d-%d" % (p, o) * 20, [])  # noqa: E731
-    produce(bootstrap_servers, [record(0, o) for o in range(FIRST)])
-    base = tmp_path / "base"
-    cmd_in = lambda where: run_cmd(bootstrap_servers, topic, where / "store", where / "checkpoint")  # noqa: E731
-    first = plain(cmd_in(base))
-    assert first.returncode == 0, first.stderr[-3000:]
-    produce(bootstrap_servers, [record(p, o) for p, r in MORE.items() for o in r])
-    expected = [(topic, p, o) for p, r in MORE.items() for o in range(r.stop)]
-    sweep("run", cmd_in, base, ("checkpoint", "store/spool"), expected, tmp_path, RUN_KINDS)

@@ -40,9 +40,19 @@ class StreamingQueryError(RuntimeError):
     """Spark's query failed on its own (not in our sink): Spark's reason in one line."""
 
 
+# the last line of a Python traceback: the exception raised and its message
+_RAISED = re.compile(r"^(?!org\.|java\.|py4j\.|scala\.)[A-Za-z_][\w.]*(?:Error|Exception): (.+)$")
+
+
 def _query_failure(exc: BaseException, checkpoint: str) -> StreamingQueryError:
-    """Spark's first line, without its query ids and SQLSTATE (the plan and the stack follow in its message)."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """Spark's first line, without its query ids and SQLSTATE (the plan and the stack follow in its
+    message); when the function of our own foreachBatch raised, that exception's message instead
+    (Spark's first line is its wrapper, ending at "Traceback")."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    first = lines[0]
+    raised = [m.group(1) for m in map(_RAISED.match, lines) if m]
+    if "FOREACH_BATCH_USER_FUNCTION_ERROR" in first and raised:
+        first = raised[-1]
     reason = re.sub(r" SQLSTATE: \w+$", "", first.split("terminated with exception: ", 1)[-1])
     return StreamingQueryError(f"the streaming query failed: {reason} (Spark's checkpoint {checkpoint or 'none'}); "
                                f"the store is closed at its last commit: run again to resume")
@@ -110,6 +120,8 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
                job: JobLifecycle | None = None) -> int:
     """Run the job until ``stop`` is set (or the available data is in, with ``available_now``).
     ``job``: its lifecycle, settings already checked (the command's); else one is made here."""
+    from pyspark.errors import StreamingQueryException
+
     job = job or JobLifecycle(cfg, "run", spark)
     query = None
     sink = None

@@ -124,7 +124,7 @@ def _file_named_by(value: object) -> str | None:
     return None
 
 
-def said(e: BaseException) -> str:
+def describe_failure(e: BaseException) -> str:
     """An error for a message: Python's own OSError as its call, file and reason (``fsync on X in
     f(): Input/output error``); one of ours (whose message already says what it needs) or anything
     else as itself."""
@@ -141,5 +141,3 @@ def remedy(errno_: int | None) -> str:
         return "the file system is read-only: make it writable and run again"
     return "check the disk (the kernel log names the device) and run again"
 
-
-describe_failure = said     # its name on the store's face (ingest may use only the face)

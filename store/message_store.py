@@ -22,7 +22,7 @@ import numpy as np
 
 from store.config import StoreConfig
 from store.errors import FlushError, StoreError, StoreIOError, StoreReadOnlyError
-from store.failed_call import said
+from store.failed_call import describe_failure
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
 from store.format.codec import Message
 from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
@@ -108,7 +108,7 @@ class MessageStore(StoreOpening, StoreState):
             return cls._open_at(Path(root), config or StoreConfig(), truncate_on_corruption)
         except OSError as e:
             if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreReadOnlyError(f"store {root} cannot be written ({said(e)}): a writer "
+                raise StoreReadOnlyError(f"store {root} cannot be written ({describe_failure(e)}): a writer "
                                          f"needs it writable; the read-only commands (dump, verify, stat, get) "
                                          f"work as they are") from e
             if isinstance(e, StoreError):
@@ -225,8 +225,9 @@ class MessageStore(StoreOpening, StoreState):
             except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say
                 # nothing was flushed: the store refuses writes but can still close cleanly
                 self._failed.refuse(e)
-                raise FlushError(f"building the index of {self.root} failed: {said(e)}; what was appended since the "
-                                 f"last commit point is not committed, the store refuses writes until reopened") from e
+                raise FlushError(f"building the index of {self.root} failed: {describe_failure(e)}; what was appended "
+                                 f"since the last commit point is not committed, the store refuses writes until "
+                                 f"reopened") from e
             self._index_seconds += time.perf_counter() - started
         try:
             self._cq.flush()
@@ -237,8 +238,8 @@ class MessageStore(StoreOpening, StoreState):
                 self._checkpoint.index_msg_timestamp = max(self._checkpoint.index_msg_timestamp, idx.end_timestamp)
         except OSError as e:
             self._failed.broke(e)
-            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {said(e)}; the "
-                             f"store refuses writes until reopened") from e
+            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {describe_failure(e)}"
+                             f"; the store refuses writes until reopened") from e
         self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
         self._checkpoint.master_flushed_offset = off
@@ -307,8 +308,8 @@ class MessageStore(StoreOpening, StoreState):
                 self._write_checkpoint()
             except OSError as e:
                 self._failed.broke(e)
-                raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: {said(e)}; the store refuses writes "
-                                 f"until reopened") from e
+                raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: "
+                                 f"{describe_failure(e)}; the store refuses writes until reopened") from e
             self._last_commit = cp
             if self.config.drop_cache_behind:
                 # everything below the commit point is durable and indexed: nothing here reads it again

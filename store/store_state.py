@@ -11,7 +11,7 @@ from pathlib import Path
 from dataclasses import dataclass
 
 from store.errors import StoreError, StoreIOError, StoreReadOnlyError
-from store.failed_call import said
+from store.failed_call import describe_failure
 from store.format.codec import DecodedMessage
 from store.format.constants import MAX_MSGS_NUM_BATCH
 from store.index.lookup import FOREVER_MS
@@ -76,7 +76,7 @@ class StoreState:
         """A batch's consume-queue dispatch failed: the store refuses writes until reopened."""
         self._failed.refuse(e)
         return StoreReadOnlyError(
-            f"{what} of {self.root} failed ({said(e)}); appended batches are in "
+            f"{what} of {self.root} failed ({describe_failure(e)}); appended batches are in "
             f"the commit log but not committed. The store refuses writes now; reopen it to "
             f"recover from the last commit point")
 

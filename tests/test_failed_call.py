@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from store.errors import StoreIOError
-from store.failed_call import failed_call, said
+from store.failed_call import describe_failure, failed_call
 
 
 class _File:
@@ -86,5 +86,5 @@ def test_the_store_s_io_error_and_said_put_the_call_in_the_line(tmp_path: Path) 
     line = str(StoreIOError(cause, "committing", tmp_path))
     assert line.startswith(f"committing of store {tmp_path} failed: fsync on {tmp_path / 'q'} in sync(): ")
     assert "\n" not in line
-    assert said(cause).startswith(f"fsync on {tmp_path / 'q'} in sync(): ")
-    assert said(ValueError("x")) == "x"
+    assert describe_failure(cause).startswith(f"fsync on {tmp_path / 'q'} in sync(): ")
+    assert describe_failure(ValueError("x")) == "x"

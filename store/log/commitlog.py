@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from store.errors import FieldLimitError, FileSpaceError, QueueOffsetMismatchError, SegmentAllocationError
-from store.failed_call import said
+from store.failed_call import describe_failure
 from store.format.codec import CodecConfig
 from store.format.constants import (
     BLANK_MAGIC_CODE,
@@ -249,7 +249,7 @@ class CommitLog:
                       if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else "check the disk and retry")
             what = e if isinstance(e, FileSpaceError) else (
                 f"cannot create a commit-log segment of {self.segment_size} bytes in {self.queue.directory}: "
-                f"{said(e)}; {remedy}")
+                f"{describe_failure(e)}; {remedy}")
             raise SegmentAllocationError(f"{what}; nothing of this batch was written") from e
         return made
 

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from store.errors import FlushError
-from store.failed_call import said
+from store.failed_call import describe_failure
 from store.log.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class FlushService:
 
     def _failure_message(self) -> str:
         return (f"flushing the commit log in {self.commitlog.queue.directory} failed: "
-                f"{said(self.failure)}; data after offset {self.commitlog.flushed_offset} may not be "
+                f"{describe_failure(self.failure)}; data after offset {self.commitlog.flushed_offset} may not be "
                 f"on disk. The store refuses writes now; reopen it to recover from the last "
                 f"commit point")
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 from store.errors import StoreError
-from store.failed_call import said
+from store.failed_call import describe_failure
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
@@ -49,7 +49,7 @@ def _guard(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
             sys.stdout = open(os.devnull, "w")   # noqa: SIM115  (the interpreter flushes stdout at exit)
             return EXIT_OK
         except (StoreError, OSError) as e:
-            print(f"commitlog {args.command}: {said(e)}", file=sys.stderr)
+            print(f"commitlog {args.command}: {describe_failure(e)}", file=sys.stderr)
             return EXIT_UNREADABLE
     return wrapped
 

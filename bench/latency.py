@@ -197,18 +197,19 @@ def run_commitlog(spark: Any, bootstrap: str, root: Path, rate: int, seconds: fl
     return np.concatenate(latencies) if latencies else np.zeros(0), batch_ms, store_ms
 
 
-def trigger_ms(queries: list[Any], since_s: float) -> list[float]:
-    """Spark's time for each batch with records that began after ``since_s`` (its triggerExecution:
-    planning, the offset log, the batch, the commit log), the batch time every path is given."""
+def batches_since(queries: list[Any], since_s: float) -> list[dict[str, Any]]:
+    """The progress of each batch with records that began at or after ``since_s`` (epoch seconds)."""
     from datetime import datetime
 
-    out = []
-    for q in queries:
-        for p in q.recentProgress:
-            began = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-            if p["numInputRows"] and began >= since_s + WARMUP_S:
-                out.append(float(p["durationMs"].get("triggerExecution", 0)))
-    return out
+    return [p for q in queries for p in q.recentProgress if p["numInputRows"] and
+            datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() >= since_s]
+
+
+def trigger_ms(queries: list[Any], since_s: float) -> list[float]:
+    """Spark's time for each batch with records that began after the warm-up from ``since_s`` (its
+    triggerExecution: planning, the offset log, the batch, the commit log), the batch time every path
+    is given."""
+    return [float(p["durationMs"].get("triggerExecution", 0)) for p in batches_since(queries, since_s + WARMUP_S)]
 
 
 def run_source(spark: Any, bootstrap: str, root: Path, source: str, rate: int, seconds: float,

@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,8 +58,7 @@ def child(mode: str, bootstrap: str, root: Path, rate: int, seconds: float) -> i
             latency.warm_up(bootstrap, topic, "uniform", lambda seen=seen: seen[0], [])
             began = time.time()
             latency.sent_count(latency.produce(bootstrap, topic, rate, seconds, "uniform"), seconds + 120)
-            batches = [p for p in query.recentProgress if p["numInputRows"] and
-                       datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() >= began]
+            batches = latency.batches_since([query], began)
         finally:
             query.stop()
         out[source] = {k: statistics.median(p["durationMs"].get(k, 0) for p in batches) if batches else float("nan")

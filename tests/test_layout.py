@@ -142,7 +142,7 @@ def test_the_rules_see_the_imports_they_judge() -> None:
     that module."""
     names = dict(modules())
     seen = {t for _, t in imports("ingest.cli", names["ingest.cli"])}
-    assert "store.tools" in seen and "ingest.broker" in seen
+    assert "store.tools" in seen and "ingest.devtools.broker" in seen
     assert room_of("store.log.commitlog") == "store.log" and room_of("store.read.reader") == "store.read"
     assert not allowed("sink", "store.log.commitlog") and allowed("sink", "store")
     assert not allowed("ingest", "store.tools.dump") and allowed("ingest", "store.format")

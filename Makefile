@@ -55,7 +55,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit
 
 demo: $(STAMP) jvm spark-archive
-	$(PY) -m ingest.demo
+	$(PY) -m ingest.devtools.demo
 
 bench-quick: $(STAMP) jvm spark-archive
 	for b in store_append index_bound page_cache roll recovery adopt verify pipeline latency replay replay_files codecs index_lookup readback cluster brokers spool costs spark_logs; do $(PY) bench/$$b.py --quick || exit 1; done

@@ -3,7 +3,7 @@
 Starts Tansu (in memory) and Apache Kafka (KRaft, one node: storage format, then the server) on free
 loopback ports, several times each, and times start -> first metadata answer. Kafka is timed fresh
 (format included, what a test or `make demo` pays) and restarted on its formatted data. The peer in
-the same run is the other broker: `make demo` keeps the faster one (ingest/demo.py).
+the same run is the other broker: `make demo` keeps the faster one (ingest/devtools/demo.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import common  # noqa: E402
 
 def timed_start(kind: str, data_dir: Path) -> tuple[float, float | None]:
     """(seconds to a fresh broker's first metadata answer, seconds to restart it, None for Tansu)."""
-    from ingest.broker import start_embedded
+    from ingest.devtools.broker import start_embedded
 
     t0 = time.perf_counter()
     broker = start_embedded(kind, log_dir=data_dir)

@@ -27,7 +27,7 @@ VALUE_BYTES = 100
 @contextmanager
 def tansu(log_dir: Path) -> Iterator[Any]:
     """The embedded Tansu broker (in memory), stopped afterwards."""
-    from ingest.broker.tansu import start_tansu
+    from ingest.devtools.broker.tansu import start_tansu
 
     b = start_tansu(log_dir=log_dir)
     try:
@@ -40,7 +40,7 @@ def tansu(log_dir: Path) -> Iterator[Any]:
 def embedded_broker(kind: str, log_dir: Path) -> Iterator[Any]:
     """One of our embedded brokers (``kafka``: Apache Kafka from its jars, on disk; ``tansu``: in
     memory), stopped afterwards."""
-    from ingest.broker import start_embedded
+    from ingest.devtools.broker import start_embedded
 
     b = start_embedded(kind, log_dir=log_dir)
     try:

@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     other_n = args.workload_messages or (10_000 if args.quick else max(200_000, min_batches * max(other_batches)))
     sizes = {batch: max(p["messages"], min_batches * batch) for batch in p["batches"]}
     rep = common.Report("pipeline", args)
-    from ingest.broker import embedded_default
+    from ingest.devtools.broker import embedded_default
 
     broker_kind = args.broker or embedded_default()
     rep.params = dict(p, value_bytes=cs.VALUE_BYTES, runs=runs, trigger="available-now", master="local[2]",

@@ -99,7 +99,7 @@ def run_peer(jar_set: str, classes: Path, setup: Setup, flushes: Sequence[str], 
              paths: Sequence[str]) -> list[dict[str, Any]]:
     """One JVM: every (flush, index, path) configuration ``setup.runs`` times, in rotating rounds.
     Returns one dict per measured run (RocketStorePeer's JSON)."""
-    from ingest.broker import free_port
+    from ingest.devtools.broker import free_port
     from ingest.jvm import classpath, java
 
     setup.work.mkdir(parents=True, exist_ok=True)

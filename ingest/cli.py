@@ -24,7 +24,7 @@ def _add_broker_command(sub: argparse._SubParsersAction) -> None:
                    help="where the broker's log (and Kafka's data) go (default: a private temp dir)")
 
     def run(args: argparse.Namespace) -> int:
-        from ingest.broker import BrokerError, run_foreground
+        from ingest.devtools.broker import BrokerError, run_foreground
         try:
             return run_foreground(kind=args.kind, port=args.port, log_dir=args.log_dir)
         except BrokerError as exc:

@@ -12,7 +12,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from ingest.broker import Broker, container_missing, require_docker, start_container, start_kafka
+from ingest.devtools.broker import Broker, container_missing, require_docker, start_container, start_kafka
 from ingest.config import JobConfig
 from tests.broker_report import note_broker
 from tests.kafka_helpers import store_by_coordinates, unique_topic
@@ -21,7 +21,7 @@ from tests.waiting import wait_until
 
 def module_kafka(tmp_path_factory: pytest.TempPathFactory, module: str) -> Iterator[Broker]:
     """A module's own Apache Kafka (the session's broker may be another one): in a container where
-    the session's would be one (ingest.broker: an engine answers and the image is built; always
+    the session's would be one (ingest.devtools.broker: an engine answers and the image is built; always
     under CI), else from the `make jvm` jars; wrap it in a module-scoped fixture."""
     missing = container_missing()
     if missing is None:

@@ -20,7 +20,7 @@ def start_report(directory: Path) -> None:
 
 
 def note_broker(module: str, broker: object) -> None:
-    """One line: the module and the broker it got (ingest.broker.Broker)."""
+    """One line: the module and the broker it got (ingest.devtools.broker.Broker)."""
     path = os.environ.get(BROKER_REPORT)
     if path:
         with open(path, "a") as f:

@@ -55,8 +55,8 @@ def pytest_terminal_summary(terminalreporter: "object", config: pytest.Config) -
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     """The broker every Kafka test uses: $KAFKA_BOOTSTRAP_SERVERS, else Apache Kafka in a container
     (our image, through testcontainers) when a Docker engine answers (required under CI), else
-    Apache Kafka from the jars `make jvm` resolves, else the embedded Tansu broker (ingest.broker)."""
-    from ingest.broker import broker
+    Apache Kafka from the jars `make jvm` resolves, else the embedded Tansu broker (ingest.devtools.broker)."""
+    from ingest.devtools.broker import broker
 
     with broker(log_dir=tmp_path_factory.mktemp("broker")) as b:
         print(f"\n[kafka_broker] {b.describe()}", file=sys.stderr)

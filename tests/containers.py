@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import require_docker
-from ingest.broker.container import docker_available
+from ingest.devtools.broker import require_docker
+from ingest.devtools.broker.container import docker_available
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = ("commitlog-ingest:0.1.0", "commitlog-ingest/kafka:4.1.1", "commitlog-ingest/prometheus:bookworm")

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest.broker.process import ServerProcess
+from ingest.devtools.broker.process import ServerProcess
 from ingest.jvm import classpath, jar_set, java
 from store.topics import is_system_topic, known_queue_counts
 from tests.waiting import WaitTimeout, wait_until

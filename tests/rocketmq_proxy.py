@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest.broker.process import ServerProcess
+from ingest.devtools.broker.process import ServerProcess
 from ingest.jvm import classpath, java
 from tests.rocketmq import (JAR_SETS, OPENS, SERVER_HEAP, NameServer, RocketMQError, _start,
                             free_port_block)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.broker.base import free_port
+from ingest.devtools.broker.base import free_port
 from tests.waiting import wait_until
 
 

@@ -20,7 +20,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewPartitions
 
-from ingest.broker import Broker
+from ingest.devtools.broker import Broker
 from ingest.config import JobConfig
 from ingest.job import run_stream
 from tests.apache_kafka_helpers import (

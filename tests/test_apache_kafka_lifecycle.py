@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import Broker
+from ingest.devtools.broker import Broker
 from tests.apache_kafka_helpers import job_command, module_kafka, new_topic, readable, stored
 from tests.kafka_helpers import store_by_coordinates
 from tests.job_process_helpers import Producer, crash_and_check

@@ -49,7 +49,7 @@ def test_broker_round_trips_keys_headers_partitions_and_offsets(bootstrap_server
 def test_a_cluster_id_is_a_kafka_uuid_no_command_line_reads_as_an_option() -> None:
     import base64
 
-    from ingest.broker.apache_kafka import cluster_id
+    from ingest.devtools.broker.apache_kafka import cluster_id
 
     for _ in range(2000):
         text = cluster_id()
@@ -59,7 +59,7 @@ def test_a_cluster_id_is_a_kafka_uuid_no_command_line_reads_as_an_option() -> No
 
 @pytest.mark.unit
 def test_apache_kafka_keeps_records_of_any_age_unless_a_topic_says_otherwise(tmp_path) -> None:
-    from ingest.broker.apache_kafka import server_properties
+    from ingest.devtools.broker.apache_kafka import server_properties
 
     props = dict(line.split("=", 1) for line in server_properties(9092, 9093, tmp_path).splitlines())
     assert props["log.retention.ms"] == "-1"

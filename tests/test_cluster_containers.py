@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import free_port
-from ingest.demo import committed_counts
+from ingest.devtools.broker import free_port
+from ingest.devtools.demo import committed_counts
 from tests.containers import ROOT, docker_cli, require_images, volume_path
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 

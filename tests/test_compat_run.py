@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import Broker
+from ingest.devtools.broker import Broker
 from sink import read_dead_letters
 from tests.apache_kafka_helpers import module_kafka
 from tests.cli_helpers import run

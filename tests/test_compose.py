@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.demo import TOPICS, committed_counts
+from ingest.devtools.demo import TOPICS, committed_counts
 from tests.containers import ROOT, require_images, volume_path
 from tests.kafka_helpers import store_by_coordinates
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ingest.demo import TOPICS
+from ingest.devtools.demo import TOPICS
 from tests.rocketmq import RocketBroker, clients
 
 pytestmark = pytest.mark.integration
 
 
 def test_the_demo_runs_clean(tmp_path: Path, rocketmq_nameservers: object) -> None:
-    result = subprocess.run([sys.executable, "-m", "ingest.demo", "--events", "6000",
+    result = subprocess.run([sys.executable, "-m", "ingest.devtools.demo", "--events", "6000",
                              "--store", str(tmp_path / "demo-store"), "--timeout", "240"],
                             capture_output=True, text=True, timeout=420, cwd=tmp_path)
     assert result.returncode == 0 and "demo: OK: 5991 messages, 9 dead letters, verify clean" in result.stdout, (

@@ -134,7 +134,7 @@ def test_compose_producer_feeds_the_topics_the_job_subscribes(compose: dict) -> 
         mod = importlib.import_module(module)
         for name in (n.strip() for n in names.split(",")):
             assert hasattr(mod, name), f"the compose producer imports {module}.{name}, which does not exist"
-    from ingest.demo import TOPICS
+    from ingest.devtools.demo import TOPICS
 
     subscribed = option_value(compose["services"]["commitlog-a"]["command"], "--subscribe").split(",")
     assert sorted(subscribed) == sorted(TOPICS)

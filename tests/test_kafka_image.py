@@ -1,5 +1,5 @@
 """The Kafka image's configuration (deploy/kafka/start-kafka.sh), without Docker: the settings the
-containerized test broker gets (ingest.broker.container.kafka_env) become the same server.properties
+containerized test broker gets (ingest.devtools.broker.container.kafka_env) become the same server.properties
 our embedded Apache Kafka runs with, and the storage is formatted once, as a single-node quorum."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker.apache_kafka import SINGLE_NODE
-from ingest.broker.container import kafka_env
+from ingest.devtools.broker.apache_kafka import SINGLE_NODE
+from ingest.devtools.broker.container import kafka_env
 
 pytestmark = pytest.mark.unit
 

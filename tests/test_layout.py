@@ -39,7 +39,15 @@ ALLOWED = {
     "sink.handover": {"sink.handover", "store!", "store.format"},
     "ingest.kafka": {"ingest.kafka", "ingest.stream_runner"},   # a leaf: what any Python stream reader does on stop
     "ingest": {"ingest", "sink", "store!", "store.format", "store.scan", "store.tools!"},
+    # what development runs beside the job (the demo, the embedded brokers): it drives the job and reads
+    # its store; the job never imports it back (test_the_job_never_loads_the_development_launchers)
+    "ingest.devtools": {"ingest", "sink", "store!", "store.format"},
 }
+
+DEVTOOLS = "ingest.devtools"
+# the modules that may load the development launchers, inside a function only: the console script's
+# `commitlog broker` subcommand, so `commitlog run` never imports a broker launcher
+DEVTOOLS_DOORS = {"ingest.cli"}
 
 
 def modules() -> Iterator[tuple[str, Path]]:
@@ -70,6 +78,12 @@ def imports(name: str, path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, target
 
 
+def top_level_lines(path: Path) -> set[int]:
+    """The lines of the imports a module runs when it is loaded (its body's own import statements)."""
+    body = ast.parse(path.read_text(), str(path)).body
+    return {node.lineno for node in body if isinstance(node, ast.Import | ast.ImportFrom)}
+
+
 def room_of(name: str) -> str:
     return max((r for r in ALLOWED if name == r or name.startswith(r + ".")), key=len)
 
@@ -91,6 +105,23 @@ def test_every_import_goes_down_to_a_room_it_may_use() -> None:
         for line, target in imports(name, path):
             if not allowed(room, target):
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: {room} may not import {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_job_never_loads_the_development_launchers() -> None:
+    wrong = []
+    for name, path in modules():
+        if room_of(name) == DEVTOOLS:
+            continue
+        loaded = top_level_lines(path)
+        for line, target in imports(name, path):
+            if target != DEVTOOLS and not target.startswith(DEVTOOLS + "."):
+                continue
+            if name not in DEVTOOLS_DOORS:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {name} may not import {target} (a development launcher)")
+            elif line in loaded:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {name} imports {target} when it is loaded; "
+                             f"import it inside the subcommand")
     assert not wrong, "\n".join(wrong)
 
 
@@ -142,8 +173,13 @@ def test_the_rules_see_the_imports_they_judge() -> None:
     that module."""
     names = dict(modules())
     seen = {t for _, t in imports("ingest.cli", names["ingest.cli"])}
-    assert "store.tools" in seen and "ingest.broker" in seen
+    assert "store.tools" in seen and "ingest.devtools.broker" in seen
     assert room_of("store.log.commitlog") == "store.log" and room_of("store.read.reader") == "store.read"
     assert not allowed("sink", "store.log.commitlog") and allowed("sink", "store")
     assert not allowed("ingest", "store.tools.dump") and allowed("ingest", "store.format")
     assert room_of("sink.handover.spool") == "sink.handover" and not allowed("sink.handover", "sink.state")
+    assert room_of("ingest.devtools.broker.tansu") == DEVTOOLS and room_of("ingest.cli") == "ingest"
+    cli_lines = [line for line, t in imports("ingest.cli", names["ingest.cli"]) if t.startswith(DEVTOOLS)]
+    assert cli_lines and not set(cli_lines) & top_level_lines(names["ingest.cli"])
+    assert {"ingest.devtools.broker.base"} <= {t for _, t in imports("ingest.devtools.broker.tansu",
+                                                                     names["ingest.devtools.broker.tansu"])}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker.base import free_port
+from ingest.devtools.broker.base import free_port
 from ingest.job import run_stream
 from ingest.metrics import LATENCY_BUCKETS, OBSERVED
 from store import read_commit_point

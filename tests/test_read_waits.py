@@ -10,8 +10,8 @@ import time
 import pytest
 from kafka import KafkaProducer
 
-from ingest.broker import start_embedded
-from ingest.broker.base import free_port
+from ingest.devtools.broker import start_embedded
+from ingest.devtools.broker.base import free_port
 from ingest.kafka.offsets import KafkaOffsetRange
 from ingest.kafka.options import KafkaSourceError
 from ingest.kafka.read import KafkaColumns, read_range

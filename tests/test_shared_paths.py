@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import free_port, start_tansu
+from ingest.devtools.broker import free_port, start_tansu
 from sink.deadletter import DEAD_LETTER_DIR, DEAD_LETTER_FILE, DeadLetterLog
 
 pytestmark = pytest.mark.unit

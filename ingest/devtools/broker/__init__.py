@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ingest.broker.apache_kafka import start_kafka
-from ingest.broker.base import Broker, BrokerError, free_port, wait_for_metadata
-from ingest.broker.container import container_missing, docker_available, start_container
-from ingest.broker.tansu import start_tansu
+from ingest.devtools.broker.apache_kafka import start_kafka
+from ingest.devtools.broker.base import Broker, BrokerError, free_port, wait_for_metadata
+from ingest.devtools.broker.container import container_missing, docker_available, start_container
+from ingest.devtools.broker.tansu import start_tansu
 
 __all__ = ["Broker", "BrokerError", "broker", "container_missing", "docker_available", "free_port", "require_docker", "run_foreground",
            "start_container", "start_embedded", "start_kafka", "start_tansu", "wait_for_metadata"]

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ingest.broker.base import Broker, BrokerError, free_port, wait_for_metadata
-from ingest.broker.process import ServerProcess
+from ingest.devtools.broker.base import Broker, BrokerError, free_port, wait_for_metadata
+from ingest.devtools.broker.process import ServerProcess
 from ingest.jvm import JvmJarsMissing, classpath, java
 
 # A single node: every internal topic has one replica and one partition (fifty partitions of

@@ -1,5 +1,5 @@
 """Apache Kafka in a container, through testcontainers' generic container: the broker the tests take
-when a Docker engine answers (``ingest.broker.broker``).
+when a Docker engine answers (``ingest.devtools.broker.broker``).
 
 The image is ours (``commitlog-ingest/kafka:4.1.1``, deploy/kafka/, built by ``make test``'s
 ``.ci/docker-images.sh`` from the same Apache Kafka jars ``make jvm`` resolves): testcontainers'
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from ingest.broker.apache_kafka import SINGLE_NODE
-from ingest.broker.base import Broker, BrokerError, free_port, wait_for_metadata
+from ingest.devtools.broker.apache_kafka import SINGLE_NODE
+from ingest.devtools.broker.base import Broker, BrokerError, free_port, wait_for_metadata
 
 KAFKA_IMAGE = "commitlog-ingest/kafka:4.1.1"
 ENV_IMAGE = "COMMITLOG_KAFKA_IMAGE"

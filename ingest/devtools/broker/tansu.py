@@ -8,8 +8,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ingest.broker.base import Broker, BrokerError, free_port, wait_for_metadata
-from ingest.broker.process import ServerProcess
+from ingest.devtools.broker.base import Broker, BrokerError, free_port, wait_for_metadata
+from ingest.devtools.broker.process import ServerProcess
 
 
 def tansu_binary() -> str:

@@ -1,22 +1,18 @@
-"""Kafka record batches straight to encoded CommitLog records, one C pass per record.
+"""Kafka record batches straight to encoded CommitLog records, one C pass per record: the mapping's
+implementation for the records every real stream is made of.
 
-The general path of a read task decodes each fetch into Arrow columns (ingest.kafka.decode), maps
-them (ingest.encode.mapping) and encodes them (store.format.batch_codec): three passes and a dozen Arrow arrays
-per field, ~70 ms of CPU per 50,000 records, the largest part of what the job costs beyond reading
-(BENCHMARKS.md, pipeline). ``DirectEncoder`` does the same for the records every real stream is
-made of, in C (ingest/encode/_direct_encode.c, built by setup.py): it walks the fetched bytes once and
-writes each record's head, body, topic and properties where they belong, with the body CRC.
-
-It covers the mapping's default rules for the records real streams are made of (UTF-8 keys and
-headers, null and empty values) and hands back the others, row by row: a key or header that is not UTF-8 text
-or holds a property separator, a null, empty, reserved or repeated header (kept as KAFKA_HEADERS),
-the born-host or DELAY header, a record over a limit (a dead letter). Those records are decoded,
-mapped and encoded the general way, which knows every rule and every error message, and put back
-in their place, so the rows, their order and so their queue offsets are what the general path
-gives for the whole fetch (tests/test_direct_encode.py). A whole fetch goes the general way only
-when a batch does not parse, or for settings the kernel does not cover at all (the envelope
-mode, property CRCs). Without a C compiler at install time there is no kernel and every fetch goes
-the general way.
+``DirectEncoder`` (ingest/encode/_direct_encode.c, built by setup.py, which needs a C compiler)
+walks the fetched bytes once and writes each record's head, body, topic and properties where they
+belong, with the body CRC, under the mapping's default rules: UTF-8 keys and headers, null and empty
+values. It hands back the other records, row by row: a key or header that is not UTF-8 text or holds
+a property separator, a null, empty, reserved or repeated header (kept as KAFKA_HEADERS), the
+born-host or DELAY header, a record over a limit (a dead letter). Those go the general way
+(ingest.encode.prepare.map_and_encode: the per-row rules of ingest.encode.mapping, which know every
+rule and every error message, then store.format's batch codec) and are put back in their place, so
+the rows, their order and so their queue offsets are what the general path gives for the whole
+fetch (tests/test_direct_encode.py holds the two equal). A whole fetch goes the general way when a
+batch does not parse, or for settings the kernel does not cover at all (the envelope mode, property
+CRCs, a target topic RocketMQ refuses).
 
 Kafka rows that are already Arrow columns (Spark's own Kafka source, a replayed export: what
 ingest.encode.prepare.map_and_encode_batches is handed) take the same kernel through

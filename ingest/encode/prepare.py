@@ -9,8 +9,8 @@ Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
 - Any DataFrame of Kafka columns (Spark's own Kafka source, exported files) is sorted by (topic,
   partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept), each
   partition's rows through the same C pass as the message source's where it covers them.
-What the C pass does not take (the records it hands back; whole batches in envelope mode, with
-property CRCs, or when partitions interleave) is mapped record by record (ingest.encode.mapping_batch)
+What the C pass does not take (the records it hands back; whole batches in envelope mode, a refused
+target topic, or partitions that interleave) is mapped record by record (ingest.encode.mapping_batch)
 and encoded by store.format's batch codec: map_and_encode, the general path.
 ``toArrow()`` collects the packed partitions in order (collect_packed) and the sink takes them from
 there: it unpacks them and drops what the store already holds; the store numbers each queue.

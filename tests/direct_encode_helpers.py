@@ -47,7 +47,7 @@ MAPPINGS = pytest.mark.parametrize("mapping", [
 
 
 TEXTS = st.one_of(st.text(max_size=6).map(str.encode), st.binary(max_size=6),
-                  st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"bornHost", b"a\x01", b"\x02"]))
+                  st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"bornHost", b"__CRC32#", b"a\x01", b"\x02"]))
 RECORDS = st.lists(st.tuples(
     st.one_of(st.none(), TEXTS), st.one_of(st.none(), st.binary(max_size=40)),
     st.lists(st.tuples(TEXTS.map(lambda b: b.decode("utf-8", "replace")), st.one_of(st.none(), TEXTS)),

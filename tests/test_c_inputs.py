@@ -186,7 +186,7 @@ def encoder_args(rows: int, queue_ids: int | None = None, head: int = 88) -> lis
     n = rows if queue_ids is None else queue_ids
     return [bytes(), bytes(), 0, 10, np.zeros(1024, np.uint8), np.zeros(rows, np.int64), np.zeros(n, np.int32),
             np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int8),
-            np.zeros((rows, 4), np.int64), bytes(head), b"\x05Topic", b"", b"", b"", b"born", 1000, 2000, 3000, 0, 0]
+            np.zeros((rows, 4), np.int64), bytes(head), b"\x05Topic", b"", b"", b"", b"born", 1000, 2000, 3000, 0, 0, 0]
 
 
 def test_encode_fetch_refuses_row_arrays_shorter_than_starts_and_a_short_head() -> None:

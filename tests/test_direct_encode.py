@@ -5,6 +5,7 @@ other one handed back, mapped the general way and put back in its place."""
 from __future__ import annotations
 
 import random
+import zlib
 
 import pyarrow as pa
 import pytest
@@ -180,18 +181,32 @@ def test_handed_back_records_keep_their_place_across_batches_and_codecs() -> Non
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=RECORDS, key_hash=st.booleans())
-def test_any_records_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool) -> None:
+@given(records=RECORDS, key_hash=st.booleans(), prop_crc=st.booleans())
+def test_any_records_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool,
+                                                             prop_crc: bool) -> None:
     mapping = MappingConfig(queue_mode="key-hash", queue_count=5) if key_hash else MappingConfig()
-    direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, len(records), mapping)
+    direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, len(records), mapping,
+                                         CodecConfig(enabled_append_prop_crc=prop_crc))
     assert_same(direct, general)
     assert encoder.direct_records + sum(encoder.fallbacks.values()) == len(records)
 
 
 def test_settings_it_does_not_cover_leave_every_fetch_to_the_general_path() -> None:
     assert DirectEncoder.for_partition(TOPIC, 0, MappingConfig(envelope=True), CodecConfig()) is None
-    assert DirectEncoder.for_partition(TOPIC, 0, MappingConfig(), CodecConfig(enabled_append_prop_crc=True)) is None
     assert DirectEncoder.for_partition("bad topic!", 0, MappingConfig(), CodecConfig()) is None
+
+
+def test_property_crcs_are_written_by_the_kernel_as_the_general_path_writes_them() -> None:
+    records = [(b"k%d" % i, b"v" * i, [("trace", b"t")]) for i in range(1, 51)]
+    records.insert(7, (b"k", b"v", [("__CRC32#", b"1234567890")]))    # the codec drops such a property
+    codec = CodecConfig(enabled_append_prop_crc=True)
+    direct, general, encoder = both_ways(fetched([(0, records, NONE)]), 0, len(records), MappingConfig(), codec)
+    assert_same(direct, general)
+    assert encoder.direct_records == 50 and encoder.fallbacks == {"header name reserved or repeated": 1}
+    for record in direct.column("record").to_pylist():
+        # __CRC32#\x01, ten digits least significant first, \x02: the masked CRC-32 of all before it
+        assert record[-20:-11] == b"__CRC32#\x01" and record[-1:] == b"\x02"
+        assert int(record[-11:-1][::-1]) == zlib.crc32(record[:-20]) & 0x7FFFFFFF
 
 
 def test_a_damaged_batch_is_left_to_the_general_path_which_reports_it() -> None:

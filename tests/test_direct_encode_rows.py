@@ -146,11 +146,12 @@ def test_columns_of_spark_s_large_variable_types_are_read_as_the_usual_ones() ->
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=RECORDS, key_hash=st.booleans(), start=st.integers(0, 3))
-def test_any_rows_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool, start: int) -> None:
+@given(records=RECORDS, key_hash=st.booleans(), start=st.integers(0, 3), prop_crc=st.booleans())
+def test_any_rows_come_out_as_the_general_path_makes_them(records: list[Record], key_hash: bool, start: int,
+                                                          prop_crc: bool) -> None:
     mapping = MappingConfig(queue_mode="key-hash", queue_count=5) if key_hash else MappingConfig()
     rows = kafka_rows(records).slice(min(start, len(records) - 1))
-    direct, general, encoder = both_ways(rows, mapping)
+    direct, general, encoder = both_ways(rows, mapping, CodecConfig(enabled_append_prop_crc=prop_crc))
     assert_same(direct, general)
     assert encoder.direct_records + sum(encoder.fallbacks.values()) == rows.num_rows
 

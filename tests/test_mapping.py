@@ -1,5 +1,5 @@
-"""Kafka record -> RocketMQ message mapping, on Arrow batches, without Spark. Every test runs both
-ways: vectorized (ingest.encode.mapping_fast, its odd rows redone row by row) and row by row."""
+"""Kafka record -> RocketMQ message mapping, on Arrow batches, without Spark: the general path's rules
+(the C pass is held to them by tests/test_direct_encode*.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.encode import mapping_batch
 from ingest.encode.mapping import KAFKA_SCHEMA, MappingConfig, MappingConfigError, uniq_key
-from ingest.encode.mapping_batch import map_kafka_batch, map_rows, map_vectorized
+from ingest.encode.mapping_batch import map_kafka_batch
 from ingest.encode.restore import RestoreError, kafka_headers, kafka_key, kafka_value
 from sink.handover.schema import VALUE_EMPTY, VALUE_IN_BODY, VALUE_NULL
 from store.format import EMPTY_VALUE_BODY
@@ -21,13 +20,6 @@ from store.format.properties import string_to_properties, tags_code
 from tests.batch_helpers import TS, kafka_rows
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(autouse=True, params=["vectorized", "per-row"])
-def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """map_kafka_batch takes the vectorized path from one row on, or never."""
-    monkeypatch.setattr(mapping_batch, "VECTORIZED_MIN_ROWS", 1 if request.param == "vectorized" else 1 << 62)
-    return request.param
 
 
 def one(batch: pa.RecordBatch, cfg: MappingConfig | None = None) -> dict:
@@ -48,10 +40,10 @@ def test_a_record_becomes_a_message_with_its_source_coordinates() -> None:
     assert (row["raw_key"], row["raw_value"], row["raw_headers"]) == (None, None, None)
 
 
-def test_uniq_key_is_32_upper_hex_and_stable() -> None:
-    k = uniq_key("orders", 3, 41)
-    assert len(k) == 32 and set(k) <= set("0123456789ABCDEF")
-    assert k == uniq_key("orders", 3, 41) != uniq_key("orders", 3, 42)
+def test_uniq_key_is_crc32_of_the_topic_then_partition_then_offset_in_upper_hex() -> None:
+    # crc32(b"orders") = 0xE52FFDEE; partition 3 and offset 41 (0x29), big-endian
+    assert uniq_key("orders", 3, 41) == "E52FFDEE" "00000003" "0000000000000029"
+    assert uniq_key("orders", -1, -1) == "E52FFDEE" "FFFFFFFF" "FFFFFFFFFFFFFFFF"   # as Java's int and long
 
 
 def test_topic_map_and_born_host_header() -> None:
@@ -68,13 +60,11 @@ def test_key_hash_queues_follow_rocketmq_select_by_hash() -> None:
     assert row["queue_id"] == abs(tags_code("customer-42")) % 8
 
 
-def test_one_of_n_broker_groups_stores_partition_p_as_queue_p_div_n_both_ways() -> None:
+def test_one_of_n_broker_groups_stores_partition_p_as_queue_p_div_n() -> None:
     batch = kafka_rows(*[{"partition": p, "offset": p} for p in (1, 3, 5, 7, 9)])
-    cfg = MappingConfig(broker_groups=2)
-    for map_batch in (map_vectorized, map_rows):
-        rows = map_batch(batch, cfg).to_pylist()
-        assert [r["queue_id"] for r in rows] == [0, 1, 2, 3, 4]
-        assert [string_to_properties(r["properties"])["KAFKA_PARTITION"] for r in rows] == ["1", "3", "5", "7", "9"]
+    rows = map_kafka_batch(batch, MappingConfig(broker_groups=2)).to_pylist()
+    assert [r["queue_id"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [string_to_properties(r["properties"])["KAFKA_PARTITION"] for r in rows] == ["1", "3", "5", "7", "9"]
     with pytest.raises(MappingConfigError, match="broker groups 0"):
         MappingConfig(broker_groups=0)
 
@@ -127,12 +117,6 @@ def test_null_and_empty_values_get_a_one_byte_body_and_a_property_saying_which()
     assert "KAFKA_VALUE_NULL" not in props[2] and "KAFKA_VALUE_EMPTY" not in props[2]
     assert [r["value_kind"] for r in (tomb, empty, full)] == [VALUE_NULL, VALUE_EMPTY, VALUE_IN_BODY]
     assert [kafka_value(r["body"], p) for r, p in zip((tomb, empty, full), props)] == [None, b"", b"\x00"]
-
-
-def test_the_vectorized_and_per_row_mappings_agree_on_null_and_empty_values() -> None:
-    rows = kafka_rows({"value": None, "key": b"a"}, {"value": b"", "offset": 1, "key": b"b"},
-                      {"value": b"v", "offset": 2, "key": b"c"})
-    assert map_vectorized(rows, MappingConfig()).equals(map_rows(rows, MappingConfig()))
 
 
 def test_stores_written_before_the_marker_still_read_back() -> None:
@@ -230,22 +214,3 @@ def test_bad_settings_are_refused() -> None:
         MappingConfig(queue_mode="round-robin")
     with pytest.raises(MappingConfigError, match="store_host"):
         MappingConfig(store_host="nowhere")
-
-
-def test_vectorized_and_per_row_paths_agree() -> None:
-    rows = []
-    for i in range(300):
-        headers = [{"key": "TAGS", "value": f"t{i % 4}".encode()}, {"key": "n", "value": str(i).encode()}]
-        if i % 17 == 0:
-            headers.append({"key": "bornHost", "value": b"10.0.0.1:99"})      # per-row path
-        if i % 23 == 0:
-            headers.append({"key": "odd", "value": "ünïcode".encode()})        # per-row path
-        if i % 29 == 0:
-            headers = []
-        key = None if i % 5 == 0 else (f"key-{i}".encode() if i % 7 else "clé".encode())
-        rows.append({"key": key, "value": b"z" * (i % 150), "offset": i, "partition": i % 3,
-                     "topic": "orders" if i % 11 else "bad topic", "headers": headers})
-    batch = kafka_rows(*rows)
-    for cfg in (MappingConfig(max_message_size=120), MappingConfig(queue_mode="key-hash", queue_count=5,
-                                                                   topic_map={"orders": "Orders"})):
-        assert map_vectorized(batch, cfg).to_pylist() == map_rows(batch, cfg).to_pylist()

@@ -6,7 +6,9 @@
  * record of its task (a head template encoded by store.format.codec, the topic part, the KAFKA_*
  * property prefix) and output buffers sized for the worst case; the positions of the fields patched
  * per record are store/format/_layout.h's. A record is laid out exactly as store.format.batch_codec
- * lays out the mapping of ingest.encode.mapping. A record this file does not cover (a key or header
+ * lays out the mapping of ingest.encode.mapping; with property CRCs (crc_reserve > 0) the properties
+ * end with that many zero bytes, which the caller overwrites with the CRC pair as the batch codec
+ * does. A record this file does not cover (a key or header
  * that is not UTF-8 text or holds a separator, a null, empty, reserved or repeated header, a born-host
  * or DELAY header, a record over a limit) is handed back: its bytes' place is noted, nothing of it is
  * written, and the caller maps and encodes it the general way, so the rules and the error messages
@@ -122,12 +124,12 @@ static PyObject *encode_fetch(PyObject *self, PyObject *args) {
     memset(&j, 0, sizeof j);
     Py_buffer sections;
     memset(&sections, 0, sizeof sections);
-    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii", &j.b.records, &sections, &j.lo,
+    if (!PyArg_ParseTuple(args, "y*y*LLw*w*w*w*w*w*w*w*y*y*y*y*y*y*nnniin", &j.b.records, &sections, &j.lo,
                           &j.hi, &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
                           &j.b.timestamps, &j.b.value_kinds, &j.b.back, &j.b.head, &j.b.topic_part,
                           &j.b.coords_prefix,
                           &j.b.uniq_prefix, &j.b.reserved, &j.b.born_header, &j.max_body, &j.max_record,
-                          &j.max_props, &j.queue_id, &j.key_hash_queues)) {
+                          &j.max_props, &j.queue_id, &j.key_hash_queues, &j.crc_reserve)) {
         release(&j.b);
         if (sections.obj)
             PyBuffer_Release(&sections);
@@ -234,14 +236,14 @@ static PyObject *encode_rows(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     /* the columns flat, not as a tuple: PyArg_ParseTuple sizes its cleanup list by the top-level
      * arguments, and the buffers of a nested tuple overrun it */
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*y*y*y*y*y*y*nnnii",
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*y*y*y*y*y*y*nnniin",
                           &c[KEY_OFF], &c[KEY_DATA], &c[KEY_VALID], &c[VAL_OFF], &c[VAL_DATA], &c[VAL_VALID],
                           &c[HDR_OFF], &c[NAME_OFF], &c[NAME_DATA], &c[HDR_OK], &c[HVAL_OFF], &c[HVAL_DATA],
                           &c[HVAL_VALID], &c[OFFSETS], &c[TS_MS], &c[RAW_TS], &c[GENERAL],
                           &j.b.out, &j.b.starts, &j.b.queue_ids, &j.b.tags_codes, &j.b.kafka_offsets,
                           &j.b.timestamps, &j.b.value_kinds, &j.b.back, &j.b.head, &j.b.topic_part,
                           &j.b.coords_prefix, &j.b.uniq_prefix, &j.b.reserved, &j.b.born_header, &j.max_body,
-                          &j.max_record, &j.max_props, &j.queue_id, &j.key_hash_queues)
+                          &j.max_record, &j.max_props, &j.queue_id, &j.key_hash_queues, &j.crc_reserve)
         || !job_holds(&j, "encode_rows"))
         goto done;
     const Py_ssize_t n = c[OFFSETS].len / 8, headers = c[HDR_OK].len;
@@ -271,7 +273,7 @@ static PyMethodDef methods[] = {
      "encode_fetch(records, sections, lo, hi, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, "
      "value_kinds, back, "
      "head, topic_part, coords_prefix, uniq_prefix, reserved, born_header, max_body, max_record, max_props, "
-     "queue_id, key_hash_queues) -> (out_len, rows, handed_back) "
+     "queue_id, key_hash_queues, crc_reserve) -> (out_len, rows, handed_back) "
      "| -reason; back holds (section, record start, record end, reason) per handed-back record"},
     {"encode_rows", encode_rows, METH_VARARGS,
      "encode_rows(*columns, out, starts, ... as encode_fetch from out on) -> (out_len, rows, handed_back) | -reason; "

@@ -149,6 +149,7 @@ static void release(Buffers *b) {
 typedef struct {
     Buffers b;
     Py_ssize_t out_pos, row, nback, max_body, max_record, max_props;
+    Py_ssize_t crc_reserve;     /* bytes left zero after the properties for the caller's property CRC, or 0 */
     long long lo, hi;
     int queue_id, key_hash_queues;
     /* the section (one Kafka record batch) being encoded: its bytes in records, its batch fields */
@@ -298,6 +299,11 @@ static int write_record(Job *j, const Rec *r, int *reason) {
     for (int s = 60; s >= 0; s -= 4)
         out[o++] = (uint8_t)HEX[((uint64_t)offset >> s) & 0xF];
     out[o++] = 0x02;
+    if (j->crc_reserve > 0) {
+        NEED(j->crc_reserve);
+        memset(out + o, 0, (size_t)j->crc_reserve);
+        o += j->crc_reserve;
+    }
 
     const Py_ssize_t props_len = o - props_at;
     const Py_ssize_t total = o - start;

@@ -1,22 +1,20 @@
-"""Kafka record batches straight to encoded CommitLog records, one C pass per record.
+"""Kafka record batches straight to encoded CommitLog records, one C pass per record: the mapping's
+implementation for the records every real stream is made of.
 
-The general path of a read task decodes each fetch into Arrow columns (ingest.kafka.decode), maps
-them (ingest.encode.mapping) and encodes them (store.format.batch_codec): three passes and a dozen Arrow arrays
-per field, ~70 ms of CPU per 50,000 records, the largest part of what the job costs beyond reading
-(BENCHMARKS.md, pipeline). ``DirectEncoder`` does the same for the records every real stream is
-made of, in C (ingest/encode/_direct_encode.c, built by setup.py): it walks the fetched bytes once and
-writes each record's head, body, topic and properties where they belong, with the body CRC.
-
-It covers the mapping's default rules for the records real streams are made of (UTF-8 keys and
-headers, null and empty values) and hands back the others, row by row: a key or header that is not UTF-8 text
-or holds a property separator, a null, empty, reserved or repeated header (kept as KAFKA_HEADERS),
-the born-host or DELAY header, a record over a limit (a dead letter). Those records are decoded,
-mapped and encoded the general way, which knows every rule and every error message, and put back
-in their place, so the rows, their order and so their queue offsets are what the general path
-gives for the whole fetch (tests/test_direct_encode.py). A whole fetch goes the general way only
-when a batch does not parse, or for settings the kernel does not cover at all (the envelope
-mode, property CRCs). Without a C compiler at install time there is no kernel and every fetch goes
-the general way.
+``DirectEncoder`` (ingest/encode/_direct_encode.c, built by setup.py, which needs a C compiler)
+walks the fetched bytes once and writes each record's head, body, topic and properties where they
+belong, with the body CRC, under the mapping's default rules: UTF-8 keys and headers, null and empty
+values. It hands back the other records, row by row: a key or header that is not UTF-8 text or holds
+a property separator, a null, empty, reserved or repeated header (kept as KAFKA_HEADERS), the
+born-host or DELAY header, a record over a limit (a dead letter). Those go the general way
+(ingest.encode.prepare.map_and_encode: the per-row rules of ingest.encode.mapping, which know every
+rule and every error message, then store.format's batch codec) and are put back in their place, so
+the rows, their order and so their queue offsets are what the general path gives for the whole
+fetch (tests/test_direct_encode.py holds the two equal). A whole fetch goes the general way when a
+batch does not parse, or for settings the kernel does not cover at all (the envelope mode, a target
+topic RocketMQ refuses). With property CRCs the kernel leaves their 20 bytes after each record's
+properties and the CRCs are written over them as the batch codec writes its own (apply_prop_crcs);
+a header named like the CRC property is handed back (the codec drops such a property).
 
 Kafka rows that are already Arrow columns (Spark's own Kafka source, a replayed export: what
 ingest.encode.prepare.map_and_encode_batches is handed) take the same kernel through
@@ -26,6 +24,7 @@ fetch's bytes, and writes the same records (tests/test_direct_encode_rows.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -52,14 +51,17 @@ from ingest.kafka.fetch import ArrowChunk
 from sink.handover.schema import ENCODED_SCHEMA, VALUE_KIND
 from store import StoreError
 from store.format import (
+    CRC32_RESERVED_LEN,
     MAX_PROPERTIES_LENGTH,
     POS_BORNHOST,
     POS_SYSFLAG,
+    PROPERTY_CRC32,
     PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_UNIQ_KEY,
     CodecConfig,
     HostAddress,
     Message,
+    apply_prop_crcs,
     binary_from,
     binary_parts,
     encode_message,
@@ -77,7 +79,13 @@ FALLBACK_REASONS = {1: "damaged batch", 2: "key not UTF-8 text", 3: "header name
 # TOTALSIZE .. BODYLENGTH without the two hosts: STORETIMESTAMP, RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET and
 # BODYLENGTH follow BORNTIMESTAMP's 8 bytes and the born host
 _HEAD_FIXED = POS_BORNHOST + 8 + 4 + 8 + 4
-_RESERVED = b"\0".join(name.encode() for name in sorted(RESERVED_PROPERTIES))   # header names handed back
+
+
+def _reserved(prop_crc: bool) -> bytes:
+    """The header names the kernel hands back, NUL-separated: the mapping's own properties, and the
+    CRC property's name when the codec writes (and so first drops) one."""
+    names = RESERVED_PROPERTIES | {PROPERTY_CRC32} if prop_crc else RESERVED_PROPERTIES
+    return b"\0".join(name.encode() for name in sorted(names))
 
 
 @dataclass
@@ -97,6 +105,8 @@ class DirectEncoder:
     key_hash_queues: int        # 0: queueId = queue_id
     sys_flag: int
     queue_id: int               # the partition's queue (MappingConfig.partition_queue)
+    reserved: bytes             # header names handed back (_reserved)
+    crc_reserve: int            # CRC32_RESERVED_LEN with property CRCs, else 0
     fallbacks: Counter = field(default_factory=Counter)   # records that went the general way, by reason
     direct_records: int = 0                                # records the kernel encoded
 
@@ -104,16 +114,18 @@ class DirectEncoder:
     def for_partition(cls, topic: str, partition: int, mapping: MappingConfig,
                       codec: CodecConfig) -> DirectEncoder | None:
         """The encoder of ``topic``-``partition``, or None when its records need the general path
-        whatever they hold (envelope mode, property CRCs, a target topic RocketMQ refuses)."""
-        if mapping.envelope or codec.enabled_append_prop_crc:
+        whatever they hold (envelope mode, a target topic RocketMQ refuses)."""
+        if mapping.envelope:
             return None
         target = mapping.topic_map.get(topic, topic)
         if topic_problem(target):
             return None
         born, store = HostAddress.parse(mapping.born_host), HostAddress.parse(mapping.store_host)
         try:
+            # without the CRC's reserved bytes, so that the template ends with an empty properties part
             template = encode_message(Message(topic=target, body=b"", queue_id=mapping.partition_queue(partition),
-                                              born_host=born, store_host=store), codec)
+                                              born_host=born, store_host=store),
+                                      dataclasses.replace(codec, enabled_append_prop_crc=False))
         except StoreError:
             return None
         head_len = _HEAD_FIXED + len(born.to_bytes()) + len(store.to_bytes())
@@ -128,14 +140,16 @@ class DirectEncoder:
             max_body=min(mapping.max_message_size, codec.max_message_size), max_record=codec.max_record_size,
             key_hash_queues=mapping.queue_count if key_hash else 0,
             sys_flag=int.from_bytes(template[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True),
-            queue_id=mapping.partition_queue(partition))
+            queue_id=mapping.partition_queue(partition), reserved=_reserved(codec.enabled_append_prop_crc),
+            crc_reserve=CRC32_RESERVED_LEN if codec.enabled_append_prop_crc else 0)
 
     @property
     def _record_overhead(self) -> int:
         # the most a record's encoding adds to its key, value and header bytes in the fetch
         return (len(self.head) + len(self.topic_part) + 2 + len("KEYS") + 2 + len(self.coords_prefix) + 20
                 + len(f"{SEP2}{PROPERTY_UNIQ_KEY}{SEP1}") + len(self.uniq_prefix) + 16 + 1
-                + len(f"{PROPERTY_KAFKA_VALUE_EMPTY}{SEP1}true{SEP2}") + 1)   # the longer mark, a 1-byte body
+                + len(f"{PROPERTY_KAFKA_VALUE_EMPTY}{SEP1}true{SEP2}") + 1   # the longer mark, a 1-byte body
+                + self.crc_reserve)
 
     def encode(self, chunk: ArrowChunk, until_offset: int,
                general: Callable[[ArrowChunk], pa.RecordBatch]) -> pa.RecordBatch | None:
@@ -211,13 +225,15 @@ class DirectEncoder:
         back = np.empty((rows, 4), np.int64)
         done = kernel(
             *inputs, out, starts, queue_ids, tags_codes, kafka_offsets, timestamps, value_kinds, back, self.head,
-            self.topic_part, self.coords_prefix, self.uniq_prefix, _RESERVED, self.born_header, self.max_body,
-            self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id, self.key_hash_queues)
+            self.topic_part, self.coords_prefix, self.uniq_prefix, self.reserved, self.born_header, self.max_body,
+            self.max_record, MAX_PROPERTIES_LENGTH, self.queue_id, self.key_hash_queues, self.crc_reserve)
         if isinstance(done, int):
             self._count(FALLBACK_REASONS.get(-done, str(done)), rows, what)
             return None
         pos, row, handed_back = done
         self.direct_records += row
+        if self.crc_reserve and row:
+            apply_prop_crcs(out, starts[:row], np.diff(starts[:row], append=pos))
         direct = self._batch(out[:pos], starts[:row], queue_ids[:row], tags_codes[:row], kafka_offsets[:row],
                              timestamps[:row], value_kinds[:row])
         back = back[:handed_back]

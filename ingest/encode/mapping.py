@@ -1,6 +1,8 @@
 """Kafka record -> RocketMQ message: the mapping's settings and its rules, record by record (map_row);
 ingest.encode.mapping_batch applies them to whole Arrow batches (in Spark's executors, see
-ingest.encode.prepare).
+ingest.encode.prepare). The one Python implementation of every rule and every dead-letter reason:
+the C pass (ingest.encode.direct_encode) covers the usual records and hands the others here, and
+is tested against these rules.
 
 No Spark: the same rules map a micro-batch in the stream, a replayed range and an exported file,
 and are unit-tested on their own. A record that cannot become a RocketMQ message is not
@@ -143,7 +145,7 @@ def _has_separator(s: str) -> bool:
 
 @dataclass
 class MappedRow:
-    """One record's mapped fields while they are being assembled (the slow, general path)."""
+    """One live record's mapped fields (a dead one raises DeadRecord instead)."""
 
     topic: str | None
     queue_id: int
@@ -153,8 +155,6 @@ class MappedRow:
     tags: str | None
     born_host: bytes
     value_kind: int = VALUE_IN_BODY
-    dead_reason: str | None = None
-    dead_code: DeadLetterReason | None = None
 
 
 def _decode_text(raw: bytes | None, what: str) -> str:

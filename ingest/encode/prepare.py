@@ -9,6 +9,9 @@ Two ways in, one result (a table in ENCODED_SCHEMA, commit-log order):
 - Any DataFrame of Kafka columns (Spark's own Kafka source, exported files) is sorted by (topic,
   partition, offset), then mapped and encoded by ``mapInArrow`` (a narrow step, order kept), each
   partition's rows through the same C pass as the message source's where it covers them.
+What the C pass does not take (the records it hands back; whole batches in envelope mode, a refused
+target topic, or partitions that interleave) is mapped record by record (ingest.encode.mapping_batch)
+and encoded by store.format's batch codec: map_and_encode, the general path.
 ``toArrow()`` collects the packed partitions in order (collect_packed) and the sink takes them from
 there: it unpacks them and drops what the store already holds; the store numbers each queue.
 """
@@ -43,8 +46,8 @@ MAX_RUNS = 64   # partition_runs: more runs than this (and than one per 64 rows)
 
 
 def map_and_encode(batch: pa.RecordBatch, mapping: MappingConfig, codec: CodecConfig) -> pa.RecordBatch:
-    """Kafka rows -> ENCODED_SCHEMA rows: the live ones encoded (in their order), then the dead
-    letters with their reason and the raw Kafka record."""
+    """Kafka rows -> ENCODED_SCHEMA rows the general way (every rule, record by record): the live
+    ones encoded (in their order), then the dead letters with their reason and the raw Kafka record."""
     n = batch.num_rows
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=ENCODED_SCHEMA)

@@ -17,6 +17,7 @@ from store.format import constants
 _LAZY = {
     "CodecConfig": "store.format.codec", "Message": "store.format.codec", "DecodedMessage": "store.format.codec",
     "encode_message": "store.format.codec", "decode_message": "store.format.codec",
+    "apply_prop_crcs": "store.format.codec",
     "HostAddress": "store.format.hosts", "tags_code": "store.format.properties",
     "encode_valid_rows": "store.format.batch_codec", "binary_from": "store.format.batch_columns",
     "pooled_bytes": "store.format.batch_columns", "binary_parts": "store.format.batch_columns",

@@ -32,7 +32,8 @@ ALLOWED = {
     "store.tools": {"store"},
     "store": {"store.format", "store.scan", "store.queue", "store.log", "store.index", "store.errors",
               "store.failed_call", "store.config", "store.retention", "store.message_store", "store.read", "store.topics",
-              "store.usage", "store.space", "store.store_open", "store.store_state", "store!"},
+              "store.usage", "store.space", "store.store_open", "store.store_failure", "store.store_services",
+              "store.store_commit", "store!"},
     "sink": {"sink", "store!"},
     # the hand-over's two halves (read task and driver) and the path checks they rest on: below the
     # rest of sink, so ingest's tasks import it without the writer

@@ -215,7 +215,8 @@ class MessageStore:
                 queue_offsets = dict(self._log.queue_offsets)
                 last_record = self._log.last_record_offset
             if offset is not None and offset != end:
-                queue_offsets, last_record = queue_offsets_before(self._reads, self._commits.last, offset, end, queue_offsets)
+                queue_offsets, last_record = queue_offsets_before(self._reads, self._commits.last, offset, end,
+                                                                  queue_offsets)
                 end = offset
             self._flush()
             return self._commits.write(end, queue_offsets, last_record, metadata)

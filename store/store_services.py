@@ -91,6 +91,7 @@ class StoreServices:
 
     @contextmanager
     def index_time(self) -> Iterator[None]:
+        """Counts the time inside toward index_seconds (not when it fails)."""
         started = time.perf_counter()
         yield
         self.index_seconds += time.perf_counter() - started

@@ -195,7 +195,8 @@ def driver(rows: list, root: Path, flush: str, batch: int, spooled: Any) -> Phas
     # the index's puts, on whichever thread runs them (the copy helper): a Phases of their own, as
     # the caller's nests its phases on its own thread
     behind = Phases()
-    service = writer.store._index.service if writer.store._index is not None else None
+    index = writer.store._services.index
+    service = index.service if index is not None else None
     if service is not None:
         behind.wrap(service, "put_shipped", "index")
         behind.wrap(service, "put_records", "index")

@@ -1,54 +1,41 @@
-"""MessageStore: the single writer of one store (RocketMQ's DefaultMessageStore).
+"""MessageStore: the single writer of one store (RocketMQ's DefaultMessageStore), composed of its parts.
 
-open = lock, recover, create ``abort``; append = commit log + consume-queue dispatch;
-commit = flush, then one atomic replace of commitpoint.json (the exactly-once boundary) and the
-checkpoint; close = flush, checkpoint, remove ``abort``, unlock.
+open = lock, recover (store_open), create ``abort``, start the services (store_services);
+append = commit log + consume-queue dispatch and index behind it; commit = flush, then one atomic
+replace of commitpoint.json (the exactly-once boundary) and the checkpoint (store_commit);
+close = flush, checkpoint, remove ``abort``, unlock.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import errno
-import logging
 import os
 import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from store.config import StoreConfig
-from store.errors import FlushError, StoreError, StoreIOError, StoreReadOnlyError
-from store.failed_call import describe_failure
+from store.errors import FlushError, StoreError
 from store.format.batch_codec import EncodedBatch, encode_batch, encode_messages
-from store.format.codec import Message
-from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
-from store.index.writer import IndexWriter
+from store.format.codec import DecodedMessage, Message
+from store.format.constants import ABORT_FILE, COMMITLOG_DIR, MAX_MSGS_NUM_BATCH
+from store.index.lookup import FOREVER_MS
 from store.log.append_intent import AppendIntentLog
-from store.log.checkpoint import StoreCheckpoint, write_checkpoint
-from store.log.commit_point import CommitPoint, commit_failure, queue_offsets_before, write_commit_point
+from store.log.commit_point import CommitPoint, queue_offsets_before
 from store.log.commitlog import CommitLog
-from store.log.flush import FlushService
 from store.log.lock import StoreLock
 from store.log.segment import fsync_dir
-from store.read.view import segment_size_on_disk
 from store.queue.consume_queue import ConsumeQueueStore, check_topic_name
-from store.log.dispatch import DispatchService
-from store.index.service import IndexService
 from store.read.records import RecordReads
-from store.store_open import StoreOpening, now_ms
-from store.store_state import StoreFailure, StoreState
+from store.store_commit import StoreCommit
+from store.store_failure import StoreFailure, open_failure
+from store.store_open import StoreParts, keep_segment_size, mark_open, now_ms, recover_store
+from store.store_services import StoreServices
 from store.topics import TopicsPublisher
-from store.usage import OpenReport
-
-if TYPE_CHECKING:
-    from store.retention import RetentionService
-
-log = logging.getLogger(__name__)
-
+from store.usage import OpenReport, StoreUsage, measure
 
 @dataclass
 class AppendResult:
@@ -59,8 +46,12 @@ class AppendResult:
     store_timestamp: int            # STORETIMESTAMP written into every record of the batch
 
 
-class MessageStore(StoreOpening, StoreState):
-    """One writer per store (lock file). Use :meth:`open`; thread-safe for appends/commits."""
+class MessageStore:
+    """One writer per store (lock file). Use :meth:`open`; thread-safe for appends/commits. It holds
+    its parts (RocketMQ's DefaultMessageStore): the commit log, the consume queues, the services
+    behind the appends (store_services), the reads of its own records (store.read.records), the
+    checkpoint, and why it refuses writes (store_failure); its views forward to the part that owns
+    the fact."""
 
     def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
         self.root = root
@@ -72,31 +63,18 @@ class MessageStore(StoreOpening, StoreState):
         self.closed_cleanly = False
         # committed records whose content failed its CRC at open (kept): for logs and metrics
         self.damaged_records: tuple[int, ...] = ()
-        self._failed = StoreFailure()
+        self._failed = StoreFailure(root)
         self._last_ts = 0
         self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
                               preallocate=config.preallocate, warm_first=config.warm_first_segment,
                               mlock=config.mlock)
-        self._segments = self._log.queue
-        self._cq: ConsumeQueueStore = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
-        self._reads = RecordReads(root, self._segments, self._cq, read_limit=lambda: self._log.max_offset,
-                                  index_lookup=self._index_lookup, settle_queues=self.settle_queues)
-        # held by the index while it puts keys, by the flush while it starts writeback: a
-        # page cleaned while another CPU runs a thread of ours costs that CPU an interrupt
-        self._writeback_gate = threading.Lock()
-        self._flusher = FlushService(self._log, mode=config.flush_mode, gate=self._writeback_gate,
-                                     interval_ms=config.flush_interval_ms,
-                                     least_pages=config.flush_least_pages,
-                                     thorough_interval_ms=config.flush_thorough_interval_ms)
-        self._checkpoint = StoreCheckpoint()
-        self._checkpoint_lock = threading.Lock()      # each write holds the newest fields
-        self._last_commit = CommitPoint(0)
-        self._retention: RetentionService | None = None
-        self._dispatcher: DispatchService | None = None
+        self._cq = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
+        self._services = StoreServices(root, config, self._log, self._cq, self._failed)
+        self._reads = RecordReads(root, self._log.queue, self._cq, read_limit=lambda: self._log.max_offset,
+                                  index_lookup=self._services.index_lookup,
+                                  settle_queues=self._services.settle_queues)
         self._topics = TopicsPublisher(root)
-        self._index = IndexWriter(root, config.index, self._writeback_gate, warm_first=config.warm_first_segment) \
-            if config.index.enabled else None
-        self._index_seconds = 0.0
+        self._commits = StoreCommit(root, config, self._log, self._cq, self._services, self._failed, self._topics)
         self._open_report = OpenReport(False, "empty", 0, 0, 0, 0)
         self._intent = AppendIntentLog(root)     # before an append: which records past the commit point are ours
 
@@ -107,22 +85,15 @@ class MessageStore(StoreOpening, StoreState):
         try:
             return cls._open_at(Path(root), config or StoreConfig(), truncate_on_corruption)
         except OSError as e:
-            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreReadOnlyError(f"store {root} cannot be written ({describe_failure(e)}): a writer "
-                                         f"needs it writable; the read-only commands (dump, verify, stat, get) "
-                                         f"work as they are") from e
-            if isinstance(e, StoreError):
+            failure = open_failure(e, root)
+            if failure is e:
                 raise
-            raise StoreIOError(e, "opening", root) from e
+            raise failure from e
 
     @classmethod
     def _open_at(cls, root: Path, config: StoreConfig, truncate_on_corruption: bool) -> MessageStore:
         root.mkdir(parents=True, exist_ok=True)
-        on_disk = segment_size_on_disk(root / COMMITLOG_DIR)
-        if on_disk and on_disk != config.segment_size:
-            log.warning("store %s has segments of %d bytes: kept (a store keeps its segment size; %d asked)",
-                        root, on_disk, config.segment_size)
-            config = dataclasses.replace(config, segment_size=on_disk)
+        config = keep_segment_size(root, config)
         lock = StoreLock(root)
         lock.acquire()
         store = cls(root, config, lock)
@@ -133,20 +104,32 @@ class MessageStore(StoreOpening, StoreState):
             raise
         return store
 
+    def _open(self, truncate_on_corruption: bool) -> None:
+        parts = StoreParts(self.root, self.config, self._log, self._cq, self._services.index, self._intent,
+                           self._topics, self._reads)
+        r = recover_store(parts, truncate_on_corruption, writable=not self.read_only)
+        self._open_report, self.damaged_records = r.report, r.damaged
+        self._commits.opened(r.commit_point, r.checkpoint)
+        mark_open(self.root, r)
+        self._services.start(self._put_lock, committed_offset=lambda: self.committed_offset,
+                             min_offset=lambda: self.min_offset)
+
+    def _release_after_failed_open(self) -> None:
+        self._services.stop()
+        self._intent.close()
+        try:
+            self._cq.close()
+            if self._services.index is not None:
+                self._services.index.close(flush=False)
+        finally:
+            self._log.close()
+            self._lock.release()
+
     # --- writing -------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self._closed:
             raise StoreError(f"store {self.root} is closed")
-        for behind in (self._dispatcher, self._index):      # the work behind the appends
-            if behind is not None and behind.failure is not None:
-                self._failed.refuse(behind.failure)
-        if self._failed.writes is not None or self._flusher.failed:
-            cause = self._failed.writes or self._flusher.failure
-            raise StoreReadOnlyError(
-                f"store {self.root} refuses writes after a failure ({cause}); reopen it to "
-                f"recover from the last commit point")
-        if self._retention is not None:
-            self._retention.check_writable()
+        self._services.check_writable()
 
     def append(self, messages: Sequence[Message]) -> AppendResult:
         """Encode and append ``messages`` (queue offsets assigned by the store)."""
@@ -156,7 +139,7 @@ class MessageStore(StoreOpening, StoreState):
         return self.append_encoded(encode_batch(table, self.config.codec))
 
     def append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
-        with self._io_step("appending a batch"):
+        with self._failed.io_step("appending a batch"):
             return self._append_encoded(batch, store_timestamp)
 
     def _append_encoded(self, batch: EncodedBatch, store_timestamp: int | None = None) -> AppendResult:
@@ -173,17 +156,17 @@ class MessageStore(StoreOpening, StoreState):
             ts = store_timestamp if store_timestamp is not None else max(now_ms(), self._last_ts)
             self._last_ts = max(self._last_ts, ts)
             if len(batch):
-                self._intent.cover(self._last_commit.offset, ts)
+                self._intent.cover(self._commits.last.offset, ts)
             out = self._log.append(batch, ts)
-            if self._index is not None:
-                started = time.perf_counter()
-                self._cover_index(ts)
-                try:
-                    # indexed behind: the keys the batch brought, else found in the commit log
-                    self._index.submit(out.physical_offsets, ts, batch.key_hashes, batch.key_counts)
-                except (StoreError, OSError, ValueError) as e:   # an earlier batch's index failed
-                    raise self._dispatch_failed(e, "building the index") from e
-                self._index_seconds += time.perf_counter() - started
+            index = self._services.index
+            if index is not None:
+                with self._services.index_time():
+                    self._commits.checkpoint.cover_index(ts)
+                    try:
+                        # indexed behind: the keys the batch brought, else found in the commit log
+                        index.submit(out.physical_offsets, ts, batch.key_hashes, batch.key_counts)
+                    except (StoreError, OSError, ValueError) as e:   # an earlier batch's index failed
+                        raise self._failed.dispatch_failed(e, "building the index") from e
             m = out.dispatch_mask
             everyone = bool(m.all())   # the usual case: no masked copies of seven columns
 
@@ -192,19 +175,19 @@ class MessageStore(StoreOpening, StoreState):
 
             if m.any():
                 # written behind the commit log by the dispatch thread; flush() waits for it
-                self._submit_dispatch(
+                self._services.submit_dispatch(
                     topic_names=batch.topic_names, topic_index=pick(batch.topic_index),
                     queue_ids=pick(batch.queue_ids), queue_offsets=pick(out.queue_offsets),
                     physical_offsets=pick(out.physical_offsets), sizes=pick(out.sizes),
                     tags_codes=pick(batch.tags_codes), delay_levels=pick(batch.delay_levels),
                     store_timestamp=ts, groups=out.groups, queue_bases=out.queue_bases)
         if self.config.flush_mode == "sync" and len(batch):
-            self._flusher.wait_durable(out.end_offset)
+            self._services.flusher.wait_durable(out.end_offset)
         return AppendResult(out.physical_offsets, out.sizes, out.queue_offsets, out.end_offset, ts)
 
     def flush(self) -> int:
         """Flush commit log and consume queues; returns the flushed commit-log offset."""
-        with self._io_step("flushing"):
+        with self._failed.io_step("flushing"):
             return self._flush()
 
     def _flush(self) -> int:
@@ -213,75 +196,16 @@ class MessageStore(StoreOpening, StoreState):
         if self._failed.writes is not None:
             raise FlushError(f"store {self.root} failed earlier ({self._failed.writes}); reopen it")
         self.settle_queues()
-        return self._flush_files()
-
-    def _flush_files(self, index: bool = True) -> int:
-        off = self._flusher.flush()     # the index catches up behind the appends meanwhile
-        idx = self._index if index else None
-        if idx is not None:
-            started = time.perf_counter()
-            try:
-                idx.settle()
-            except (StoreError, OSError, ValueError) as e:   # a new IndexFile without room, say
-                # nothing was flushed: the store refuses writes but can still close cleanly
-                self._failed.refuse(e)
-                raise FlushError(f"building the index of {self.root} failed: {describe_failure(e)}; what was appended "
-                                 f"since the last commit point is not committed, the store refuses writes until "
-                                 f"reopened") from e
-            self._index_seconds += time.perf_counter() - started
-        try:
-            self._cq.flush()
-            if idx is not None:
-                started = time.perf_counter()
-                idx.flush()
-                self._index_seconds += time.perf_counter() - started
-                self._checkpoint.index_msg_timestamp = max(self._checkpoint.index_msg_timestamp, idx.end_timestamp)
-        except OSError as e:
-            self._failed.broke(e)
-            raise FlushError(f"flushing the consume queues or the index of {self.root} failed: {describe_failure(e)}"
-                             f"; the store refuses writes until reopened") from e
-        self._checkpoint.physic_msg_timestamp = self._log.flushed_store_timestamp
-        self._checkpoint.logics_msg_timestamp = self._log.flushed_store_timestamp
-        self._checkpoint.master_flushed_offset = off
-        return off
-
-    def _write_checkpoint(self, sync: bool = True) -> None:
-        with self._checkpoint_lock:
-            write_checkpoint(self.root / CHECKPOINT_FILE, self._checkpoint, sync)
-
-    def _cover_index(self, store_timestamp: int) -> None:
-        """Before the index takes keys stored at ``store_timestamp``, indexMsgTimestamp covers them:
-        a RocketMQ broker opening the store after a crash destroys every index file that ends past it
-        (IndexService.load) and re-indexes only the segments it re-dispatches, losing the other keys.
-        Our index is whole up to its last item at every moment a process can die (our own recovery
-        trims what the commit point does not cover), so the broker may keep it all. Not synced: a
-        killed process leaves the write in the page cache, and each commit syncs the checkpoint."""
-        if store_timestamp > self._checkpoint.index_msg_timestamp:
-            self._checkpoint.index_msg_timestamp = store_timestamp
-            self._write_checkpoint(sync=False)
-
-    def _submit_dispatch(self, **args: Any) -> None:
-        assert self._dispatcher is not None
-        try:
-            self._dispatcher.submit(**args)
-        except (StoreError, OSError) as e:     # an earlier batch's dispatch failed just now
-            raise self._dispatch_failed(e) from e
+        return self._commits.flush_files()
 
     def settle_queues(self) -> None:
-        """Wait until the consume queues hold every appended batch (they are written behind
-        the appends). A failed dispatch makes the store refuse writes: the commit log has
-        batches the consume queues lack, which only a reopen (redispatching) repairs."""
-        if self._dispatcher is None:
-            return
-        try:
-            self._dispatcher.drain()
-        except (StoreError, OSError) as e:
-            raise self._dispatch_failed(e) from e
+        """Wait until the consume queues hold every appended batch (store_services)."""
+        self._services.settle_queues()
 
     def commit(self, offset: int | None = None, metadata: Mapping[str, Any] | None = None) -> CommitPoint:
         """Flush, then make ``offset`` (default: everything appended) the commit point with the
         caller's ``metadata`` (None keeps the previous metadata) in one atomic file replace."""
-        with self._io_step("committing"):
+        with self._failed.io_step("committing"):
             return self._commit(offset, metadata)
 
     def _commit(self, offset: int | None, metadata: Mapping[str, Any] | None) -> CommitPoint:
@@ -291,30 +215,11 @@ class MessageStore(StoreOpening, StoreState):
                 queue_offsets = dict(self._log.queue_offsets)
                 last_record = self._log.last_record_offset
             if offset is not None and offset != end:
-                queue_offsets, last_record = queue_offsets_before(self, self._last_commit, offset, end, queue_offsets)
+                queue_offsets, last_record = queue_offsets_before(self._reads, self._commits.last, offset, end,
+                                                                  queue_offsets)
                 end = offset
             self._flush()
-            if self._log.flushed_offset < end:
-                raise FlushError(f"commit at {end} but only {self._log.flushed_offset} is flushed")
-            meta = dict(self._last_commit.metadata if metadata is None else metadata)
-            cp = CommitPoint(end, queue_offsets, meta, now_ms(), last_record)
-            step = "before"
-            try:
-                self._topics.cover(queue_offsets)   # config/topics.json before the point that needs it
-                step = "writing"
-                write_commit_point(self.root, cp)
-                step = "written"
-                self._checkpoint.confirm_phy_offset = end
-                self._write_checkpoint()
-            except OSError as e:
-                self._failed.broke(e)
-                raise FlushError(f"{commit_failure(self.root, step, cp, self._last_commit.offset)}: "
-                                 f"{describe_failure(e)}; the store refuses writes until reopened") from e
-            self._last_commit = cp
-            if self.config.drop_cache_behind:
-                # everything below the commit point is durable and indexed: nothing here reads it again
-                self._log.drop_behind(end)
-            return cp
+            return self._commits.write(end, queue_offsets, last_record, metadata)
 
     # --- closing -------------------------------------------------------------------------------
     def abandon(self) -> None:
@@ -324,18 +229,9 @@ class MessageStore(StoreOpening, StoreState):
         if self._closed:
             return
         self._closed = True
-        if self._retention is not None:
-            self._retention.stop()
-        # the work behind the appends ends first: a consume-queue unit or an index item still being
-        # written must not land in a file unmapped under it (a killed writer's writes are in the
-        # page cache too)
-        if self._dispatcher is not None:
-            self._dispatcher.stop()
-        if self._index is not None:
-            self._index.close(flush=False)
-        self._flusher.stop()
+        self._services.stop(index_too=True)     # a killed writer's writes are in the page cache too
         self._cq.abandon()
-        for seg in self._segments.segments:
+        for seg in self._log.queue.segments:
             seg.close()
         self._intent.close()
         self._lock.release()
@@ -348,34 +244,30 @@ class MessageStore(StoreOpening, StoreState):
         ``abort`` stays, so the next open re-validates."""
         if self._closed:
             return
-        with self._io_step("closing"):
+        with self._failed.io_step("closing"):
             self._close()
 
     def _close(self) -> None:
-        if self._retention is not None:
-            self._retention.stop()
-        if self._dispatcher is not None:
-            self._dispatcher.stop()
-        self._flusher.stop()
+        self._services.stop()
+        index = self._services.index
         clean = False
-        settled = self._log.max_offset == self._last_commit.offset
-        index_ok = self._index is None or self._index.failure is None
+        settled = self._log.max_offset == self._commits.last.offset
+        index_ok = index is None or index.failure is None
         try:
             if self.can_close_cleanly:
                 # the dispatcher, stopped above, has written what it was given; an index whose
                 # thread failed (a new IndexFile without room) keeps what its files hold, and the
                 # next open cuts its items past the commit point
-                self._flush_files(index=index_ok)
-                self._checkpoint.confirm_phy_offset = self._last_commit.offset
-                self._write_checkpoint()
+                self._commits.flush_files(index=index_ok)
+                self._commits.confirm()
                 clean = True
         finally:
             self._closed = True
             self.closed_cleanly = clean
             try:
                 self._cq.close(flush=clean)     # a failed fsync is never retried as if it could succeed
-                if self._index is not None:
-                    self._index.close(flush=clean and index_ok)
+                if index is not None:
+                    index.close(flush=clean and index_ok)
             finally:
                 self._log.close()
                 if clean and settled:               # nothing uncommitted: what comes past the point is not ours
@@ -388,12 +280,96 @@ class MessageStore(StoreOpening, StoreState):
 
     def settle_index(self) -> None:
         """Wait until the index holds every appended record (it is built behind the appends)."""
-        if self._index is not None:
-            self._index.settle()
+        self._services.settle_index()
 
-    def _index_lookup(self) -> IndexService | None:
-        self.settle_index()         # a lookup sees every append
-        return self._index.service if self._index is not None else None
+    # --- what it tells its callers and watchers, from the part that owns each fact ------------------
+    @property
+    def last_commit(self) -> CommitPoint:
+        return self._commits.last
+
+    @property
+    def committed_offset(self) -> int:
+        return self._commits.last.offset
+
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        with self._put_lock:
+            return dict(self._log.queue_offsets)
+
+    @property
+    def max_offset(self) -> int:
+        return self._log.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.flushed_offset
+
+    @property
+    def commit_log(self) -> CommitLog:
+        """The commit log (RocketMQ's getCommitLog()): its segment queue and its record writer."""
+        return self._log
+
+    @property
+    def read_only(self) -> bool:
+        return self._failed.writes is not None or self._services.flusher.failed
+
+    @property
+    def can_close_cleanly(self) -> bool:
+        """No flush has failed: what was committed is durable, and what an append left after the
+        commit point is cut by the next open's normal recovery."""
+        return self._failed.close is None and not self._services.flusher.failed
+
+    @property
+    def flush_count(self) -> int:
+        """msync rounds the flush service has run (group commit shares one among waiting commits)."""
+        return self._services.flusher.flush_count
+
+    @property
+    def index_seconds(self) -> float:
+        """Time the writer spent on index/ since the open: handing batches to the index behind it, waiting
+        for it before a commit point, and flushing the index (part of append and flush)."""
+        return self._services.index_seconds
+
+    @property
+    def open_report(self) -> OpenReport:
+        """What recovery found when this writer opened the store."""
+        return self._open_report
+
+    def usage(self) -> StoreUsage:
+        """Size and position now, for monitoring; safe to call from another thread (store.usage)."""
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
+        cp, index = self._commits.last, self._services.index
+        return measure(self.root, cp.offset, self.min_offset, cp.timestamp, len(self._log.queue.snapshot()),
+                       index.service if index is not None else None)
+
+    # --- its own records, up to the write end (store.read.records) -----------------------------
+    @property
+    def min_offset(self) -> int:
+        return self._reads.min_offset
+
+    def read(self, physical_offset: int) -> DecodedMessage:
+        return self._reads.read(physical_offset)
+
+    def iter_messages(self, from_offset: int | None = None, to_offset: int | None = None
+                      ) -> Iterator[tuple[int, DecodedMessage]]:
+        return self._reads.iter_messages(from_offset, to_offset)
+
+    def get_by_queue(self, topic: str, queue_id: int, queue_offset: int, max_n: int = 32) -> list[DecodedMessage]:
+        return self._reads.get_by_queue(topic, queue_id, queue_offset, max_n)
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        return self._reads.queue_range(topic, queue_id)
+
+    def topics(self) -> dict[str, list[int]]:
+        return self._reads.topics()
+
+    def key_offsets(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
+                    end_ms: int = FOREVER_MS) -> list[int]:
+        return self._reads.key_offsets(topic, key, max_num, begin_ms, end_ms)
+
+    def messages_by_key(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin_ms: int = 0,
+                        end_ms: int = FOREVER_MS, uniq: bool = False) -> list[tuple[int, DecodedMessage]]:
+        return self._reads.messages_by_key(topic, key, max_num, begin_ms, end_ms, uniq)
 
     def __enter__(self) -> MessageStore:
         return self

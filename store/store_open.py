@@ -1,25 +1,22 @@
-"""MessageStore's opening: recover_store recovers its parts, the commit log (store.log.recovery),
-then the consume queues (store.queue.recovery) and the index to the recovered end, and writes the
-commit point; the StoreOpening mixin of store.message_store.MessageStore takes what it recovered,
-writes the checkpoint, creates ``abort`` and starts the services (dispatch, flush, retention); on a
-failed open, it lets go of everything taken."""
+"""MessageStore's opening: recover_store is handed the store's parts (StoreParts) and recovers them,
+the commit log (store.log.recovery), then the consume queues (store.queue.recovery) and the index to
+the recovered end, writes the commit point, and returns what it found (Recovered); mark_open says
+so and creates ``abort``. The store writes the checkpoint and starts its services (store_services)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from store.config import StoreConfig
 from store.errors import StoreError
-from store.format.constants import ABORT_FILE, CHECKPOINT_FILE
+from store.format.constants import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR
 from store.index.hashing import index_key_hashes
 from store.index.keys import indexed_keys
 from store.index.writer import IndexWriter, mark_index_incomplete
@@ -27,21 +24,15 @@ from store.log.append_intent import AppendIntent, AppendIntentLog
 from store.log.checkpoint import StoreCheckpoint, checkpoint_damage, read_checkpoint
 from store.log.commit_point import CommitPoint, read_commit_point, write_commit_point
 from store.log.commitlog import CommitLog
-from store.log.flush import FlushService
-from store.log.lock import StoreLock
 from store.log.recovery import recover
 from store.log.segment import fsync_dir
-from store.log.segment_queue import SegmentQueue
 from store.queue.consume_queue import ConsumeQueueStore
-from store.log.dispatch import DispatchService
 from store.queue.recovery import recover_queues, remove_unfinished_queue_files
 from store.read.records import RecordReads
+from store.read.view import segment_size_on_disk
 from store.scan.record_check import scan_segment_fast
 from store.topics import TopicsPublisher
 from store.usage import OpenReport, open_report
-
-if TYPE_CHECKING:
-    from store.retention import RetentionService
 
 log = logging.getLogger("store.message_store")
 
@@ -169,85 +160,24 @@ def _index_adopted(parts: StoreParts, start: int, end: int, after: int) -> None:
         pos = seg.end_offset
 
 
-class StoreOpening:
-    """The open of a MessageStore: recovery (recover_store), then its services started."""
+def keep_segment_size(root: Path, config: StoreConfig) -> StoreConfig:
+    """``config`` with the segment size of the store at ``root``, when it has segments: a store keeps its
+    segment size."""
+    on_disk = segment_size_on_disk(root / COMMITLOG_DIR)
+    if on_disk and on_disk != config.segment_size:
+        log.warning("store %s has segments of %d bytes: kept (a store keeps its segment size; %d asked)",
+                    root, on_disk, config.segment_size)
+        return dataclasses.replace(config, segment_size=on_disk)
+    return config
 
-    root: Path
-    config: StoreConfig
-    damaged_records: tuple[int, ...]
-    read_only: bool
-    _open_report: OpenReport
-    _lock: StoreLock
-    _log: CommitLog
-    _segments: SegmentQueue
-    _cq: ConsumeQueueStore
-    _reads: RecordReads
-    _index: IndexWriter | None
-    _flusher: FlushService
-    _dispatcher: DispatchService | None
-    _checkpoint: StoreCheckpoint
-    _last_commit: CommitPoint
-    _retention: RetentionService | None
-    _put_lock: threading.Lock
-    _intent: AppendIntentLog
-    _topics: TopicsPublisher
-    _write_checkpoint: Callable[[], None]
 
-    def _open(self, truncate_on_corruption: bool) -> None:
-        parts = StoreParts(self.root, self.config, self._log, self._cq, self._index, self._intent, self._topics,
-                           self._reads)
-        r = recover_store(parts, truncate_on_corruption, writable=not self.read_only)
-        self._open_report, self.damaged_records = r.report, r.damaged
-        self._last_commit, self._checkpoint = r.commit_point, r.checkpoint
-        self._write_checkpoint()
-        end = r.commit_point.offset
-        if r.checkpoint_damage is not None:
-            log.warning("%s: its fields were lost; recovered without it (as RocketMQ does without a checkpoint) "
-                        "and rebuilt it at offset %d", r.checkpoint_damage, end)
-        (self.root / ABORT_FILE).touch()
-        fsync_dir(self.root)
-        if r.abnormal:
-            log.warning("store %s was not closed cleanly: recovered (%s) to offset %d", self.root, r.mode, end)
-        self._dispatcher = DispatchService(lambda **units: self._cq.dispatch(**units), self.root.name,
-                                           self._log.writer.executor)
-        if self._index is not None:
-            self._index.start(self._segments, self._log.writer.executor)
-        self._flusher.start()
-        self._segments.warm_ahead()   # the first appends' pages, faulted in while the job starts
-        self._start_retention()
-
-    def _start_retention(self) -> None:
-        if self.config.retention is None:
-            return
-        from store.retention import RetentionService
-
-        self._retention = RetentionService(
-            self.root, self.config.retention, committed_offset=lambda: self.committed_offset,
-            consume_queues=self._cq, delete_segment=self._delete_oldest_segment).start()
-
-    def _delete_oldest_segment(self, path: Path) -> None:
-        q = self._log.queue
-        with self._put_lock, q.lock:
-            segs = q.segments
-            if len(segs) < 2 or segs[0].path != Path(path):
-                raise StoreError(f"retention may only delete the oldest segment, not {path}")
-            if self._index is not None:
-                self._index.settle()    # the thread behind the appends is done with every segment
-            seg = segs.pop(0)
-        seg.destroy()
-        if self._index is not None:
-            with self._put_lock:
-                self._index.delete_below(self.min_offset)
-
-    def _release_after_failed_open(self) -> None:
-        if self._dispatcher is not None:
-            self._dispatcher.stop()
-        self._flusher.stop()
-        self._intent.close()
-        try:
-            self._cq.close()
-            if self._index is not None:
-                self._index.close(flush=False)
-        finally:
-            self._log.close()
-            self._lock.release()
+def mark_open(root: Path, r: Recovered) -> None:
+    """Say what recovery found, and create ``abort`` (a clean close removes it): the store is open."""
+    end = r.commit_point.offset
+    if r.checkpoint_damage is not None:
+        log.warning("%s: its fields were lost; recovered without it (as RocketMQ does without a checkpoint) "
+                    "and rebuilt it at offset %d", r.checkpoint_damage, end)
+    (root / ABORT_FILE).touch()
+    fsync_dir(root)
+    if r.abnormal:
+        log.warning("store %s was not closed cleanly: recovered (%s) to offset %d", root, r.mode, end)

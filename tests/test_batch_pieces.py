@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from store import MessageStore, StoreConfig
-from store.format import batch_codec
+from store.format import encoded_batch
 from store.format.batch_codec import EncodedBatch, encode_messages
 from store.format.codec import CodecConfig, Message
 
@@ -25,7 +25,7 @@ def records_table(n: int, chunk: int) -> tuple[pa.Table, np.ndarray]:
     empty record, as the sink hands them); (table, the live rows)."""
     msgs = [Message("T", bytes([i % 251]) * (20 + 37 * i % 900), queue_id=i % 3,
                     properties=f"KEYS\x01k{i}\x02") for i in range(n)]
-    table = batch_codec._to_arrow(encode_messages(msgs, CodecConfig()))     # what the read tasks send
+    table = encoded_batch.to_arrow(encode_messages(msgs, CodecConfig()))     # what the read tasks send
     dead = np.arange(n) % 7 == 3
     records = table.column("record").combine_chunks()
     nulled = pa.array([None if d else r for d, r in zip(dead, records.to_pylist())], pa.binary())
@@ -40,7 +40,7 @@ def commit_log_bytes(root: Path) -> list[bytes]:
 
 def test_pieces_are_appended_as_the_copy_would_append_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table, live = records_table(400, 37)
-    monkeypatch.setattr(batch_codec, "PIECE_MIN_BYTES", 1)           # any chunk is a piece
+    monkeypatch.setattr(encoded_batch, "PIECE_MIN_BYTES", 1)           # any chunk is a piece
     pieces = EncodedBatch.from_arrow(table, live)
     assert len(pieces.pieces) == table.column("record").num_chunks and pieces.data.size == 0
     copied = EncodedBatch.from_arrow(table.combine_chunks(), live)
@@ -53,20 +53,20 @@ def test_pieces_are_appended_as_the_copy_would_append_them(tmp_path: Path, monke
             s.commit()
     got, want = commit_log_bytes(tmp_path / "pieces"), commit_log_bytes(tmp_path / "copied")
     assert len(want) > 3 and got == want
-    assert batch_codec._to_arrow(pieces).column("record").to_pylist() == \
-        batch_codec._to_arrow(copied).column("record").to_pylist()
+    assert encoded_batch.to_arrow(pieces).column("record").to_pylist() == \
+        encoded_batch.to_arrow(copied).column("record").to_pylist()
 
 
 def test_small_chunks_are_copied_together(monkeypatch: pytest.MonkeyPatch) -> None:
     table, live = records_table(100, 10)
     assert not EncodedBatch.from_arrow(table, live).pieces             # 1 MiB a chunk on average, at least
-    monkeypatch.setattr(batch_codec, "PIECE_MIN_BYTES", 1)
+    monkeypatch.setattr(encoded_batch, "PIECE_MIN_BYTES", 1)
     assert EncodedBatch.from_arrow(table, live).pieces
 
 
 def test_a_piece_whose_records_run_past_its_buffer_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table, live = records_table(60, 20)
-    monkeypatch.setattr(batch_codec, "PIECE_MIN_BYTES", 1)
+    monkeypatch.setattr(encoded_batch, "PIECE_MIN_BYTES", 1)
     batch = EncodedBatch.from_arrow(table, live)
     first, data = batch.pieces[1]
     batch.pieces = (batch.pieces[0], (first, data[:-1]), *batch.pieces[2:])

@@ -120,14 +120,14 @@ def test_a_flush_hands_its_pages_to_the_disk_a_step_at_a_time_under_the_gate(
 
 def test_the_flush_and_the_index_share_the_store_writeback_gate(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", StoreConfig(segment_size=SEG, flush_interval_ms=10_000)) as s:
-        assert s._flusher.gate is not None
-        assert s._index is not None and s._index.service.gate is s._flusher.gate
-        with s._flusher.gate:             # a flush starting writeback: the index thread waits
+        assert s._services.flusher.gate is not None
+        assert s._services.index is not None and s._services.index.service.gate is s._services.flusher.gate
+        with s._services.flusher.gate:             # a flush starting writeback: the index thread waits
             s.append([Message(topic="F", body=b"x", properties="KEYS\x01k1\x02")])
             time.sleep(0.05)
-            assert s._index.service.query("F", "k1", 10) == []
+            assert s._services.index.service.query("F", "k1", 10) == []
         s.settle_index()
-        assert s._index.service.query("F", "k1", 10) == [0]
+        assert s._services.index.service.query("F", "k1", 10) == [0]
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])

@@ -37,6 +37,7 @@ from store.store_services import StoreServices
 from store.topics import TopicsPublisher
 from store.usage import OpenReport, StoreUsage, measure
 
+
 @dataclass
 class AppendResult:
     physical_offsets: np.ndarray    # int64, one per message

@@ -10,29 +10,23 @@ durable and is called together with the commit log's flush.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from store.errors import ConsumeQueueError, ConsumeQueueGapError
-from store.format.constants import CONSUMEQUEUE_DIR, CQ_STORE_UNIT_SIZE, DEFAULT_CONSUME_QUEUE_UNITS, SCHEDULE_TOPIC
+from store.format.constants import CQ_STORE_UNIT_SIZE, SCHEDULE_TOPIC
 from store.space import create_reserved, reserve
 from store.queue.groups import QueueGroups, group_queues
-from store.queue.read import ConsumeQueueReads, _Queue
+from store.queue.files import _Queue
 from store.queue.trim import ConsumeQueueTrim
 from store.queue.units import (
     UNIT_DTYPE,
     blank_units,
     check_topic_name,
     file_name,
-    list_unit_files,
     make_units,
-    prefix_counts,
-    read_units,
     schedule_tags_codes,
-    valid_count,
 )
 
 
@@ -45,100 +39,9 @@ def _check_consecutive(topic: str, queue_id: int, qoffs: np.ndarray) -> None:
             f"({int(qoffs[bad])} then {int(qoffs[bad + 1])}); nothing was written")
 
 
-class ConsumeQueueStore(ConsumeQueueTrim, ConsumeQueueReads):
-    """All consume queues of one store."""
-
-    def __init__(self, root: Path, units_per_file: int = DEFAULT_CONSUME_QUEUE_UNITS,
-                 read_only: bool = False) -> None:
-        if units_per_file <= 0:
-            raise ValueError(f"units_per_file must be positive, got {units_per_file}")
-        self.root = Path(root)
-        self.dir = self.root / CONSUMEQUEUE_DIR
-        self.units_per_file = units_per_file
-        self.read_only = read_only
-        self._queues: dict[tuple[str, int], _Queue] = {}
-        self._lock = threading.RLock()
-        self._loaded = False
-        self._dirs_to_sync: set[Path] = set()
-        # completed files written since the last flush, still open: flush() fsyncs and closes
-        # them, so filling a file costs the append no fsync of its own
-        self._filled_fds: list[int] = []
-        # A reader sets this to the commit log's first offset, so queue minimums skip units whose
-        # records retention deleted (the writer corrects its own in delete_below).
-        self.commitlog_min_offset = 0
-        self._scratch = np.empty(0, dtype=UNIT_DTYPE)
-
-    @property
-    def file_size(self) -> int:
-        return self.units_per_file * CQ_STORE_UNIT_SIZE
-
-    # --- loading ------------------------------------------------------------------------------
-    def load(self) -> None:
-        """Read every queue's files: the next queue offset from the last file's first zero unit."""
-        with self._lock:
-            self._close_fds()
-            self._queues = {}
-            for topic, qid, qdir in self._queue_dirs():
-                q = _Queue(topic, qid, qdir)
-                try:
-                    self._scan(q)
-                except FileNotFoundError:
-                    self._scan(q)   # retention removed a file between listing and reading
-                if q.files:
-                    self._queues[(topic, qid)] = q
-            self._loaded = True
-
-    def _queue_dirs(self) -> Iterator[tuple[str, int, Path]]:
-        if not self.dir.is_dir():
-            return
-        for tdir in sorted(self.dir.iterdir()):
-            if not tdir.is_dir():
-                continue
-            for qdir in sorted(tdir.iterdir()):
-                if qdir.is_dir() and qdir.name.lstrip("-").isdigit():
-                    yield tdir.name, int(qdir.name), qdir
-
-    def _scan(self, q: _Queue) -> None:
-        q.files = list_unit_files(q.path)
-        if not q.files:
-            q.min_offset = q.max_offset = 0
-            return
-        first_path, last_path = q.path / file_name(q.files[0]), q.path / file_name(q.files[-1])
-        base = q.files[0] // CQ_STORE_UNIT_SIZE
-        if self.read_only:
-            # a reader looks at few units of a writer's files, and takes their size as it is
-            self._adopt_file_size(first_path)
-            q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + prefix_counts(last_path)[0]
-            written, skipped = prefix_counts(first_path, self.commitlog_min_offset)
-            q.min_offset = base + skipped if skipped < written or len(q.files) == 1 else \
-                q.files[1] // CQ_STORE_UNIT_SIZE
-            return
-        for start in q.files:
-            path = q.path / file_name(start)
-            size = path.stat().st_size
-            if size != self.file_size or start % self.file_size:
-                raise ConsumeQueueError(
-                    f"consume-queue file {path} is {size} bytes, expected {self.file_size} "
-                    f"({self.units_per_file} units of {CQ_STORE_UNIT_SIZE}) at a multiple of that; set "
-                    f"consume_queue_units to match, or delete the queue directory to rebuild it")
-        # the end: RocketMQ's rule, the first unit that is not (offset >= 0, size > 0) in the last
-        # file, read whole; the head: the blank filler, a prefix written in one go, found by search
-        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + valid_count(read_units(last_path))
-        written, blanks = prefix_counts(first_path)
-        if len(q.files) == 1:
-            written = q.max_offset - base
-        q.min_offset = base + min(blanks, written) if blanks < written or len(q.files) == 1 else \
-            q.files[1] // CQ_STORE_UNIT_SIZE
-
-    def _adopt_file_size(self, path: Path) -> None:
-        """A reader takes the unit count of the files it finds (a store may use any size)."""
-        size = path.stat().st_size
-        if size and size % CQ_STORE_UNIT_SIZE == 0 and size != self.file_size:
-            self.units_per_file = size // CQ_STORE_UNIT_SIZE
-
-    def _ensure_loaded(self) -> None:
-        if not self._loaded:
-            self.load()
+class ConsumeQueueStore(ConsumeQueueTrim):
+    """All consume queues of one store: their files (store.queue.files), reads (store.queue.read)
+    and trimming (store.queue.trim), and the writing here: dispatch, flush, close."""
 
     # --- writing ------------------------------------------------------------------------------
     def dispatch(self, topic_names: list[str], topic_index: np.ndarray, queue_ids: np.ndarray,
@@ -289,14 +192,6 @@ class ConsumeQueueStore(ConsumeQueueTrim, ConsumeQueueReads):
     def abandon(self) -> None:
         """Close the files without writing what is pending, as a killed process leaves them."""
         self._close_fds()
-
-    def _close_fds(self) -> None:
-        while self._filled_fds:
-            os.close(self._filled_fds.pop())
-        for q in self._queues.values():
-            if q.fd is not None:
-                os.close(q.fd)
-                q.fd, q.fd_start = None, -1
 
     def close(self, flush: bool = True) -> None:
         """Flush (unless ``flush`` is false: after a failed fsync the pages are not retried as if they

@@ -3,38 +3,17 @@ read-only store (a reader beside a running writer) looks at the files again on e
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from store.format.constants import CQ_STORE_UNIT_SIZE
+from store.queue.files import ConsumeQueueFiles, _Queue
 from store.queue.units import UNIT_DTYPE, file_name, first_at_or_after, list_unit_files, read_units, valid_count
 
 
-@dataclass
-class _Queue:
-    topic: str
-    queue_id: int
-    path: Path
-    files: list[int] = field(default_factory=list)   # start byte offsets, ascending
-    min_offset: int = 0                                # first real (non-blank) queue offset
-    max_offset: int = 0                                # next queue offset
-    fd: int | None = None                              # writer: the last file, open
-    fd_start: int = -1
-    dirty: bool = False
-
-
-class ConsumeQueueReads:
-    """Mixed into ConsumeQueueStore, which provides the state, load(), _scan(), _queue_dirs()
-    and _ensure_loaded()."""
-
-    dir: Path
-    units_per_file: int
-    read_only: bool
-    _queues: dict[tuple[str, int], _Queue]
-    _lock: threading.RLock
+class ConsumeQueueReads(ConsumeQueueFiles):
+    """The consume queues' reads, over the files and state of ConsumeQueueFiles."""
 
     def next_queue_offsets(self) -> dict[tuple[str, int], int]:
         with self._lock:

@@ -5,28 +5,19 @@ each queue's min offset moved (ConsumeQueue.deleteExpiredFile, correctMinOffset)
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from store.errors import ConsumeQueueError
 from store.format.constants import CQ_STORE_UNIT_SIZE
-from store.queue.read import _Queue
+from store.queue.files import _Queue
+from store.queue.read import ConsumeQueueReads
 from store.queue.units import blank_mask, file_name, read_units, valid_count
 
 
-class ConsumeQueueTrim:
-    """Mixed into ConsumeQueueStore, which provides the state and _ensure_loaded()."""
-
-    read_only: bool
-    units_per_file: int
-    _lock: threading.RLock
-    _queues: dict[tuple[str, int], _Queue]
-    _dirs_to_sync: set[Path]
-
-    _ensure_loaded: "Callable[[], None]"
+class ConsumeQueueTrim(ConsumeQueueReads):
+    """The consume queues' trimming, over the files and state of ConsumeQueueFiles."""
 
     def truncate_dirty(self, phys_end: int) -> None:
         """Drop every unit pointing at or past ``phys_end`` (ConsumeQueue.truncateDirtyLogicFiles):

@@ -20,11 +20,10 @@ from store.index.service import IndexService
 from store.log.commit_point import CommitPoint
 from store.queue.consume_queue import ConsumeQueueStore
 from store.read.reader_arrow import ArrowReads
-from store.read.records import RecordReads
 from store.read.view import StoreView
 
 
-class StoreReader(RecordReads, ArrowReads):
+class StoreReader(ArrowReads):
     """Read-only, lock-free view of a store, up to its committed offset: its segments and commit
     point come from the store's view (store.read.view)."""
 

@@ -1,7 +1,6 @@
 """StoreReader's Arrow side: the committed messages as pyarrow record batches (columns
 store.scan.record_batch.READBACK_SCHEMA), whole, by queue, at given offsets, or in ranges for a
-parallel read. A mixin of store.read.reader.StoreReader, which gives it the segments, the consume queues
-and the commit point."""
+parallel read. Built on store.read.records.RecordReads, below store.read.reader.StoreReader."""
 
 from __future__ import annotations
 
@@ -12,16 +11,16 @@ import numpy as np
 
 from store.errors import CorruptRecordError, NotARecordStartError
 from store.format.codec import CodecConfig
+from store.read.records import RecordReads
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
 
-class ArrowReads:
-    """Arrow reads over a StoreReader's state (_segments, _cq, _committed, _commit_point, _check_crc)."""
-
-    _check_crc: bool
+class ArrowReads(RecordReads):
+    """The record reads as Arrow: over RecordReads' segments and consume queues, up to its read limit
+    (a StoreReader's: the committed offset)."""
 
     def record_batches(self, from_offset: int | None = None, to_offset: int | None = None,
                        topics: Iterable[str] | None = None, batch_size: int = 65_536, *,
@@ -70,7 +69,7 @@ class ArrowReads:
                 parts.append(units["phys"].astype(np.int64))
                 sizes.append(units["size"].astype(np.int64))
         phys, size = np.concatenate(parts), np.concatenate(sizes)
-        keep = (phys >= self.min_offset) & (phys < self._committed)
+        keep = (phys >= self.min_offset) & (phys < self._read_limit())
         order = np.argsort(phys[keep], kind="stable")
         return phys[keep][order], size[keep][order]
 
@@ -85,14 +84,15 @@ class ArrowReads:
         rf = RecordFilter.of(topics, queue_ids, min_store_timestamp, max_store_timestamp)
         offsets = np.asarray(offsets, dtype=np.int64)
         sizes = np.asarray(sizes, dtype=np.int64)
+        limit = self._read_limit()
         i = 0
         while i < len(offsets):
             off = int(offsets[i])
-            seg = self._segments.find(off) if off < self._committed else None
+            seg = self._segments.find(off) if off < limit else None
             if seg is None:
                 raise NotARecordStartError(
-                    f"offset {off} is outside the readable commit log [{self.min_offset}, {self._committed})")
-            j = int(np.searchsorted(offsets, min(seg.end_offset, self._committed)))
+                    f"offset {off} is outside the readable commit log [{self.min_offset}, {limit})")
+            j = int(np.searchsorted(offsets, min(seg.end_offset, limit)))
             # the span from the first record to the end of the last: the pages between are touched too
             seg.check_readable(off - seg.base_offset, int((offsets[i:j] + sizes[i:j]).max()) - seg.base_offset)
             yield from record_batches_at(seg.view, seg.base_offset, offsets[i:j] - seg.base_offset, sizes[i:j],
@@ -142,7 +142,7 @@ class ArrowReads:
                         ) -> Iterator[tuple[Any, int, int, int | None]]:
         """(segment, first position, readable end, pause position or None) of each segment
         holding readable records in [from_offset, to_offset)."""
-        limit = self._committed
+        limit = self._read_limit()
         pos, stop = self._walk_bounds(from_offset, to_offset, limit)
         while pos < stop:
             seg = self._segments.find(pos)

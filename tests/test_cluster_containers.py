@@ -12,12 +12,12 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from ingest.devtools.broker import free_port
 from ingest.devtools.demo import committed_counts
+from tests import waiting
 from tests.containers import ROOT, docker_cli, require_images, volume_path
 from tests.kafka_helpers import create_topics, produce, store_by_coordinates, unique_topic
 
@@ -47,16 +47,9 @@ def logs(*names: str) -> str:
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str, names: tuple[str, ...]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout_s:.0f} s\n{logs(*names)}")
-        time.sleep(1)
+    """tests.waiting's wait, a server not answering yet counted as not yet, the containers' logs in its failure."""
+    waiting.wait_until(check, timeout_s, what, interval_s=1, retry_on=(OSError,),
+                       error=lambda message: AssertionError(f"{message}\n{logs(*names)}"))
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,13 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ingest.devtools.demo import TOPICS, committed_counts
+from tests import waiting
 from tests.containers import ROOT, require_images, volume_path
 from tests.kafka_helpers import store_by_coordinates
 
@@ -43,13 +44,11 @@ def compose(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
     return done
 
 
-def wait_until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            logs = compose("logs", "--tail", "15").stdout[-6000:]
-            raise AssertionError(f"{what}: not after {timeout_s:.0f} s; logs:\n{logs}")
-        time.sleep(2)
+def wait_until(check: Callable[[], object], timeout_s: float, what: str) -> None:
+    """tests.waiting's wait, the stack's logs in its failure."""
+    waiting.wait_until(check, timeout_s, what, interval_s=2,
+                       error=lambda message: AssertionError(
+                           f"{message}; logs:\n{compose('logs', '--tail', '15').stdout[-6000:]}"))
 
 
 def kafka_total() -> int:

@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from spark_cluster import SparkCluster, daemon_env, standalone_cluster
+
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.6)]
 
@@ -222,8 +223,8 @@ def test_submit_without_commitlog_arguments_prints_usage(tmp_path: Path) -> None
 
 def driver_python_pid(submit_pid: int, timeout_s: float = 120) -> int:
     """The Python driver under the spark-submit JVM (PythonRunner starts it as a child)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def found() -> int | None:
         for task in Path(f"/proc/{submit_pid}/task").glob("*"):
             try:
                 children = (task / "children").read_text().split()
@@ -238,8 +239,9 @@ def driver_python_pid(submit_pid: int, timeout_s: float = 120) -> int:
                 program = Path(cmdline[0].decode(errors="replace")).name
                 if program.startswith("python") and any(arg.endswith(b"driver.py") for arg in cmdline[1:]):
                     return int(child)
-        time.sleep(0.5)
-    raise AssertionError(f"no Python driver under spark-submit pid {submit_pid} after {timeout_s:.0f} s")
+        return None
+
+    return wait_until(found, timeout_s, f"a Python driver under spark-submit pid {submit_pid}", interval_s=0.5)
 
 
 def committed_messages(store: Path) -> int:
@@ -279,13 +281,14 @@ def test_submit_runs_the_job_on_the_cluster_exactly_once(cluster: SparkCluster, 
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while committed_messages(store) < n:
+        def all_committed() -> bool:
             assert proc.poll() is None, (f"the job exited with {proc.returncode} early\n"
                                          f"{log_path.read_text(errors='replace')[-6000:]}")
-            assert time.monotonic() < deadline, (f"only {committed_messages(store)} of {n} in after 240 s\n"
-                                                 f"{log_path.read_text(errors='replace')[-6000:]}")
-            time.sleep(1.0)
+            return committed_messages(store) >= n
+
+        wait_until(all_committed, 240, f"{n} records committed", interval_s=1.0,
+                   error=lambda message: AssertionError(
+                       f"{message}: {committed_messages(store)} in\n{log_path.read_text(errors='replace')[-6000:]}"))
         # The job's graceful stop: finish the batch in progress, close the store, exit 0.
         os.kill(driver_python_pid(proc.pid), signal.SIGTERM)
         proc.wait(timeout=120)

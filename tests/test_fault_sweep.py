@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_until
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=4)]   # 215 cases, ~4 min on 2 shared cores
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,10 +80,11 @@ def traced_run(root: Path, strace_args: list[str], log: Path) -> tuple[int, str,
     assert ready == "ready", ready + driver.stderr.read() if driver.stderr else ""
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-y", "-o", str(log), *strace_args, "-p", str(driver.pid)],
                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not _all_traced(driver.pid):       # strace attaches each thread in turn
-        assert tracer.poll() is None and time.monotonic() < deadline, "strace did not attach"
-        time.sleep(0.005)
+    def attached() -> bool:                   # strace attaches each thread in turn
+        assert tracer.poll() is None, "strace exited before it attached"
+        return _all_traced(driver.pid)
+
+    wait_until(attached, 30, "strace to attach every thread of the driver", interval_s=0.005)
     out, err = driver.communicate("\n", timeout=120)
     tracer.wait(timeout=60)
     return driver.returncode, out, err

@@ -47,8 +47,6 @@ def _assemble(batch: pa.RecordBatch, cfg: MappingConfig, rows: list[MappedRow | 
     live = [r for r in rows if r is not None]
 
     def column(name: str, typ: pa.DataType) -> pa.Array:
-        if len(live) == n:
-            return pa.array([getattr(r, name) for r in live], typ)
         return pa.array([None if r is None else getattr(r, name) for r in rows], typ)
 
     ts = batch.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64())

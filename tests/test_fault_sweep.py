@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.programs import require_program
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=4)]   # 215 cases, ~4 min on 2 shared cores
@@ -181,8 +182,7 @@ def sweep_cases(calls: Counter[str]) -> list[Case]:
 
 @pytest.mark.timeout(900)
 def test_every_call_of_every_kind_failed_in_turn_leaves_a_store_that_resumes_exactly_once(tmp_path: Path) -> None:
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace, .ci/install-tools.sh) to fail the calls")
+    require_program("strace", "to fail the calls")
     started = time.monotonic()
     calls = count_calls(tmp_path)
     assert all(calls[k] > 0 for k in KINDS), f"the workload makes no call of some kinds: {calls}"

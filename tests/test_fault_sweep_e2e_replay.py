@@ -4,20 +4,19 @@ files, how many calls, a seeded N per kind, an error among EIO, ENOSPC, EDQUOT, 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.fault_e2e_sweep import FIRST, MORE, export, plain, replay_cmd, sweep
+from tests.programs import require_program
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=3.5)]   # 3.2 quiet, 5.9 on 2 shared cores
 
 
 @pytest.mark.timeout(1200)
 def test_replay_with_a_call_on_our_files_failed_ends_in_one_line_and_the_next_run_stores_once(tmp_path: Path) -> None:
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace, .ci/install-tools.sh) to fail the calls")
+    require_program("strace", "to fail the calls")
     base, files = tmp_path / "base", tmp_path / "export"
     export(files, 0, range(FIRST))
     first = plain(replay_cmd(base / "store", files))

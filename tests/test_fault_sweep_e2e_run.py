@@ -3,12 +3,12 @@ on the Spark checkpoint's and the spool's files failed, one per case (tests/faul
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.fault_e2e_sweep import FIRST, MORE, RUN_KINDS, plain, run_cmd, sweep
+from tests.programs import require_program
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2)]   # 1.6 quiet, 2.9 on 2 shared cores
 
@@ -20,8 +20,7 @@ def test_run_with_a_call_on_the_spark_checkpoint_failed_ends_in_one_line_and_the
     metadata, offsets/N, commits/N and their directories) and the spool's are failed."""
     from tests.kafka_helpers import create_topics, produce, unique_topic
 
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace, .ci/install-tools.sh) to fail the calls")
+    require_program("strace", "to fail the calls")
     topic = unique_topic("faults")
     create_topics(bootstrap_servers, [topic], partitions=2)
     record = lambda p, o: (topic, p, b"k%d-%d" % (p, o), b"v%d-%d" % (p, o) * 20, [])  # noqa: E731

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_helpers import store_by_coordinates
+from tests.programs import require_program
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=1.9)]   # replay 0.7, run 1.2
 
@@ -40,8 +40,7 @@ def replay(store: Path, files: Path, *wrap: str) -> subprocess.CompletedProcess[
 
 @pytest.mark.timeout(600)
 def test_replay_whose_consume_queue_fsync_fails_says_one_line_and_never_retries_the_sync(tmp_path: Path) -> None:
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace) to make fsync fail")
+    require_program("strace", "to make fsync fail")
     store, files = tmp_path / "store", tmp_path / "export"
     export(files, range(100))
     first = replay(store, files)
@@ -74,8 +73,7 @@ def test_run_whose_consume_queue_fsync_fails_says_one_line_and_never_retries_the
         bootstrap_servers: str, tmp_path: Path) -> None:
     from tests.kafka_helpers import create_topics, produce, unique_topic
 
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace (apt-get install strace) to make fsync fail")
+    require_program("strace", "to make fsync fail")
     topic = unique_topic("fsync")
     create_topics(bootstrap_servers, [topic], partitions=1)
     sent = produce(bootstrap_servers, [(topic, 0, b"k%d" % i, b"v%d" % i, []) for i in range(100)])

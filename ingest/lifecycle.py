@@ -90,11 +90,11 @@ def spark_session(cfg: JobConfig) -> Any:
             # files written and renamed per entry, not four, halves walCommit + commitOffsets, a fixed
             # cost of every batch's latency (BENCHMARKS.md, "Latency"). Hadoop's local files are
             # never fsynced either way; a torn entry is what sink.spark_checkpoint rewinds.
-            "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
-            # Executors talk to their Python workers over a Unix socket, not TCP on loopback: over TCP
-            # a read task's small writes meet Nagle's algorithm and a delayed ACK, a ~40 ms stall in
-            # every Python task, so in every micro-batch of our source (BENCHMARKS.md, "Latency").
-            "spark.python.unix.domain.socket.enabled": "true"}
+            # Not spark.python.unix.domain.socket.enabled, though it cuts ~40 ms from every Python
+            # task (README "Latency"): over a Unix socket a Python worker whose executor closes it at
+            # stop fails its last flush at once and PySpark's daemon prints that traceback to our
+            # stderr; over TCP the write is taken and the worker ends quietly.
+            "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs"}
     conf.update(cfg.spark_conf)
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
 

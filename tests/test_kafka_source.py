@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -120,6 +121,34 @@ def test_latest_offsets_are_the_true_log_end_despite_batched_produce(kafka_broke
     assert earliest == {(topic, 0): 0, (topic, 1): 0}
     assert latest_offsets(bootstrap_servers, topic) == {(topic, 0): 50, (topic, 1): 0}
     assert latest_offsets(bootstrap_servers, pattern=f"{topic}|nothing-.*") == {(topic, 0): 50, (topic, 1): 0}
+
+
+def test_a_streams_batches_skip_the_end_probe_only_while_the_broker_has_answered_true_ends(
+        kafka_broker, bootstrap_servers: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Apache Kafka's ListOffsets answer is the log end: a batch need not fetch to check it. Tansu's
+    # falls short once a producer batches records: one short answer found and every batch probes.
+    monkeypatch.setattr("ingest.kafka.admin.RECHECK_S", 0.3)
+    topic = new_topic(bootstrap_servers, "recheck", partitions=1)
+    tp = (topic, 0)
+
+    def send(n: int) -> None:
+        producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=200, batch_size=1 << 20)
+        for i in range(n):
+            producer.send(topic, value=b"v%d" % i, partition=0)
+        producer.flush()
+        producer.close()
+
+    with OffsetReader(kafka_client_params({"kafka.bootstrap.servers": bootstrap_servers})) as reader:
+        send(1)
+        assert reader.latest([tp], each_batch=True) == {tp: 1}        # probed: the answer was the end
+        send(50)
+        within_recheck = reader.latest([tp], each_batch=True)[tp]
+        assert within_recheck == 51 if kafka_broker.kind == "apache-kafka" else 1 <= within_recheck <= 51
+        time.sleep(0.4)
+        assert reader.latest([tp], each_batch=True) == {tp: 51}       # rechecked against a probe
+        send(50)
+        assert reader.latest([tp], each_batch=True) == {tp: 101}      # Tansu: probing for good
+        assert reader.latest([tp]) == {tp: 101}
 
 
 def test_offsets_for_timestamp_finds_the_first_record_at_or_after_it(spark, bootstrap_servers: str) -> None:

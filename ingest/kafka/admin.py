@@ -5,7 +5,8 @@ Broker quirks handled here (pinned in tests/test_kafka_source.py):
 - Tansu answers ListOffsets "latest" with the base offset of the partition's last record batch + 1,
   not the log end, when producers batch records. A fetch response's high watermark is right on
   both Tansu and Kafka, so ``latest`` fetches once from (reported end - 1) and takes
-  max(reported end, high watermark): one small fetch per non-empty partition.
+  max(reported end, high watermark): one small fetch per non-empty partition. A stream's batches
+  skip that fetch while the broker's answers have matched it (rechecked every second).
 - Tansu answers ListOffsets by timestamp with offset 0 (timestamp -1 or the first batch's append
   time) whatever the timestamp asked. ``for_timestamp`` checks every answer against the records
   at and just before it and scans the partition when they contradict it.
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from ingest.kafka.offsets import Offsets, TopicPartitionKey
@@ -28,6 +29,10 @@ from ingest.kafka.options import KafkaSourceError, kafka_client_params
 log = logging.getLogger(__name__)
 
 _PROBE_WAIT_MS = 10
+# how long a broker whose ListOffsets answers matched the fetch probes is taken at its word
+# (OffsetReader.latest(each_batch=True)): a probe costs a stream's batch ~5 ms, and a short answer
+# would only delay its records by this long, since the recheck finds it and probing resumes for good
+RECHECK_S = 1.0
 
 
 def _consumer(client_params: Mapping[str, Any], **overrides: Any) -> KafkaConsumer:
@@ -37,6 +42,14 @@ def _consumer(client_params: Mapping[str, Any], **overrides: Any) -> KafkaConsum
     params.update(overrides)
     try:
         return KafkaConsumer(**params)
+    except KafkaError as exc:
+        raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
+
+
+def _admin(client_params: Mapping[str, Any]) -> KafkaAdminClient:
+    params = {k: v for k, v in client_params.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    try:
+        return KafkaAdminClient(**params)
     except KafkaError as exc:
         raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
 
@@ -73,14 +86,18 @@ def watch_stable_offsets(consumer: KafkaConsumer, into: dict[TopicPartitionKey, 
 
 
 class OffsetReader:
-    """One metadata consumer and one probe consumer, created on first use; ``close()`` frees them."""
+    """One admin client (the partition lists), one metadata consumer (ListOffsets) and one probe
+    consumer (high watermarks), created on first use; ``close()`` frees them."""
 
     def __init__(self, client_params: Mapping[str, Any], timeout_ms: int = 60_000) -> None:
         self._params = dict(client_params)
         self._timeout_ms = timeout_ms
+        self._admin: KafkaAdminClient | None = None
         self._meta: KafkaConsumer | None = None
         self._probe: KafkaConsumer | None = None
         self._stable: Offsets = {}       # last stable offsets the probe's fetches reported
+        self._reports_exact_at: float | None = None   # when ListOffsets last matched the probes
+        self._reports_short = False      # ListOffsets answered short of a probe's end (Tansu)
 
     @property
     def meta(self) -> KafkaConsumer:
@@ -92,7 +109,9 @@ class OffsetReader:
         for c in (self._meta, self._probe):
             if c is not None:
                 c.close(autocommit=False)
-        self._meta = self._probe = None
+        if self._admin is not None:
+            self._admin.close()
+        self._admin = self._meta = self._probe = None
 
     def __enter__(self) -> "OffsetReader":
         return self
@@ -105,16 +124,28 @@ class OffsetReader:
         """The partitions to read now, from fresh metadata (new topics and partitions show up)."""
         if assign is not None:
             return sorted(assign)
-        topics = self.meta.topics()  # always a metadata request: sees topics and partitions added since
+        # one Metadata request a call, as Spark's connector's describeTopics: a consumer's topics()
+        # refreshes at most once per 100 ms (kafka-python's metadata backoff, whatever
+        # kafka.retry.backoff.ms says), which a batch every ~100 ms waited out each time
+        if self._admin is None:
+            self._admin = _admin(self._params)
+        described = self._admin.describe_topics(None if pattern is not None else sorted(set(subscribe or ())))
         if pattern is not None:
             regex = re.compile(pattern)
-            names = sorted(t for t in topics if regex.fullmatch(t) and not t.startswith("__"))
-        else:
-            names = sorted(set(subscribe or ()) & topics)
-        out: list[TopicPartitionKey] = []
-        for t in names:
-            out += [(t, p) for p in sorted(self.meta.partitions_for_topic(t) or ())]
-        return out
+            described = [t for t in described if regex.fullmatch(t["name"]) and not t["name"].startswith("__")]
+        listed = sorted((t["name"], p["partition_index"]) for t in described for p in t["partitions"])
+        self._learn(listed)
+        return listed
+
+    def _learn(self, tps: Sequence[TopicPartitionKey]) -> None:
+        """The metadata consumer sends ListOffsets to the leaders its own metadata names, and leaves
+        out a partition that metadata has not seen: refreshed (one wait of up to its 100 ms backoff)
+        only when a listing shows a topic or partition it does not know."""
+        by_topic: dict[str, set[int]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, set()).add(partition)
+        if any(self.meta.partitions_for_topic(t) != parts for t, parts in by_topic.items()):
+            self.meta.topics()
 
     def earliest(self, tps: Sequence[TopicPartitionKey]) -> Offsets:
         if not tps:
@@ -129,16 +160,28 @@ class OffsetReader:
         got = self.meta.end_offsets([TopicPartition(*tp) for tp in tps], timeout_ms=self._timeout_ms)
         return {(tp.topic, tp.partition): int(o) for tp, o in got.items()}
 
-    def latest(self, tps: Sequence[TopicPartitionKey], earliest: Mapping[TopicPartitionKey, int] | None = None
-               ) -> Offsets:
-        """The true end (next offset to be written) of each partition."""
+    def latest(self, tps: Sequence[TopicPartitionKey], earliest: Mapping[TopicPartitionKey, int] | None = None,
+               each_batch: bool = False) -> Offsets:
+        """The true end (next offset to be written) of each partition. ``each_batch`` (a stream's
+        batches, where an end read short is read by a later batch): the fetch probe is skipped while
+        this broker's ListOffsets answers have been the probes' true ends, checked again every
+        ``RECHECK_S``; one answer short of the true end (Tansu) and every call probes."""
         reported = self.reported_latest(tps)
+        if each_batch and not self._reports_short and self._reports_exact_at is not None \
+                and time.monotonic() - self._reports_exact_at < RECHECK_S:
+            return reported
         earliest = dict(earliest) if earliest is not None else self.earliest(tps)
         # reported == earliest means empty on both brokers (Tansu's answer is a batch base + 1 > earliest)
         to_probe = [tp for tp in tps if reported[tp] > earliest.get(tp, 0)]
         hw, lso = self._high_watermarks({tp: reported[tp] - 1 for tp in to_probe})
         committed = str(self._params.get("isolation_level", "")).lower() == "read_committed"
-        return {tp: true_end(reported[tp], hw.get(tp), lso.get(tp), committed) for tp in tps}
+        ends = {tp: true_end(reported[tp], hw.get(tp), lso.get(tp), committed) for tp in tps}
+        if to_probe:
+            if all(ends[tp] == reported[tp] for tp in to_probe):
+                self._reports_exact_at = time.monotonic()
+            else:
+                self._reports_short = True
+        return ends
 
     def _high_watermarks(self, fetch_from: Mapping[TopicPartitionKey, int]) -> tuple[Offsets, Offsets]:
         """The high watermark and the last stable offset (where the fetch reports one) of each."""

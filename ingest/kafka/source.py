@@ -250,7 +250,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 if self._target is not None:
                     tps = [tp for tp in tps if tp in self._target]
                 earliest = r.earliest(tps)
-                latest = r.latest(tps, earliest)
+                latest = r.latest(tps, earliest, each_batch=self._target is None)
                 if unreachable_since is not None:
                     log.warning("Kafka at %s answers again after %.0f s", o.bootstrap_servers,
                                 time.monotonic() - unreachable_since)

@@ -136,8 +136,9 @@ def warm_up(bootstrap: str, topic: str, workload: str, handled: Callable[[], int
 
 
 def run_commitlog(spark: Any, bootstrap: str, root: Path, rate: int, seconds: float, flush: str,
-                  workload: str, trigger: str | None) -> tuple[np.ndarray, list[float]]:
-    """Latencies (ms) of the records produced after the warm-up, and the batch times (ms)."""
+                  workload: str, trigger: str | None) -> tuple[np.ndarray, dict[str, list[float]], list[float]]:
+    """Latencies (ms) of the records produced after the warm-up, the batches' parts (ms, phase_ms)
+    and the sink's share of each batch (ms)."""
     from ingest.config import JobConfig
     from ingest.job import run_stream
 
@@ -187,14 +188,14 @@ def run_commitlog(spark: Any, bootstrap: str, root: Path, rate: int, seconds: fl
         sources = progress[0].get("sources") if progress and progress[0] else None
         print(f"latency: {rate} msg/s: the job took {drain_s:.0f} s after the producer's end to store the last "
               f"records ({stored[0]} of {n}); its last progress' sources: {json.dumps(sources)}", file=sys.stderr)
-    batch_ms = trigger_ms([q for q in spark.streams.active if q.name == "commitlog"], began[0])
+    phases = phase_ms([q for q in spark.streams.active if q.name == "commitlog"], began[0])
     stop.set()
     runner.join(timeout=120)
     if failure:
         raise RuntimeError(f"commitlog run failed: {failure[0]}")
     if stored[0] != n:
         raise RuntimeError(f"commitlog run stored {stored[0]} of {n} records")
-    return np.concatenate(latencies) if latencies else np.zeros(0), batch_ms, store_ms
+    return np.concatenate(latencies) if latencies else np.zeros(0), phases, store_ms
 
 
 def batches_since(queries: list[Any], since_s: float) -> list[dict[str, Any]]:
@@ -205,16 +206,23 @@ def batches_since(queries: list[Any], since_s: float) -> list[dict[str, Any]]:
             datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() >= since_s]
 
 
-def trigger_ms(queries: list[Any], since_s: float) -> list[float]:
-    """Spark's time for each batch with records that began after the warm-up from ``since_s`` (its
-    triggerExecution: planning, the offset log, the batch, the commit log), the batch time every path
-    is given."""
-    return [float(p["durationMs"].get("triggerExecution", 0)) for p in batches_since(queries, since_s + WARMUP_S)]
+# Spark's parts of a batch (its progress' durationMs): asking the source for its end offsets, the
+# offset log, the batch itself (read and sink), the commit log; triggerExecution is the whole
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def phase_ms(queries: list[Any], since_s: float) -> dict[str, list[float]]:
+    """Spark's time for each part of each batch with records that began after the warm-up from
+    ``since_s``; triggerExecution (planning, the offset log, the batch, the commit log) is the batch
+    time every path is given."""
+    batches = batches_since(queries, since_s + WARMUP_S)
+    return {phase: [float(p["durationMs"].get(phase, 0)) for p in batches] for phase in PHASES}
 
 
 def run_source(spark: Any, bootstrap: str, root: Path, source: str, rate: int, seconds: float,
-               trigger: str, options: dict[str, str] | None = None) -> tuple[np.ndarray, list[float]]:
-    """A source into a foreachBatch that only timestamps its rows: record latencies and batch times (ms)."""
+               trigger: str, options: dict[str, str] | None = None) -> tuple[np.ndarray, dict[str, list[float]]]:
+    """A source into a foreachBatch that only timestamps its rows: record latencies and the
+    batches' parts (ms, phase_ms)."""
     topic = f"lat-src-{source}-{rate}-{int(time.time() * 1000) % 10**8}"
     cs.create_topic(bootstrap, topic, PARTITIONS)
     fmt = {"spark-kafka": "kafka", "kafka-python": "kafka-python"}[source]
@@ -242,10 +250,10 @@ def run_source(spark: Any, bootstrap: str, root: Path, source: str, rate: int, s
         deadline = time.monotonic() + 120
         while seen[0] < n and time.monotonic() < deadline:
             time.sleep(0.2)
-        batch_ms = trigger_ms([query], began[0])
+        phases = phase_ms([query], began[0])
     finally:
         query.stop()
-    return np.concatenate(latencies) if latencies else np.zeros(0), batch_ms
+    return np.concatenate(latencies) if latencies else np.zeros(0), phases
 
 
 def kafka_e2e(bootstrap: str, n: int) -> dict[str, float]:
@@ -290,15 +298,17 @@ def rocketmq_send(root: Path, n: int) -> np.ndarray:
     return sends[len(sends) // 10:]          # the first tenth warms the JVMs up
 
 
-def add_latency(rep: common.Report, name: str, ms: np.ndarray, batch_ms: list[float],
+def add_latency(rep: common.Report, name: str, ms: np.ndarray, phases: dict[str, list[float]] | None,
                 store_ms: list[float] | None = None) -> None:
     if not len(ms):
         rep.note(f"{name}: no record after the warm-up")
         return
     for k, v in percentiles(ms).items():
         rep.add(f"{name}.{k}_ms", [v], "ms")
-    if batch_ms:
-        rep.add(f"{name}.batch_p50_ms", [float(np.median(batch_ms))], "ms")
+    if phases and phases["triggerExecution"]:
+        rep.add(f"{name}.batch_p50_ms", [float(np.median(phases["triggerExecution"]))], "ms")
+        for phase in PHASES[:-1]:
+            rep.add(f"{name}.{phase}_p50_ms", [float(np.median(phases[phase]))], "ms")
     if store_ms:
         # the sink's share of a batch: collect (the Spark job), append, index, flush, commit
         rep.add(f"{name}.sink_p50_ms", [float(np.median(store_ms))], "ms")
@@ -335,24 +345,24 @@ def main(argv: list[str] | None = None) -> int:
             spark = cs.spark_session()
             for flush in p["flushes"]:
                 for rate in p["rates"]:
-                    ms, batches, store_ms = run_commitlog(spark, bootstrap, root, rate, p["seconds"], flush, "uniform",
+                    ms, phases, store_ms = run_commitlog(spark, bootstrap, root, rate, p["seconds"], flush, "uniform",
                                                           args.trigger)
-                    add_latency(rep, f"commitlog.{flush}.rate{rate}", ms, batches, store_ms)
+                    add_latency(rep, f"commitlog.{flush}.rate{rate}", ms, phases, store_ms)
                 if p["mixed_rate"]:
-                    ms, batches, store_ms = run_commitlog(spark, bootstrap, root, p["mixed_rate"], p["seconds"], flush,
+                    ms, phases, store_ms = run_commitlog(spark, bootstrap, root, p["mixed_rate"], p["seconds"], flush,
                                                           "mixed", args.trigger)
-                    add_latency(rep, f"commitlog.{flush}.mixed{p['mixed_rate']}", ms, batches, store_ms)
+                    add_latency(rep, f"commitlog.{flush}.mixed{p['mixed_rate']}", ms, phases, store_ms)
             if not args.no_peers:
                 for rate in p["rates"]:
                     for source in ("spark-kafka", "kafka-python"):
-                        ms, batches = run_source(spark, bootstrap, root, source, rate, p["seconds"],
+                        ms, phases = run_source(spark, bootstrap, root, source, rate, p["seconds"],
                                                  spark_interval(source_trigger))
                         name = "spark_kafka" if source == "spark-kafka" else "ours"
-                        add_latency(rep, f"{name}.source.rate{rate}", ms, batches)
+                        add_latency(rep, f"{name}.source.rate{rate}", ms, phases)
                     # before the small ranges of a batch shared a task: one task per partition range
-                    ms, batches = run_source(spark, bootstrap, root, "kafka-python", rate, p["seconds"],
+                    ms, phases = run_source(spark, bootstrap, root, "kafka-python", rate, p["seconds"],
                                              spark_interval(source_trigger), {"minRecordsPerTask": "0"})
-                    add_latency(rep, f"ours_taskperpartition.source.rate{rate}", ms, batches)
+                    add_latency(rep, f"ours_taskperpartition.source.rate{rate}", ms, phases)
                     rep.ratio(f"ratio.rate{rate}.source_batch_ours_vs_spark", f"ours.source.rate{rate}.batch_p50_ms",
                               f"spark_kafka.source.rate{rate}.batch_p50_ms")
                     rep.ratio(f"ratio.rate{rate}.source_batch_taskperpartition_vs_spark",
@@ -365,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                     for k, v in e2e.items():
                         rep.add(f"kafka_e2e.{k}_ms", [v], "ms")
             if not args.no_peers and not args.quick:
-                add_latency(rep, "rocketmq_send.sync_flush", rocketmq_send(root, 2_000), [])
+                add_latency(rep, "rocketmq_send.sync_flush", rocketmq_send(root, 2_000), None)
     rep.finish()
     if args.png:
         latency_plot.plot(rep.as_json(), Path(args.png))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
@@ -35,23 +35,26 @@ _PROBE_WAIT_MS = 10
 RECHECK_S = 1.0
 
 
+def _connected(client: Callable[..., Any], params: Mapping[str, Any]) -> Any:
+    """``client(**params)``, a failure to reach the brokers said as one KafkaSourceError."""
+    try:
+        return client(**params)
+    except KafkaError as exc:
+        raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
+
+
 def _consumer(client_params: Mapping[str, Any], **overrides: Any) -> KafkaConsumer:
     params = dict(client_params)
     params.update(group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
                   key_deserializer=None, value_deserializer=None)
     params.update(overrides)
-    try:
-        return KafkaConsumer(**params)
-    except KafkaError as exc:
-        raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
+    return _connected(KafkaConsumer, params)
 
 
 def _admin(client_params: Mapping[str, Any]) -> KafkaAdminClient:
-    params = {k: v for k, v in client_params.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
-    try:
-        return KafkaAdminClient(**params)
-    except KafkaError as exc:
-        raise KafkaSourceError(f"cannot connect to Kafka at {params.get('bootstrap_servers')}: {exc}") from exc
+    # the admin client refuses settings it does not know (the consumer's fetch and isolation ones)
+    known = KafkaAdminClient.DEFAULT_CONFIG
+    return _connected(KafkaAdminClient, {k: v for k, v in client_params.items() if k in known})
 
 
 def true_end(reported: int, high_watermark: int | None, last_stable: int | None, read_committed: bool) -> int:

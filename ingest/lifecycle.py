@@ -90,13 +90,13 @@ def spark_session(cfg: JobConfig) -> Any:
             # files written and renamed per entry, not four, halves walCommit + commitOffsets, a fixed
             # cost of every batch's latency (BENCHMARKS.md, "Latency"). Hadoop's local files are
             # never fsynced either way; a torn entry is what sink.spark_checkpoint rewinds.
-            # Not spark.python.unix.domain.socket.enabled, though it cuts ~40 ms from every Python
-            # task (README "Latency"): over a Unix socket a Python worker whose executor closes it at
-            # stop fails its last flush at once and PySpark's daemon prints that traceback to our
-            # stderr; over TCP the write is taken and the worker ends quietly. A daemon of ours
-            # (spark.python.daemon.module) can quiet the task workers but not the driver's planner
-            # runners, which Spark always forks from pyspark.daemon.
-            "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs"}
+            "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+            # the Python workers' TCP sockets acknowledge at once: no ~40 ms delayed-ACK stall a
+            # task (README "Latency"). Not spark.python.unix.domain.socket.enabled, which avoids it
+            # too: there a worker whose executor closes it at stop fails its last flush at once and
+            # the driver's planner runners (always forked from pyspark.daemon, whatever this says)
+            # print that traceback to our stderr; over TCP the write is taken quietly.
+            "spark.python.daemon.module": "ingest.python_daemon"}
     conf.update(cfg.spark_conf)
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
 

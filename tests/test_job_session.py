@@ -7,11 +7,14 @@ context starts, so the test session shared by the other tests cannot show them).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ingest.python_daemon import prompt
 
 pytestmark = pytest.mark.integration
 
@@ -26,26 +29,72 @@ cfg = JobConfig(store=sys.argv[1], master="local[1]", skip_preflight=True,
 spark = spark_session(cfg)
 
 def where_the_task_runs(batches):
-    import os
+    import os, socket
     for _ in batches:
         pass
-    yield pa.RecordBatch.from_pydict({"unix": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false").lower()]})
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:   # the daemon that forked the worker
+        daemon = cmdline.read().split(b"\0")[2].decode()
+    nodelay = []                                                  # of the worker's TCP sockets
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            what = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:                                   # listdir's own, closed by now
+            continue
+        if what.startswith("socket:"):
+            sock = socket.socket(fileno=os.dup(int(fd)))
+            if sock.family == socket.AF_INET:
+                nodelay.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            sock.close()
+    yield pa.RecordBatch.from_pydict({"unix": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false").lower()],
+                                      "daemon": [daemon], "nodelay": [json.dumps(sorted(set(nodelay)))]})
 
-row = spark.range(1).mapInArrow(where_the_task_runs, "unix string").collect()[0]
-print(json.dumps({"unix": row.unix}))
+row = spark.range(1).mapInArrow(where_the_task_runs, "unix string, daemon string, nodelay string").collect()[0]
+print(json.dumps({"unix": row.unix, "daemon": row.daemon, "nodelay": json.loads(row.nodelay)}))
 spark.stop()
 """
 
 
-def python_task_socket(tmp_path: Path, *spark_conf: str) -> str:
+def python_task(tmp_path: Path, *spark_conf: str) -> dict:
+    """How the job's executor talks to a Python task's worker: over a Unix socket or not, from which
+    daemon, TCP_NODELAY on its TCP sockets."""
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "store"), *spark_conf],
                           capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["unix"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_python_tasks_talk_to_their_executor_over_a_unix_socket_only_when_told(tmp_path: Path) -> None:
-    # faster (no ~40 ms Nagle/delayed-ACK stall a task), but PySpark's daemon prints a traceback when
-    # an executor closes a worker's Unix socket at stop: the user's choice, not the default
-    assert python_task_socket(tmp_path) == "false"
-    assert python_task_socket(tmp_path, "spark.python.unix.domain.socket.enabled=true") == "true"
+def test_python_tasks_talk_to_their_executor_over_prompt_tcp_through_our_daemon_unless_told_otherwise(
+        tmp_path: Path) -> None:
+    # over TCP, a worker that waits to acknowledge costs every task ~40 ms; a Unix socket is the
+    # user's choice (PySpark's daemon prints a traceback when an executor closes one at stop)
+    assert python_task(tmp_path) == {"unix": "false", "daemon": "ingest.python_daemon", "nodelay": [1]}
+    assert python_task(tmp_path, "spark.python.daemon.module=pyspark.daemon") == \
+        {"unix": "false", "daemon": "pyspark.daemon", "nodelay": [0]}
+    assert python_task(tmp_path, "spark.python.unix.domain.socket.enabled=true")["unix"] == "true"
+
+
+def connected_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        executor = socket.create_connection(server.getsockname())
+        worker, _ = server.accept()
+    return executor, worker
+
+
+def test_our_daemon_runs_each_task_on_a_socket_that_acknowledges_and_sends_at_once() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def task(sock: socket.socket, authenticated: bool) -> int:
+        seen.append((sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
+                     sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 0)   # as Linux leaves quick-ACK mode
+        return 0
+
+    executor, worker = connected_pair()
+    with executor, worker:
+        assert worker.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
+        run = prompt(task)
+        assert [run(worker, True), run(worker, True)] == [0, 0]
+    assert seen == [(1, 1), (1, 1)]                 # set again before every task the worker runs
+    unix, other = socket.socketpair(socket.AF_UNIX)
+    with unix, other:
+        assert prompt(lambda sock, authenticated: 7)(unix, True) == 7

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from ingest.kafka.offsets import (
     KafkaOffsetRange,
@@ -136,6 +137,54 @@ def test_a_batch_waits_for_min_offsets_until_the_trigger_delay_passes(monkeypatc
     assert reader._admit({("t", 0): 60, ("t", 1): 40}, {("t", 0): 61, ("t", 1): 40})   # delay passed
     reader._target = {("t", 0): 61, ("t", 1): 40}                       # Trigger.AvailableNow
     assert reader._admit({("t", 0): 61, ("t", 1): 40}, {("t", 0): 61, ("t", 1): 40})
+
+
+class BrokerAnswers:
+    """OffsetReader's lookups answered from a dict, counting the earliest-offset requests."""
+
+    def __init__(self, earliest: dict, latest: dict) -> None:
+        self.earliest_now, self.latest_now, self.earliest_asked = earliest, latest, 0
+
+    def partitions(self, **_asked: object) -> list:
+        return sorted(self.latest_now)
+
+    def earliest(self, tps: list) -> dict:
+        self.earliest_asked += 1
+        return {tp: self.earliest_now[tp] for tp in tps}
+
+    def latest(self, tps: list, earliest: dict | None = None, each_batch: bool = False) -> dict:
+        return {tp: self.latest_now[tp] for tp in tps}
+
+
+def test_a_streams_batches_ask_for_earliest_offsets_only_for_new_partitions_and_once_a_second(
+        monkeypatch) -> None:
+    from ingest.kafka import source
+
+    o = parse_options({**BOOT, "subscribe": "t"}, streaming=True)
+    reader = source.KafkaStreamReader(o, source.kafka_schema())
+    broker = BrokerAnswers({("t", 0): 0}, {("t", 0): 10})
+    reader._reader = broker
+    clock = [1000.0]
+    monkeypatch.setattr(source.time, "monotonic", lambda: clock[0])
+    end = reader.latestOffset(offsets_to_json({("t", 0): 0}), ReadAllAvailable())
+    assert broker.earliest_asked == 1 and end == {"t": {"0": 10}}
+    broker.latest_now[("t", 0)] = 20
+    clock[0] += 0.5
+    assert reader.latestOffset(end, ReadAllAvailable()) == {"t": {"0": 20}}
+    assert broker.earliest_asked == 1               # same partitions within a second: latest only
+    broker.earliest_now[("t", 1)], broker.latest_now[("t", 1)] = 5, 8
+    end = reader.latestOffset({"t": {"0": 20}}, ReadAllAvailable())
+    assert broker.earliest_asked == 2 and end == {"t": {"0": 20, "1": 5}}   # a new one starts at its earliest
+    broker.earliest_now[("t", 0)] = 15              # retention deleted 10..14 before they were read
+    clock[0] += 0.5
+    reader.latestOffset({"t": {"0": 10, "1": 5}}, ReadAllAvailable())       # the tasks would find it
+    clock[0] += 0.6
+    with pytest.raises(DataLossError, match=r"t-0: planned start 10, earliest available 15"):
+        reader.latestOffset({"t": {"0": 10, "1": 5}}, ReadAllAvailable())   # the driver, within a second
+    reader._target = {("t", 0): 20, ("t", 1): 8}    # Trigger.AvailableNow: every batch asks
+    asked = broker.earliest_asked
+    reader.latestOffset({"t": {"0": 20, "1": 8}}, ReadAllAvailable())
+    assert broker.earliest_asked == asked + 1
 
 
 def test_lag_behind_latest_per_partition_from_the_progress() -> None:

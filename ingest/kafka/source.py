@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingest.kafka import admin as kafka_admin
 from ingest.kafka.admin import OffsetReader, earliest_offsets, latest_offsets, offsets_for_timestamp  # noqa: F401 (re-exported)
 from ingest.kafka.offsets import (
     KafkaOffsetRange,
@@ -209,6 +210,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._target: Offsets | None = None        # Trigger.AvailableNow: do not read past these
         self._latest: Offsets | None = None
         self._last_trigger: float | None = None    # minOffsetsPerTrigger: when the last batch was admitted
+        self._earliest_at: float | None = None     # when latestOffset last asked for earliest offsets
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -237,10 +239,19 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         r = self.offset_reader
         self._target = r.latest(_partitions(r, self.options))
 
-    def _offsets_now(self) -> tuple[list[TopicPartitionKey], Offsets, Offsets]:
-        """Partitions, earliest and latest offsets, retried as fetchOffset.numRetries says; while no
-        broker can be reached an attempt waits up to kafka.default.api.timeout.ms first (a broker
-        restarting under the job is a pause, not a failed query)."""
+    def _wants_earliest(self, tps: Sequence[TopicPartitionKey], begin: Offsets) -> bool:
+        """Whether this batch needs the earliest offsets: for a partition new to the stream (it starts
+        there), under Trigger.AvailableNow, and at most every ``RECHECK_S`` to report records retention
+        deleted before they were read. Spark's connector asks for latest offsets only; the read tasks
+        find deleted records themselves, so between checks a batch saves a round trip."""
+        return (self._target is not None or self._earliest_at is None or any(tp not in begin for tp in tps)
+                or time.monotonic() - self._earliest_at >= kafka_admin.RECHECK_S)
+
+    def _offsets_now(self, begin: Offsets) -> tuple[list[TopicPartitionKey], Offsets | None, Offsets]:
+        """Partitions, earliest (None when this batch can do without, _wants_earliest) and latest
+        offsets, retried as fetchOffset.numRetries says; while no broker can be reached an attempt
+        waits up to kafka.default.api.timeout.ms first (a broker restarting under the job is a pause,
+        not a failed query)."""
         o, r = self.options, self.offset_reader
         attempt = 0
         unreachable_since: float | None = None
@@ -249,7 +260,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 tps = _partitions(r, o)
                 if self._target is not None:
                     tps = [tp for tp in tps if tp in self._target]
-                earliest = r.earliest(tps)
+                earliest: Offsets | None = None
+                if self._wants_earliest(tps, begin):
+                    earliest = r.earliest(tps)
+                    self._earliest_at = time.monotonic()
                 latest = r.latest(tps, earliest, each_batch=self._target is None)
                 if unreachable_since is not None:
                     log.warning("Kafka at %s answers again after %.0f s", o.bootstrap_servers,
@@ -294,18 +308,20 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         o = self.options
         begin = offsets_from_json(start)
-        tps, earliest, latest = self._offsets_now()
+        tps, earliest, latest = self._offsets_now(begin)
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
         self._latest = latest
         _check_gone(begin, tps, o.fail_on_data_loss)
         known = {tp: off for tp, off in begin.items() if tp in latest}
-        check_data_loss(known, earliest, o.fail_on_data_loss)  # raises early; tasks skip otherwise
+        if earliest is not None:
+            check_data_loss(known, earliest, o.fail_on_data_loss)  # raises early; tasks skip otherwise
         end: Offsets = {}
         for tp in tps:
             if tp not in begin:
                 # discovered now: recorded at its earliest offset, read from the next batch on, so
                 # this batch's ranges depend only on offsets already in Spark's offset log
+                assert earliest is not None     # _wants_earliest: a partition new to the stream
                 end[tp] = earliest[tp]
             elif latest[tp] < begin[tp]:
                 _lost(f"{tp[0]}-{tp[1]}: latest offset {latest[tp]} is below the offset {begin[tp]} "

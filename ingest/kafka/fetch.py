@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cached_property
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -80,12 +81,13 @@ class FetchBudget:
             return min(self.ceiling, self.probe)
         left = max(self.until_offset - position, 0)
         want = int(left * self.fetched_bytes / self.fetched_records * 1.1)
-        return max(self.floor, min(self.ceiling, want))
+        return min(self.ceiling, max(self.floor, want))     # the user's max.partition.fetch.bytes bounds all
 
 
-def install(consumer: Any, budget: FetchBudget | None = None) -> bool:
-    """Make ``consumer`` decode fetched records into ArrowChunks, and size its fetches by ``budget``
-    (the consumer must have exactly one partition assigned). False if not possible."""
+def install(consumer: Any, budgets: Mapping[Any, FetchBudget] | None = None) -> bool:
+    """Make ``consumer`` decode fetched records into ArrowChunks, and size its fetches by ``budgets``
+    (per assigned TopicPartition: a fetch asks each partition for the largest of their limits, the
+    setting being one for all). False if not possible."""
     fetcher = getattr(consumer, "_fetcher", None)
     base = getattr(type(fetcher), "PartitionRecords", None)
     create = getattr(fetcher, "_create_fetch_requests", None)
@@ -96,12 +98,13 @@ def install(consumer: Any, budget: FetchBudget | None = None) -> bool:
     fetcher.PartitionRecords = fast_partition_records(base)
     # a pooled consumer is installed once per task: the bound wraps kafka-python's own method, once
     create = fetcher.__dict__.setdefault("_create_fetch_requests_unbounded", create)
-    if budget is not None:
+    if budgets:
         def create_bounded() -> Any:
-            states = list(fetcher._subscriptions.assignment.values())
-            position = getattr(states[0], "position", None) if len(states) == 1 else None
-            if position is not None:
-                fetcher.config["max_partition_fetch_bytes"] = budget.limit(position.offset)
+            limits = [budgets[tp].limit(state.position.offset)
+                      for tp, state in fetcher._subscriptions.assignment.items()
+                      if tp in budgets and getattr(state, "position", None) is not None]
+            if limits:
+                fetcher.config["max_partition_fetch_bytes"] = max(limits)
             return create()
 
         fetcher._create_fetch_requests = create_bounded

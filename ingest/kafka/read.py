@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +41,10 @@ READ_TUNING: dict[str, Any] = {
     # (kafka-python's 30 s would keep a waiting task idle long after it is up)
     "reconnect_backoff_max_ms": 1000,
 }
+
+# a task's small ranges are fetched together (read_ranges) while they hold at most this many
+# records: their records wait in memory until the ranges before theirs are read
+TOGETHER_MAX_RECORDS = 20_000
 
 SHORT_LOG_GRACE_S = 3.0  # a high watermark below the plan for this long is not a leader-change blip
 
@@ -71,19 +75,50 @@ class KafkaColumns:
 def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: BatchMaker,
                fail_on_data_loss: bool, poll_timeout_ms: int, wait_for_broker_ms: int = 60_000
                ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``rng`` as ``make`` makes them (KafkaColumns: the source's columns).
-    A broker that cannot be reached when the task starts (restarting, say) is waited for up to
-    ``wait_for_broker_ms`` (kafka.default.api.timeout.ms) before the task fails."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError, OffsetOutOfRangeError
+    """Yield the records of ``rng`` as ``make`` makes them (KafkaColumns: the source's columns)."""
+    return read_ranges((rng,), client_params, make, fail_on_data_loss, poll_timeout_ms, wait_for_broker_ms)
 
-    if rng.until_offset <= rng.from_offset:
-        return
-    params = dict(client_params)
-    for key, value in READ_TUNING.items():
-        params.setdefault(key, value)
-    params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
-                  allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
+
+def read_ranges(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[str, Any], make: BatchMaker,
+                fail_on_data_loss: bool, poll_timeout_ms: int, wait_for_broker_ms: int = 60_000
+                ) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``ranges`` as ``make`` makes them, range after range. Small ranges of
+    distinct partitions are fetched together, one request for all of them (a fetch round trip is
+    most of what a small range costs); the others one at a time. A broker that cannot be reached
+    when the task starts (restarting, say) is waited for up to ``wait_for_broker_ms``
+    (kafka.default.api.timeout.ms) before the task fails."""
+    ranges = [r for r in ranges if r.until_offset > r.from_offset]
+    distinct = len({(r.topic, r.partition) for r in ranges}) == len(ranges)
+    if distinct and sum(r.size for r in ranges) <= TOGETHER_MAX_RECORDS:
+        yield from _read_together(ranges, client_params, make, fail_on_data_loss, poll_timeout_ms,
+                                  wait_for_broker_ms)
+    else:
+        for rng in ranges:
+            yield from _read_together([rng], client_params, make, fail_on_data_loss, poll_timeout_ms,
+                                      wait_for_broker_ms)
+
+
+@dataclass
+class _Reading:
+    """One range's progress in a task: fetched items wait in ``pending`` until their turn."""
+
+    rng: KafkaOffsetRange
+    part: Any                       # kafka-python's TopicPartition
+    budget: kafka_fetch.FetchBudget
+    position: int
+    idle_since: float
+    pending: list[list[Any]]
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.rng.until_offset
+
+
+def _task_consumer(params: dict[str, Any], first: KafkaOffsetRange, wait_for_broker_ms: int) -> tuple[str, Any]:
+    """A consumer from the pool (ingest.kafka.pool), or a new one, waiting for the broker as told."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
     deadline = time.monotonic() + wait_for_broker_ms / 1000
 
     def connect() -> Any:
@@ -94,60 +129,118 @@ def read_range(rng: KafkaOffsetRange, client_params: Mapping[str, Any], make: Ba
                 return KafkaConsumer(**{"bootstrap_timeout_ms": max(1000, min(left_ms, 30_000)), **params})
             except KafkaError as exc:
                 if not unreachable(exc) or time.monotonic() >= deadline:
-                    raise KafkaSourceError(f"task for {rng.topic}-{rng.partition}: cannot connect to "
+                    raise KafkaSourceError(f"task for {first.topic}-{first.partition}: cannot connect to "
                                            f"{params.get('bootstrap_servers')} (waited {wait_for_broker_ms} ms, "
                                            f"kafka.default.api.timeout.ms): {exc}") from exc
                 time.sleep(1.0)
 
     key = pool_key(params)
-    consumer = POOL.take(key, connect)
-    part = TopicPartition(rng.topic, rng.partition)
+    return key, POOL.take(key, connect)
+
+
+def _read_together(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[str, Any], make: BatchMaker,
+                   fail_on_data_loss: bool, poll_timeout_ms: int, wait_for_broker_ms: int
+                   ) -> Iterator[pa.RecordBatch]:
+    """The records of ``ranges`` (distinct partitions) with one consumer assigned all of them, each
+    partition paused once its range is read, the records yielded in range order."""
+    from kafka import TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
+
+    if not ranges:
+        return
+    params = dict(client_params)
+    for key, value in READ_TUNING.items():
+        params.setdefault(key, value)
+    params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+                  allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
+    key, consumer = _task_consumer(params, ranges[0], wait_for_broker_ms)
+    ceiling = int(params["max_partition_fetch_bytes"])
+    now = time.monotonic()
+    readings = [_Reading(r, TopicPartition(r.topic, r.partition), kafka_fetch.FetchBudget(r.until_offset, ceiling),
+                         r.from_offset, now, []) for r in ranges]
+    by_part = {reading.part: reading for reading in readings}
+    head = 0                        # the range whose records are yielded now
     done = False
     try:
-        budget = kafka_fetch.FetchBudget(rng.until_offset, int(params["max_partition_fetch_bytes"]))
-        kafka_fetch.install(consumer, budget)
-        consumer.assign([part])
-        consumer.seek(part, rng.from_offset)
-        position = rng.from_offset
-        idle_since = time.monotonic()
-        while position < rng.until_offset:
+        kafka_fetch.install(consumer, {reading.part: reading.budget for reading in readings})
+        consumer.assign([reading.part for reading in readings])
+        for reading in readings:
+            consumer.seek(reading.part, reading.rng.from_offset)
+        while head < len(readings):
             try:
                 polled = consumer.poll(timeout_ms=500)
-            except OffsetOutOfRangeError:
-                position = _skip_lost(consumer, part, rng, position, fail_on_data_loss)
+            except OffsetOutOfRangeError as exc:
+                lost = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+                for part in lost:
+                    if part in by_part:
+                        _skip(consumer, by_part[part], fail_on_data_loss)
+                if not any(part in by_part for part in lost):
+                    raise
                 continue
-            items = polled.get(part, ())
-            if items:
-                for batch in _to_batches(items, rng, make, budget):
-                    if batch.num_rows:
-                        yield batch
-                # idle time starts after Spark took the batches: a slow consumer of this generator
-                # is not a broker that stopped answering
-                idle_since = time.monotonic()
-            position = max(position, consumer.position(part))
-            if position >= rng.until_offset:
-                break  # a fetch may move the position past the range end (Tansu does)
-            idle_s = time.monotonic() - idle_since
-            high_watermark = consumer.highwater(part)
-            if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= position:
-                # The log ends before the planned range does (topic re-created, an in-memory broker
-                # restarted). Kafka answers OffsetOutOfRange then, Tansu just returns nothing.
-                position = _skip_lost(consumer, part, rng, position, fail_on_data_loss)
-                idle_since = time.monotonic()
-                continue
-            if idle_s * 1000 > poll_timeout_ms:
-                raise KafkaFetchTimeoutError(
-                    f"task for {rng.topic}-{rng.partition} read up to offset {position} of the planned "
-                    f"[{rng.from_offset}, {rng.until_offset}) and got no records for {poll_timeout_ms} ms "
-                    "(kafkaConsumer.pollTimeoutMs); is the broker reachable and the partition led?")
+            for reading in readings:
+                if reading.done:
+                    continue
+                items = polled.get(reading.part, ())
+                if items:
+                    for item in items:
+                        if isinstance(item, ArrowChunk):
+                            reading.budget.observe(item)
+                    reading.pending.append(items)
+                reading.position = max(reading.position, consumer.position(reading.part))
+                if reading.done:
+                    # a fetch may move the position past the range end (Tansu does)
+                    consumer.pause(reading.part)
+            while head < len(readings):
+                current = readings[head]
+                for items in current.pending:
+                    yield from _to_batches(items, current.rng, make)
+                current.pending = []
+                if not current.done:
+                    break
+                head += 1
+            # idle time starts after Spark took the batches: a slow consumer of this generator is
+            # not a broker that stopped answering
+            now = time.monotonic()
+            for reading in readings:
+                if reading.done:
+                    continue
+                if reading.part in polled:
+                    reading.idle_since = now
+                    continue
+                _check_idle(consumer, reading, now, fail_on_data_loss, poll_timeout_ms)
         done = True
     finally:
         # a consumer whose task failed or was cut short (Spark stopped reading) may hold a broken
         # connection or a fetch in an unknown state: closed, never pooled
         if done:
+            consumer.resume(*consumer.paused())
             POOL.give_back(key, consumer)
         else:
             consumer.close(autocommit=False)
+
+
+def _check_idle(consumer: Any, reading: _Reading, now: float, fail_on_data_loss: bool,
+                poll_timeout_ms: int) -> None:
+    """A range that got nothing: its log ended before the plan did, or the broker is not answering."""
+    rng = reading.rng
+    idle_s = now - reading.idle_since
+    high_watermark = consumer.highwater(reading.part)
+    if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= reading.position:
+        # The log ends before the planned range does (topic re-created, an in-memory broker
+        # restarted). Kafka answers OffsetOutOfRange then, Tansu just returns nothing.
+        _skip(consumer, reading, fail_on_data_loss)
+        reading.idle_since = time.monotonic()
+    elif idle_s * 1000 > poll_timeout_ms:
+        raise KafkaFetchTimeoutError(
+            f"task for {rng.topic}-{rng.partition} read up to offset {reading.position} of the planned "
+            f"[{rng.from_offset}, {rng.until_offset}) and got no records for {poll_timeout_ms} ms "
+            "(kafkaConsumer.pollTimeoutMs); is the broker reachable and the partition led?")
+
+
+def _skip(consumer: Any, reading: _Reading, fail: bool) -> None:
+    reading.position = _skip_lost(consumer, reading.part, reading.rng, reading.position, fail)
+    if reading.done:
+        consumer.pause(reading.part)
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -183,13 +276,11 @@ def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, f
     return new_position
 
 
-def _to_batches(items: list[Any], rng: KafkaOffsetRange, make: BatchMaker,
-                budget: kafka_fetch.FetchBudget) -> Iterator[pa.RecordBatch]:
+def _to_batches(items: list[Any], rng: KafkaOffsetRange, make: BatchMaker) -> Iterator[pa.RecordBatch]:
     """poll() items, ArrowChunks from the fast path or ConsumerRecords, cut at the range end."""
     records: list[Any] = []
     for item in items:
         if isinstance(item, ArrowChunk):
-            budget.observe(item)
             if records:
                 yield make.from_records(records, rng)
                 records = []

@@ -55,7 +55,7 @@ from ingest.kafka.options import (
     OffsetSpec,
     parse_options,
 )
-from ingest.kafka.read import BatchMaker, KafkaColumns, read_range, unreachable
+from ingest.kafka.read import BatchMaker, KafkaColumns, read_ranges, unreachable
 from ingest.stream_runner import leave_if_spark_hung_up
 
 log = logging.getLogger(__name__)
@@ -157,11 +157,9 @@ class _RangeReading:
         else:
             # PySpark hands a batch read that planned no range one InputPartition(None): nothing to read
             return iter(())
-        o, make = self.options, self.batch_maker()
-        # one range after another: each range's consumer goes back to the pool, and the next takes it
-        return (batch for rng in ranges
-                for batch in read_range(rng, o.client_params, make, o.fail_on_data_loss, o.poll_timeout_ms,
-                                        o.api_timeout_ms))
+        o = self.options
+        return read_ranges(ranges, o.client_params, self.batch_maker(), o.fail_on_data_loss, o.poll_timeout_ms,
+                           o.api_timeout_ms)
 
     def batch_maker(self) -> BatchMaker:
         """What the task makes of the records: the source's columns."""

@@ -190,6 +190,7 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[st
                 if reading.done:
                     # a fetch may move the position past the range end (Tansu does)
                     consumer.pause(reading.part)
+            yielding_since = time.monotonic()
             while head < len(readings):
                 current = readings[head]
                 for items in current.pending:
@@ -198,8 +199,8 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[st
                 if not current.done:
                     break
                 head += 1
-            # idle time starts after Spark took the batches: a slow consumer of this generator is
-            # not a broker that stopped answering
+            # the time Spark took the batches in is not idle time: a slow consumer of this generator
+            # is not a broker that stopped answering
             now = time.monotonic()
             for reading in readings:
                 if reading.done:
@@ -207,6 +208,7 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[st
                 if reading.part in polled:
                     reading.idle_since = now
                     continue
+                reading.idle_since += now - yielding_since
                 _check_idle(consumer, reading, now, fail_on_data_loss, poll_timeout_ms)
         done = True
     finally:

@@ -13,9 +13,9 @@ ConsumerRecords too; ``read_range`` accepts both. If kafka-python's internals ch
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np

@@ -88,14 +88,17 @@ def read_ranges(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[str, 
     when the task starts (restarting, say) is waited for up to ``wait_for_broker_ms``
     (kafka.default.api.timeout.ms) before the task fails."""
     ranges = [r for r in ranges if r.until_offset > r.from_offset]
+    if not ranges:
+        return
+    params = dict(client_params)
+    for key, value in READ_TUNING.items():
+        params.setdefault(key, value)
+    params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+                  allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
     distinct = len({(r.topic, r.partition) for r in ranges}) == len(ranges)
-    if distinct and sum(r.size for r in ranges) <= TOGETHER_MAX_RECORDS:
-        yield from _read_together(ranges, client_params, make, fail_on_data_loss, poll_timeout_ms,
-                                  wait_for_broker_ms)
-    else:
-        for rng in ranges:
-            yield from _read_together([rng], client_params, make, fail_on_data_loss, poll_timeout_ms,
-                                      wait_for_broker_ms)
+    together = distinct and sum(r.size for r in ranges) <= TOGETHER_MAX_RECORDS
+    for group in [ranges] if together else [[r] for r in ranges]:
+        yield from _read_together(group, params, make, fail_on_data_loss, poll_timeout_ms, wait_for_broker_ms)
 
 
 @dataclass
@@ -138,21 +141,15 @@ def _task_consumer(params: dict[str, Any], first: KafkaOffsetRange, wait_for_bro
     return key, POOL.take(key, connect)
 
 
-def _read_together(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[str, Any], make: BatchMaker,
+def _read_together(ranges: Sequence[KafkaOffsetRange], params: dict[str, Any], make: BatchMaker,
                    fail_on_data_loss: bool, poll_timeout_ms: int, wait_for_broker_ms: int
                    ) -> Iterator[pa.RecordBatch]:
-    """The records of ``ranges`` (distinct partitions) with one consumer assigned all of them, each
-    partition paused once its range is read, the records yielded in range order."""
+    """The records of ``ranges`` (distinct partitions) with one consumer (``params``: the task's
+    consumer settings) assigned all of them, each partition paused once its range is read, the
+    records yielded in range order."""
     from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
-    if not ranges:
-        return
-    params = dict(client_params)
-    for key, value in READ_TUNING.items():
-        params.setdefault(key, value)
-    params.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none",
-                  allow_auto_create_topics=False, key_deserializer=None, value_deserializer=None)
     key, consumer = _task_consumer(params, ranges[0], wait_for_broker_ms)
     ceiling = int(params["max_partition_fetch_bytes"])
     now = time.monotonic()
@@ -171,11 +168,11 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], client_params: Mapping[st
                 polled = consumer.poll(timeout_ms=500)
             except OffsetOutOfRangeError as exc:
                 lost = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-                for part in lost:
-                    if part in by_part:
-                        _skip(consumer, by_part[part], fail_on_data_loss)
-                if not any(part in by_part for part in lost):
+                mine = [by_part[part] for part in lost if part in by_part]
+                if not mine:
                     raise
+                for reading in mine:
+                    _skip(consumer, reading, fail_on_data_loss)
                 continue
             for reading in readings:
                 if reading.done:

@@ -187,6 +187,62 @@ def test_a_streams_batches_ask_for_earliest_offsets_only_for_new_partitions_and_
     assert broker.earliest_asked == asked + 1
 
 
+class LogEnd:
+    """A partition's log as OffsetReader's requests see it: ``end`` grows by ``produced`` records
+    before each request (a producer at work); ListOffsets answers the end (Apache Kafka) or, with
+    ``short_by``, that many records short of it (Tansu's base offset of the last batch + 1)."""
+
+    def __init__(self, produced: int, short_by: int = 0) -> None:
+        self.end, self.produced, self.short_by = 100, produced, short_by
+        self.list_offsets = self.probes = 0
+
+    def _tick(self) -> int:
+        self.end += self.produced
+        return self.end
+
+    def reported_latest(self, tps: list) -> dict:
+        self.list_offsets += 1
+        return {tp: self._tick() - self.short_by for tp in tps}
+
+    def high_watermarks(self, fetch_from: dict) -> tuple[dict, dict]:
+        self.probes += 1
+        return {tp: self._tick() for tp in fetch_from}, {}
+
+
+def reader_of(log: LogEnd, monkeypatch) -> object:
+    from ingest.kafka import admin
+
+    reader = admin.OffsetReader({"bootstrap_servers": "k:9092"})
+    monkeypatch.setattr(reader, "reported_latest", log.reported_latest)
+    monkeypatch.setattr(reader, "_high_watermarks", log.high_watermarks)
+    monkeypatch.setattr(reader, "earliest", lambda tps: {tp: 0 for tp in tps})
+    return reader
+
+
+def test_records_produced_between_the_answer_and_the_probe_do_not_make_a_broker_short(monkeypatch) -> None:
+    # Apache Kafka under a producer: the probe's high watermark is always past the answer before
+    # it, and ListOffsets asked again catches up with it: its answers stay trusted, so the next
+    # batches within the recheck interval ask ListOffsets only.
+    tp = ("t", 0)
+    log = LogEnd(produced=7)
+    reader = reader_of(log, monkeypatch)
+    assert reader.latest([tp], each_batch=True)[tp] == 114          # answered 107, probed 114
+    assert (log.list_offsets, log.probes) == (2, 1)                 # and asked again: 121 >= 114
+    for _ in range(5):
+        reader.latest([tp], each_batch=True)
+    assert (log.list_offsets, log.probes) == (7, 1)
+
+
+def test_a_broker_answering_short_of_the_probe_when_asked_again_is_probed_every_batch(monkeypatch) -> None:
+    tp = ("t", 0)
+    log = LogEnd(produced=0, short_by=49)                           # 50 records in one batch, nothing since
+    reader = reader_of(log, monkeypatch)
+    assert reader.latest([tp], each_batch=True)[tp] == 100          # answered 51, the probe found 100
+    for _ in range(3):
+        assert reader.latest([tp], each_batch=True)[tp] == 100
+    assert log.probes == 4
+
+
 def test_lag_behind_latest_per_partition_from_the_progress() -> None:
     from ingest.lag import offsets_behind
 

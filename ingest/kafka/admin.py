@@ -6,7 +6,9 @@ Broker quirks handled here (pinned in tests/test_kafka_source.py):
   not the log end, when producers batch records. A fetch response's high watermark is right on
   both Tansu and Kafka, so ``latest`` fetches once from (reported end - 1) and takes
   max(reported end, high watermark): one small fetch per non-empty partition. A stream's batches
-  skip that fetch while the broker's answers have matched it (rechecked every second).
+  skip that fetch while the broker's answers have matched it (rechecked every second). Records
+  produced between the answer and the fetch put the high watermark past any broker's answer: the
+  answer counts as short only if ListOffsets, asked again, still falls short of that watermark.
 - Tansu answers ListOffsets by timestamp with offset 0 (timestamp -1 or the first batch's append
   time) whatever the timestamp asked. ``for_timestamp`` checks every answer against the records
   at and just before it and scans the partition when they contradict it.
@@ -180,11 +182,21 @@ class OffsetReader:
         committed = str(self._params.get("isolation_level", "")).lower() == "read_committed"
         ends = {tp: true_end(reported[tp], hw.get(tp), lso.get(tp), committed) for tp in tps}
         if to_probe:
-            if all(ends[tp] == reported[tp] for tp in to_probe):
-                self._reports_exact_at = time.monotonic()
-            else:
+            if self._answers_short({tp: ends[tp] for tp in to_probe if ends[tp] > reported[tp]}):
                 self._reports_short = True
+            else:
+                self._reports_exact_at = time.monotonic()
         return ends
+
+    def _answers_short(self, probed_past: Mapping[TopicPartitionKey, int]) -> bool:
+        """Whether ListOffsets answers short of the log end, given the partitions whose probe found
+        an end past the answer. Records produced between the answer and the probe do that on any
+        broker: asked again, a broker whose answer is the end (Kafka) answers at least the probe's
+        end; Tansu still answers the last batch's base + 1."""
+        if not probed_past:
+            return False
+        again = self.reported_latest(list(probed_past))
+        return any(again[tp] < end for tp, end in probed_past.items())
 
     def _high_watermarks(self, fetch_from: Mapping[TopicPartitionKey, int]) -> tuple[Offsets, Offsets]:
         """The high watermark and the last stable offset (where the fetch reports one) of each."""

@@ -35,6 +35,9 @@ Worker = Callable[[socket.socket, bool], int]
 PROMPT_TCP = [(socket.IPPROTO_TCP, getattr(socket, name)) for name in ("TCP_NODELAY", "TCP_QUICKACK")
               if hasattr(socket, name)]
 
+# how often a task's garbage collection covers every object again (settled)
+FULL_COLLECTION_EVERY_S = 60.0
+
 
 def prompt(worker: Worker) -> Worker:
     """``worker`` (PySpark's daemon.worker, called once per task on the worker's one socket), with its
@@ -47,9 +50,6 @@ def prompt(worker: Worker) -> Worker:
         return worker(sock, authenticated)
 
     return run
-
-# how often a task's garbage collection covers every object again (settled)
-FULL_COLLECTION_EVERY_S = 60.0
 
 
 def settled(worker: Worker, every_s: float = FULL_COLLECTION_EVERY_S) -> Worker:

@@ -237,9 +237,26 @@ def _check_idle(consumer: Any, reading: _Reading, now: float, fail_on_data_loss:
 
 
 def _skip(consumer: Any, reading: _Reading, fail: bool) -> None:
-    reading.position = _skip_lost(consumer, reading.part, reading.rng, reading.position, fail)
+    """After OffsetOutOfRange (or a log found shorter than planned): the records at the reading's
+    position are gone. Fail, or move past them (pausing the partition if that ends its range)."""
+    rng, part, position = reading.rng, reading.part, reading.position
+    earliest = int(consumer.beginning_offsets([part])[part])
+    if earliest > position:
+        what = f"offsets {position}..{earliest - 1} were deleted (earliest now {earliest})"
+        new_position = min(earliest, rng.until_offset)
+    else:  # the log is now shorter than planned: topic re-created or truncated
+        what = f"offset {position} is past the partition's end now"
+        new_position = rng.until_offset
+    if fail:
+        raise DataLossError(f"{rng.topic}-{rng.partition}: {what}, inside the planned range "
+                            f"[{rng.from_offset}, {rng.until_offset}) this task had to read. "
+                            "Set failOnDataLoss=false to skip them.")
+    log.warning("data loss: %s-%d: %s; skipping to %d", rng.topic, rng.partition, what, new_position)
+    reading.position = new_position
     if reading.done:
-        consumer.pause(reading.part)
+        consumer.pause(part)
+    else:
+        consumer.seek(part, new_position)
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -254,25 +271,6 @@ def unreachable(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
-
-
-def _skip_lost(consumer: Any, part: Any, rng: KafkaOffsetRange, position: int, fail: bool) -> int:
-    """After OffsetOutOfRange: the records at ``position`` are gone. Fail, or move past them."""
-    earliest = int(consumer.beginning_offsets([part])[part])
-    if earliest > position:
-        what = f"offsets {position}..{earliest - 1} were deleted (earliest now {earliest})"
-        new_position = min(earliest, rng.until_offset)
-    else:  # the log is now shorter than planned: topic re-created or truncated
-        what = f"offset {position} is past the partition's end now"
-        new_position = rng.until_offset
-    if fail:
-        raise DataLossError(f"{rng.topic}-{rng.partition}: {what}, inside the planned range "
-                            f"[{rng.from_offset}, {rng.until_offset}) this task had to read. "
-                            "Set failOnDataLoss=false to skip them.")
-    log.warning("data loss: %s-%d: %s; skipping to %d", rng.topic, rng.partition, what, new_position)
-    if new_position < rng.until_offset:
-        consumer.seek(part, new_position)
-    return new_position
 
 
 def _to_batches(items: list[Any], rng: KafkaOffsetRange, make: BatchMaker) -> Iterator[pa.RecordBatch]:

@@ -59,14 +59,13 @@ def run_append(root: Path, batches: list, first: object, segment_size: int, inde
 
 
 def new_index_file(path: Path) -> object:
-    """A new IndexFile of the default geometry, its slots faulted in as IndexService does."""
+    """A new IndexFile of the default geometry, as IndexService makes one."""
     from store.index.file import IndexFile, IndexHeader
     from store.index.service import IndexConfig
 
     path.unlink(missing_ok=True)
     cfg = IndexConfig()
     f = IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, create=True, start=IndexHeader())
-    f.warm_slots()
     return f
 
 

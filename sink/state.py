@@ -12,8 +12,13 @@ from typing import Any
 
 from store import CommitPointError
 
-# Every release so far writes version 1 (CHANGELOG.md); another is refused, never read as this one.
-STATE_VERSION = 1
+# The version this release writes; it reads every version in READ_VERSIONS and refuses any other,
+# never reading it as one of these (CHANGELOG.md). Version 1 kept each partition's next offset
+# under a "topic/partition" key; version 2 keeps one list per topic (compact_offsets), a third of
+# the size at thousands of partitions, where the whole map is written on every commit.
+STATE_VERSION = 2
+READ_VERSIONS = (1, 2)
+NO_OFFSET = -1      # version 2: a partition below the topic's highest one that has no offset
 
 
 def tp_key(topic: str, partition: int) -> str:
@@ -24,6 +29,37 @@ def tp_key(topic: str, partition: int) -> str:
 def parse_tp_key(key: str) -> tuple[str, int]:
     topic, _, partition = key.rpartition("/")
     return topic, int(partition)
+
+
+def compact_offsets(offsets: Mapping[str, int]) -> dict[str, list[int]]:
+    """Version 2's form of {"topic/partition": next offset}: {"topic": [next offset of partition 0,
+    of 1, ...]}, NO_OFFSET where a partition has none (Kafka's partitions are numbered from 0 up,
+    so the lists have few holes)."""
+    by_topic: dict[str, dict[int, int]] = {}
+    for key, nxt in offsets.items():
+        topic, partition = parse_tp_key(key)
+        by_topic.setdefault(topic, {})[partition] = int(nxt)
+    out: dict[str, list[int]] = {}
+    for topic in sorted(by_topic):
+        parts = by_topic[topic]
+        row = [NO_OFFSET] * (max(parts) + 1)
+        for partition, nxt in parts.items():
+            row[partition] = nxt
+        out[topic] = row
+    return out
+
+
+def expand_offsets(compact: Mapping[str, Any]) -> dict[str, int]:
+    """compact_offsets undone; a value that is not a list of integers is a damaged commit point."""
+    out: dict[str, int] = {}
+    for topic, row in compact.items():
+        if not isinstance(row, list):
+            raise CommitPointError(f"commitpoint.json metadata.sink.kafkaOffsets[{topic!r}] is {type(row).__name__}, "
+                                   "not a list of offsets: the commit point is damaged")
+        for partition, nxt in enumerate(row):
+            if int(nxt) != NO_OFFSET:
+                out[tp_key(str(topic), partition)] = int(nxt)
+    return out
 
 
 @dataclass(frozen=True)
@@ -47,7 +83,7 @@ class SinkState:
 
     def to_metadata(self) -> dict[str, Any]:
         sink = {"version": STATE_VERSION, "batchId": self.batch_id, "queryId": self.query_id,
-                "kafkaOffsets": dict(sorted(self.kafka_offsets.items())),
+                "kafkaOffsets": compact_offsets(self.kafka_offsets),
                 "deadLetterBytes": self.dead_letter_bytes, "deadLetters": self.dead_letters,
                 "records": self.records, "tombstones": self.tombstones, "emptyValues": self.empty_values}
         if self.broker_group is not None:
@@ -60,12 +96,14 @@ class SinkState:
         if not sink:
             return cls()
         version = sink.get("version", STATE_VERSION)
-        if type(version) is not int or version != STATE_VERSION:
+        if type(version) is not int or version not in READ_VERSIONS:
             raise CommitPointError(
-                f"commitpoint.json metadata.sink has version {version!r}, and this release reads version "
-                f"{STATE_VERSION} only: the store was written by another release of commitlog-ingest")
-        return cls(batch_id=int(sink["batchId"]), query_id=sink.get("queryId"),
-                   kafka_offsets={str(k): int(v) for k, v in sink.get("kafkaOffsets", {}).items()},
+                f"commitpoint.json metadata.sink has version {version!r}, and this release reads versions "
+                f"{', '.join(map(str, READ_VERSIONS))} only: the store was written by another release of "
+                "commitlog-ingest")
+        raw = sink.get("kafkaOffsets", {})
+        offsets = ({str(k): int(v) for k, v in raw.items()} if version == 1 else expand_offsets(raw))
+        return cls(batch_id=int(sink["batchId"]), query_id=sink.get("queryId"), kafka_offsets=offsets,
                    dead_letter_bytes=int(sink.get("deadLetterBytes", 0)),
                    dead_letters=int(sink.get("deadLetters", 0)), records=int(sink.get("records", 0)),
                    tombstones=int(sink.get("tombstones", 0)), empty_values=int(sink.get("emptyValues", 0)),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from store.format.codec import CodecConfig
 from store.index.service import IndexConfig
+from store.queue.files import DEFAULT_MAX_OPEN_QUEUE_FILES
 from store.format.constants import (
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_CONSUME_QUEUE_UNITS,
@@ -34,6 +35,7 @@ class StoreConfig:
     flush_least_pages: int = FLUSH_COMMITLOG_LEAST_PAGES
     flush_thorough_interval_ms: int = FLUSH_COMMITLOG_THOROUGH_INTERVAL_MS
     consume_queue_units: int = DEFAULT_CONSUME_QUEUE_UNITS
+    max_open_queue_files: int = DEFAULT_MAX_OPEN_QUEUE_FILES   # the writer's open consume-queue files at most
     preallocate: bool = True                             # create + pre-fault the next segment early
     warm_first_segment: bool = False                     # pre-fault a new store's first segment (at open)
                                                          # and first IndexFile's items (when it is made)
@@ -55,5 +57,7 @@ class StoreConfig:
                 raise ValueError(f"{name} is {getattr(self, name)}; it must be > 0")
         if self.foreign_tail not in FOREIGN_TAIL_POLICIES:
             raise ValueError(f"foreign_tail is {self.foreign_tail!r}; use one of {FOREIGN_TAIL_POLICIES}")
+        if self.max_open_queue_files < 1:
+            raise ValueError(f"max_open_queue_files is {self.max_open_queue_files}; it must be >= 1")
         if self.flush_least_pages < 0:
             raise ValueError(f"flush_least_pages is {self.flush_least_pages}; it must be >= 0")

@@ -69,7 +69,8 @@ class MessageStore:
         self._log = CommitLog(root / COMMITLOG_DIR, config.segment_size, config.codec,
                               preallocate=config.preallocate, warm_first=config.warm_first_segment,
                               mlock=config.mlock)
-        self._cq = ConsumeQueueStore(root, units_per_file=config.consume_queue_units)
+        self._cq = ConsumeQueueStore(root, units_per_file=config.consume_queue_units,
+                                     max_open_files=config.max_open_queue_files)
         self._services = StoreServices(root, config, self._log, self._cq, self._failed)
         self._reads = RecordReads(root, self._log.queue, self._cq, read_limit=lambda: self._log.max_offset,
                                   index_lookup=self._services.index_lookup,

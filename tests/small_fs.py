@@ -86,14 +86,26 @@ def _batch(first: int) -> list:
             for i in range(first, first + BATCH)]
 
 
+def _queue_steps_to_come(config) -> int:  # noqa: ANN001 - StoreConfig, imported in the child only
+    from store.space import next_reserved
+
+    size = config.consume_queue_units * 20
+    return size - next_reserved(0, BATCH * 20, size)
+
+
 def run_until_full(kind: str, root: Path, filler: Path) -> dict:
     from store import MessageStore, StoreError
 
-    store = MessageStore.open(root, _config(kind))
+    config = _config(kind)
+    store = MessageStore.open(root, config)
     store.append(_batch(0))
     store.commit()
     committed, error = 1, None
-    fill(filler, leave=2 * PAGE)        # a commit point's new file needs a page while it replaces the old
+    # a commit point's new file needs a page while it replaces the old; and the consume-queue file
+    # takes its blocks in steps as it fills (store.space): room for them, unless it is the kind
+    # that is to find the disk full (then a page more than its second batch's step, so that the disk
+    # is full when it rolls: its first file's last step fits, the next file does not)
+    fill(filler, leave=2 * PAGE + (PAGE if kind == "queue" else _queue_steps_to_come(config)))
     for _ in range(400):
         try:
             store.append(_batch(committed * BATCH))

@@ -155,10 +155,16 @@ def test_put_shipped_refuses_offsets_that_are_not_one_per_record_and_counts_past
                                  0, 10)
 
 
-def test_index_records_refuses_a_first_record_out_of_range() -> None:
-    _index_build.index_records(SEGMENT, i64(0), 0, 0, 0, index_file(), SLOTS, ITEMS, HEADER)
+def test_index_records_refuses_a_first_record_out_of_range_and_a_reserved_map_short_of_the_slots() -> None:
+    _index_build.index_records(SEGMENT, i64(0), 0, 0, 0, index_file(), SLOTS, ITEMS, HEADER, b"", 12)
     with pytest.raises(ValueError, match="index_records: first or skip out of range"):
-        _index_build.index_records(SEGMENT, i64(0), 2, 0, 0, index_file(), SLOTS, ITEMS, HEADER)
+        _index_build.index_records(SEGMENT, i64(0), 2, 0, 0, index_file(), SLOTS, ITEMS, HEADER, b"", 12)
+    slot_table = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * SLOTS       # 72 bytes: two units of 64
+    _index_build.index_records(SEGMENT, i64(0), 0, 0, 0, index_file(), SLOTS, ITEMS, HEADER, b"\1\1", 6)
+    for reserved, shift in ((b"\1", 6), (b"\1\1", 5), (b"\1", 40)):
+        with pytest.raises(ValueError, match="index_records: reserved does not cover the slot table"):
+            _index_build.index_records(SEGMENT, i64(0), 0, 0, 0, index_file(), SLOTS, ITEMS, HEADER, reserved, shift)
+    assert slot_table > 64
 
 
 def test_records_match_refuses_an_end_past_the_segment_and_runs_of_part_items() -> None:

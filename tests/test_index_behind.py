@@ -5,7 +5,6 @@ whichever pass (C or numpy) built them."""
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import threading
 from dataclasses import replace
@@ -166,7 +165,7 @@ def test_a_writer_killed_while_creating_an_index_file_leaves_none_the_next_open_
     store.commit()
     size = (root / "index" / sorted(os.listdir(root / "index"))[0]).stat().st_size
 
-    def killed(path: Path, size: int, what: str, named: Path | None = None) -> int:
+    def killed(path: Path, size: int, what: str, named: Path | None = None, reserved: int | None = None) -> int:
         assert named is not None and not named.exists(), "the final name exists before the file is whole"
         path.write_bytes(b"")                  # what a kill before the reservation leaves
         raise OSError("killed")                # and the writer goes no further
@@ -300,83 +299,6 @@ def test_the_index_is_put_on_the_commit_log_s_copy_helper_when_it_has_one(
         assert len(store.messages_by_key("T", "k7")) == 1
     expected = "commitlog-copy" if helper is not None else "dispatch-index"
     assert len(threads) == 1 and threads.pop().startswith(expected)
-
-
-@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").exists(),
-                    reason="no MADV_HUGEPAGE here")
-def test_a_writer_maps_its_index_files_asking_for_huge_pages_and_a_reader_does_not(tmp_path: Path) -> None:
-    def advised(path: Path) -> bool:
-        lines = Path("/proc/self/smaps").read_text().splitlines()
-        at = next(i for i, line in enumerate(lines) if line.endswith(str(path)))
-        flags = next(line for line in lines[at:] if line.startswith("VmFlags:"))
-        return "hg" in flags.split()
-
-    writer = index_file.IndexFile(tmp_path / "w", 1024, 4096, create=True)
-    assert advised(tmp_path / "w")
-    writer.close()
-    reader = index_file.IndexFile(tmp_path / "w", 1024, 4096, read_only=True)
-    assert not advised(tmp_path / "w")
-    reader.close()
-
-
-def test_warm_first_faults_the_first_index_file_in_and_a_flush_writes_only_what_was_put(tmp_path: Path) -> None:
-    """warm_first_segment: the first IndexFile's items are faulted in when it is made, as the
-    first segment is at open; the flushes still write only the header, the slots and the items
-    put (the zeros faulted in ahead are not theirs to write)."""
-    from tests.store_helpers import resident_pages
-
-    class Flushes:
-        def __init__(self, mm: mmap.mmap) -> None:
-            self.mm, self.calls = mm, []
-
-        def __len__(self) -> int:
-            return len(self.mm)
-
-        def flush(self, *args: int) -> None:
-            self.calls.append(args)
-            self.mm.flush(*args)
-
-    config = IndexConfig(max_hash_slot_num=1024, max_index_num=1_000_000)    # 20 MB of items
-    service = IndexService(tmp_path / "index", config, warm_first=True)
-    phy = np.arange(10, dtype=np.int64) * 100
-    service.put_hashes(np.arange(10, dtype=np.int32), phy, np.full(10, 1_700_000_000_000, dtype=np.int64))
-    (first,) = service.files
-    size = first.path.stat().st_size
-    pages = resident_pages(first.path, size)
-    assert pages.all(), f"{int((pages == 0).sum())} of {len(pages)} pages not faulted in"
-    spy = Flushes(first._mm)
-    first._mm = spy  # type: ignore[assignment]
-    first.flush()
-    items_end = 40 + 4 * 1024 + 20 * 11
-    assert spy.calls == [(0, -(-items_end // mmap.PAGESIZE) * mmap.PAGESIZE)]
-    first._mm = spy.mm
-    second = service._new_file()        # not the directory's first: left to its puts
-    assert resident_pages(second.path, size).sum() < len(pages) // 2
-    service.close()
-
-
-def test_a_repaired_index_file_flushes_whole(tmp_path: Path) -> None:
-    """repair() zeroes the items a crash left past the count: those pages are written too."""
-    f = index_file.IndexFile(tmp_path / "f", 16, 5000, create=True, start=index_file.IndexHeader())
-    f.put(np.arange(3000, dtype=np.int32), np.arange(3000, dtype=np.int64), np.full(3000, 1, dtype=np.int64))
-    f.header.index_count = 3
-    f.repair()
-    calls: list[tuple[int, ...]] = []
-
-    class Spy:
-        def __len__(self) -> int:
-            return len(real)
-
-        def flush(self, *args: int) -> None:
-            calls.append(args)
-
-    real = f._mm
-    f._mm = Spy()  # type: ignore[assignment]
-    f.flush()
-    f.flush()
-    f._mm = real
-    assert calls == [(0, len(real)), (0, -(-(40 + 4 * 16 + 20 * 3) // mmap.PAGESIZE) * mmap.PAGESIZE)]
-    f.close()
 
 
 def test_shipped_keys_measure_their_time_as_put_key_does_in_a_file_begun_at_time_zero(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.prepare import encode_and_pack, map_and_encode
-from sink.handover.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, pack, pack_batches, unpack
+from sink.handover.packed import CHUNK, PACKED_SCHEMA, PackedBatchError, gathered, pack, pack_batches, unpack
 from sink.handover.schema import ENCODED_SCHEMA
 from store.format.codec import CodecConfig
 from tests.batch_helpers import encoded, kafka_rows
@@ -26,12 +26,21 @@ def test_batches_come_back_whole_and_in_order_whatever_the_chunking_of_the_colum
     assert out.column("kafka_offset").to_pylist() == list(range(46))
 
 
-def test_a_task_packs_each_non_empty_batch_into_one_row() -> None:
+def test_a_task_packs_its_small_batches_gathered_into_one_row() -> None:
     batches = [kafka_rows({"offset": 0}), kafka_rows()[:0], kafka_rows({"offset": 1}, {"offset": 2})]
     rows = list(encode_and_pack(iter(batches), MappingConfig(), CodecConfig()))
-    assert [unpack(pa.Table.from_batches([r]), ENCODED_SCHEMA).num_rows for r in rows] == [1, 2]
+    assert [unpack(pa.Table.from_batches([r]), ENCODED_SCHEMA).num_rows for r in rows] == [3]
+    assert unpack(pa.Table.from_batches(rows), ENCODED_SCHEMA).column("kafka_offset").to_pylist() == [0, 1, 2]
     assert list(pack_batches(iter([encoded(0, 1).slice(0, 0)]))) == []
     assert unpack(pa.table({CHUNK: pa.array([], pa.binary())}), ENCODED_SCHEMA).num_rows == 0
+
+
+def test_gathering_keeps_the_order_and_stops_at_its_row_and_byte_bounds() -> None:
+    parts = [encoded(i * 5, 5) for i in range(7)] + [encoded(35, 30), encoded(65, 1)]
+    joined = list(gathered(iter(parts), max_rows=12))
+    assert [b.num_rows for b in joined] == [10, 10, 10, 5, 30, 1]   # a batch over the bound goes alone
+    assert pa.Table.from_batches(joined).column("kafka_offset").to_pylist() == list(range(66))
+    assert [b.num_rows for b in gathered(iter(parts[:3]), max_bytes=parts[0].nbytes + 1)] == [5, 5, 5]
 
 
 def test_a_chunk_of_other_columns_is_refused_with_its_columns_named() -> None:

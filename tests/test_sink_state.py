@@ -8,9 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from store import CommitPointError
+
 from ingest.encode.mapping import HEADER_TYPE
 from sink.deadletter import DEAD_LETTER_DIR, DEAD_LETTER_FILE, DeadLetterLog, read_dead_letters
-from sink.state import SinkState, parse_tp_key, tp_key
+from sink.state import STATE_VERSION, SinkState, compact_offsets, parse_tp_key, tp_key
 from sink.writer import kafka_next_offsets
 
 pytestmark = pytest.mark.unit
@@ -33,6 +35,29 @@ def test_state_round_trips_through_commit_metadata() -> None:
     assert (again.tombstones, again.empty_values) == (3, 4)
     assert again.advanced(4, "q1", {}, 120, 0, 5, 1, 0).tombstones == 4
     assert again.starting_offsets_json() == {"orders": {"0": 10, "1": 5}}
+
+
+def test_offsets_are_kept_one_list_per_topic_and_read_in_either_form() -> None:
+    state = SinkState(kafka_offsets={"t/0": 10, "t/2": 4, "u.v/0": 1})
+    meta = state.to_metadata()
+    assert meta["sink"]["version"] == STATE_VERSION == 2
+    assert meta["sink"]["kafkaOffsets"] == {"t": [10, -1, 4], "u.v": [1]}
+    assert SinkState.from_metadata(meta).kafka_offsets == state.kafka_offsets
+    # what every earlier release wrote (version 1, a key per partition) is read as before
+    old = {"sink": {**meta["sink"], "version": 1, "kafkaOffsets": {"t/0": 10, "t/2": 4, "u.v/0": 1}}}
+    assert SinkState.from_metadata(old) == state
+
+
+def test_the_offsets_of_twelve_thousand_partitions_take_a_third_of_the_old_form() -> None:
+    offsets = {tp_key(f"wide-{t:04d}", p): 100 + p for t in range(1000) for p in range(12)}
+    old = len(json.dumps(offsets, separators=(",", ":")))
+    new = len(json.dumps(compact_offsets(offsets), separators=(",", ":")))
+    assert new * 3 < old, (new, old)
+
+
+def test_a_damaged_compact_offset_list_is_refused_in_words() -> None:
+    with pytest.raises(CommitPointError, match=r"kafkaOffsets\['t'\] is dict, not a list"):
+        SinkState.from_metadata({"sink": {"version": 2, "batchId": 0, "kafkaOffsets": {"t": {"0": 1}}}})
 
 
 def test_kafka_offsets_only_move_forward() -> None:

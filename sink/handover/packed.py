@@ -31,6 +31,10 @@ PACKED_SCHEMA = pa.schema([(CHUNK, pa.binary()), (SPOOL, pa.string()), (MAC, pa.
                           + [(name, pa.int64()) for name in COUNT_COLUMNS])
 # costs the task a little and saves the JVM more (BENCHMARKS.md, "Replay")
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+# gathered(): a task's small batches joined up to this size; well below one binary column's 2 GiB,
+# and about what a task's range holds at most when its ranges are read together (ingest.kafka.read)
+GATHER_MAX_ROWS = 20_000
+GATHER_MAX_BYTES = 16 << 20
 
 
 class PackedBatchError(ValueError):
@@ -55,6 +59,31 @@ def packed_row(chunk: pa.Array, spool: pa.Array, mac: pa.Array, batch: pa.Record
     size = pc.sum(pc.binary_length(batch.column("record"))).as_py() if "record" in names else 0
     counts = [pa.array([n], pa.int64()) for n in (batch.num_rows - dead, size or 0, dead)]
     return pa.RecordBatch.from_arrays([chunk, spool, mac, *counts], schema=PACKED_SCHEMA)
+
+
+def gathered(batches: Iterator[pa.RecordBatch], max_rows: int = GATHER_MAX_ROWS,
+             max_bytes: int = GATHER_MAX_BYTES) -> Iterator[pa.RecordBatch]:
+    """Consecutive small batches as one, in order, up to ``max_rows`` rows or ``max_bytes`` bytes; a
+    batch that size or larger passes as it is. A task reading many partitions makes a small batch
+    per partition, and what follows (index keys, packing or spooling, the driver's unpacking) costs
+    per batch: gathered, a batch over 1,000 partitions costs about what one over a few does."""
+    held: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        if held and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes):
+            yield _joined(held)
+            held, rows, size = [], 0, 0
+        held.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+    if held:
+        yield _joined(held)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def pack_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

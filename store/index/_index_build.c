@@ -7,7 +7,9 @@
  * put_items: IndexFile.putKey (_index_put.h) for a run of keys, in order: each item linked to the
  *   newest one of its slot, the slot pointed at it, the header's counters moved as RocketMQ moves them.
  * index_records: both at once, a few hundred keys at a time (the way the append's index is built):
- *   each key's slot is asked for when the key is found and written once the few hundred are found.
+ *   each key's slot is asked for when the key is found and written once the few hundred are found;
+ *   it stops before a key whose slot lies in a page of the file without its disk blocks reserved
+ *   (store/index/blocks.py), which the caller reserves before it goes on.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,7 +24,7 @@
                                a miss to memory, and beside the append's copy a slow one */
 #define CHUNK 256           /* index_records: keys found, their slots asked for, before they are put */
 
-enum { DONE = 0, FULL = 1, LEFT = 2 };
+enum { DONE = 0, FULL = 1, LEFT = 2, UNRESERVED = 3 };
 
 static void prefetch_record(const uint8_t *d, int64_t len, const int64_t *st, Py_ssize_t n, Py_ssize_t i) {
     if (i >= n)
@@ -247,21 +249,25 @@ typedef struct {
     int64_t rec, phy, ts;
 } Pending;
 
-/* index_records(buf, starts, first, skip, base, file, slot_num, index_num, header)
- *   -> (header, status, next, skip)
+/* index_records(buf, starts, first, skip, base, file, slot_num, index_num, header, reserved, unit_shift)
+ *   -> (header, status, next, skip, unit)
  * The keys of the records at ``starts`` from ``first`` on (the first ``skip`` keys of that record
  * already put) into the IndexFile, in order, each record's offset being base + its position.
  * status DONE: every record indexed; FULL: the file filled up, the record ``next`` has ``skip``
- * keys in it; LEFT: the record ``next`` is left to the caller, every one before it indexed.
+ * keys in it; LEFT: the record ``next`` is left to the caller, every one before it indexed;
+ * UNRESERVED: the record ``next`` has ``skip`` keys in, and its next key's slot is in ``unit`` (the
+ * file's bytes in units of 1 << unit_shift), whose blocks ``reserved`` (a byte per unit of the
+ * header and slots, nonzero where they are reserved; empty: all of them) says are not reserved.
  * Keys are found CHUNK at a time, their slots asked for, then put. */
 static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
-    Py_buffer buf, starts, file;
+    Py_buffer buf, starts, file, reserved;
     Py_ssize_t first, skip;
     long long base, slot_num, index_num;
+    int unit_shift;
     Index ix;
-    if (!PyArg_ParseTuple(args, "y*y*nnLw*LL" HEADER_FORMAT, &buf, &starts, &first, &skip, &base, &file, &slot_num,
-                          &index_num, &ix.begin_ts, &ix.end_ts, &ix.begin_phy, &ix.end_phy, &ix.slot_count,
-                          &ix.index_count))
+    if (!PyArg_ParseTuple(args, "y*y*nnLw*LL" HEADER_FORMAT "y*i", &buf, &starts, &first, &skip, &base, &file,
+                          &slot_num, &index_num, &ix.begin_ts, &ix.end_ts, &ix.begin_phy, &ix.end_phy, &ix.slot_count,
+                          &ix.index_count, &reserved, &unit_shift))
         return NULL;
     PyObject *result = NULL;
     uint32_t *scratch = NULL;
@@ -273,6 +279,13 @@ static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "index_records: first or skip out of range");
         goto done;
     }
+    const Py_ssize_t units = reserved.len;
+    if (unit_shift < 0 || unit_shift > 30
+        || (units && units << unit_shift < INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * slot_num)) {
+        PyErr_SetString(PyExc_ValueError, "index_records: reserved does not cover the slot table in its units");
+        goto done;
+    }
+    const uint8_t *held = reserved.buf;
     scratch = PyMem_RawMalloc(MOST_KEYS * sizeof(uint32_t));
     pending = PyMem_RawMalloc((CHUNK + MOST_KEYS) * sizeof(Pending));
     if (!scratch || !pending) {
@@ -282,12 +295,12 @@ static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
     const uint8_t *d = buf.buf;
     const int64_t len = buf.len, *st = starts.buf;
     int status = DONE;
-    Py_ssize_t i = first, next = n, next_skip = 0;
+    Py_ssize_t i = first, next = n, next_skip = 0, unit = -1;
     TopicCache tc = {NULL, 0, 0};
     Py_BEGIN_ALLOW_THREADS
     while (status == DONE && i < n) {
-        Py_ssize_t found = 0;
-        int left = 0;
+        Py_ssize_t found = 0, stop_rank = 0;
+        int left = 0, blocked = 0;
         for (; found < CHUNK && i < n; i++) {
             prefetch_record(d, len, st, n, i + PREFETCH_RECORDS);
             const int64_t total = record_total(d, len, st[i], MIN_RECORD_LENGTH);
@@ -300,8 +313,15 @@ static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
                 Pending *p = &pending[found];
                 p->hash = scratch[j], p->rank = (int32_t)j, p->rec = i, p->phy = base + st[i], p->ts = t;
                 p->slot = slot_at(&ix, p->hash);
+                const Py_ssize_t u = (Py_ssize_t)((p->slot - ix.header) >> unit_shift);
+                if (units && !held[u]) {
+                    blocked = 1, unit = u, stop_rank = (Py_ssize_t)j;
+                    break;
+                }
                 __builtin_prefetch(p->slot, 1);
             }
+            if (blocked)
+                break;
         }
         for (Py_ssize_t k = 0; k < found; k++) {
             const Pending *p = &pending[k];
@@ -310,17 +330,20 @@ static PyObject *index_records(PyObject *Py_UNUSED(self), PyObject *args) {
                 break;
             }
         }
-        if (status == DONE && left)
+        if (status == DONE && blocked)
+            status = UNRESERVED, next = i, next_skip = stop_rank;
+        else if (status == DONE && left)
             status = LEFT, next = i;
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue(HEADER_FORMAT "inn", HEADER_OUT(ix), status, next, next_skip);
+    result = Py_BuildValue(HEADER_FORMAT "innn", HEADER_OUT(ix), status, next, next_skip, unit);
 done:
     PyMem_RawFree(scratch);
     PyMem_RawFree(pending);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&file);
+    PyBuffer_Release(&reserved);
     return result;
 }
 

@@ -22,13 +22,16 @@ import numpy as np
 from store.errors import IndexFileError
 from store.format.constants import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_INVALID_INDEX, INDEX_ITEM_SIZE
 from store.index import _index_build
+from store.index.blocks import UNIT_SHIFT, IndexBlocks
+from store.index.build import record_keys
 from store.log.segment import fsync_dir
-from store.space import create_reserved, reserve_path
+from store.space import create_reserved, data_extents
 
 _HEADER = struct.Struct(">qqqqii")
 _ITEM = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 CREATING_SUFFIX = ".tmp"      # a file being created; IndexService removes one a crash left
-_MADV_POPULATE_WRITE = 23
+_RECORDS_FULL = 1     # index_records' status when the file (or its reserved items) filled up
+_RECORDS_UNRESERVED = 3   # index_records' status before a key whose slot's page is not reserved
 
 
 @dataclass
@@ -55,21 +58,6 @@ def index_file_names(directory: Path) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
 
 
-def _ask_for_huge_pages(mm: mmap.mmap) -> None:
-    """Ask for a writer's mapping in 2 MiB pages where the kernel maps files so (ext4 and xfs with
-    large folios, Linux 6.x): keys land anywhere in the 20 MB slot table, which in 4 KiB pages is
-    a TLB miss and a page walk per put, and each new page of items a fault of its own; and a flush
-    cleans the slot table ten pages at a time, not 4,883. The price: after a flush, a put into a
-    2 MiB page splits its mapping and ext4 dirties it again 4 KiB at a time, dearer than in small
-    pages, which the flush's saving outweighs (BENCHMARKS.md, "Sizing"); and a flush writes a dirty
-    item page whole, at most 2 MiB past the last item. Elsewhere the advice is taken as a hint or
-    refused, and nothing changes."""
-    try:
-        mm.madvise(mmap.MADV_HUGEPAGE)
-    except (AttributeError, OSError):   # no MADV_HUGEPAGE (not Linux), or a kernel without THP
-        pass
-
-
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
     return INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num + INDEX_ITEM_SIZE * max_index_num
 
@@ -84,12 +72,19 @@ class IndexFile:
         self.max_index_num = max_index_num
         size = index_file_size(max_hash_slot_num, max_index_num)
         creating = self.path.with_name(self.path.name + CREATING_SUFFIX) if create else None
+        self._blocks = IndexBlocks(creating or self.path, max_hash_slot_num, size, named=self.path)
         if creating is not None:
-            # every block reserved now: a full disk is an OSError here, not SIGBUS on a put; under
+            # sparse, the blocks of its header and first items reserved (store.index.blocks); under
             # a name of its own until it has its size and header, so that a writer killed in
             # between leaves no short file behind that the next open would refuse
             creating.unlink(missing_ok=True)
-            fd = create_reserved(creating, size, "index file", named=self.path)
+            fd = create_reserved(creating, size, "index file", named=self.path, reserved=0)
+            try:
+                self._blocks.start_new(fd)
+            except BaseException:
+                os.close(fd)
+                creating.unlink(missing_ok=True)
+                raise
         else:
             fd = os.open(self.path, os.O_RDONLY if read_only else os.O_RDWR)
             actual = os.fstat(fd).st_size
@@ -109,7 +104,7 @@ class IndexFile:
         finally:
             os.close(fd)
         if not read_only:
-            _ask_for_huge_pages(self._mm)
+            self._blocks.map(self._mm)
         self.read_only = read_only
         self._items_offset = INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * max_hash_slot_num
         self._flush_whole = False
@@ -121,6 +116,7 @@ class IndexFile:
             self.header = IndexHeader.unpack(self._mm)
         else:
             os.rename(creating, self.path)
+            self._blocks.path = self.path
             fsync_dir(self.path.parent)
 
     # --- writing -----------------------------------------------------------------------------
@@ -132,6 +128,17 @@ class IndexFile:
     def room(self) -> int:
         return max(self.max_index_num - self.header.index_count, 0)
 
+    @property
+    def reserved_end(self) -> int:
+        """The end of the items' reserved blocks (store.index.blocks)."""
+        return self._blocks.items_end
+
+    def _reserve_items(self, more: int) -> int:
+        """Reserve the blocks of the next ``more`` items (fewer at the end of the file) before they
+        are put; the item count the reserved blocks hold, the bound the C pass is given."""
+        held = self._blocks.for_items(min(self.header.index_count + more, self.max_index_num))
+        return min(held, self.max_index_num)
+
     def put(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
         """Append items for these keys, in order (at most ``room`` of them)."""
         n = len(key_hashes)
@@ -139,9 +146,10 @@ class IndexFile:
             return
         if n > self.room:
             raise ValueError(f"{n} keys do not fit index file {self.path.name} ({self.room} items left)")
+        self._blocks.for_key_hashes(key_hashes)
         h = self.header
         header, _ = _index_build.put_items(
-            self._mm, self.max_hash_slot_num, self.max_index_num,
+            self._mm, self.max_hash_slot_num, self._reserve_items(n),
             (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
              h.index_count), np.ascontiguousarray(key_hashes, dtype=np.int32),
             np.ascontiguousarray(phy_offsets, dtype=np.int64), np.ascontiguousarray(store_timestamps, dtype=np.int64))
@@ -155,41 +163,23 @@ class IndexFile:
         ``store_timestamp``; from ``start`` (record, its keys already in, the key) on, at most
         ``most`` keys while the file has room. Returns where it stopped, the same triple."""
         h = self.header
+        limit = self._reserve_items(min(most, len(key_hashes) - start[2]))
+        self._blocks.for_key_hashes(key_hashes[start[2]:start[2] + max(min(most, limit - h.index_count), 0)])
         header, *stop = _index_build.put_shipped(
-            self._mm, self.max_hash_slot_num, self.max_index_num,
+            self._mm, self.max_hash_slot_num, limit,
             (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
              h.index_count), key_hashes, key_counts, phy_offsets, store_timestamp, *start, most)
         self.header = IndexHeader(*header)
         self._write_header()
         return tuple(stop)  # type: ignore[return-value]
 
-    def warm_slots(self) -> None:
-        """Fault the hash slots in, once, when the file is new: keys reach them in random order, so
-        page by page as the first batches come they would cost a fault each, scattered; in one
-        sweep the kernel does them in a row. Write faults (MADV_POPULATE_WRITE): a page faulted in
-        for reading takes a second fault at its first put, to be marked dirty, which costs the puts
-        about as much as the first. The price: the file's first flush writes the whole slot table
-        (20 MB at the default geometry), which random keys dirty within the first batches anyway.
-        Before Linux 5.14, a byte read per page."""
-        if not self._populate(INDEX_HEADER_SIZE, self._items_offset):    # before Linux 5.14
-            int(self._slots.view(np.uint8)[::mmap.PAGESIZE].sum())
-
     def warm_items(self) -> bool:
-        """Fault every item page in now, as ``warm_first_segment`` does a new store's first segment
-        (a fault per page later, on the puts, is the cost moved here); False where the kernel
-        cannot (before Linux 5.14), which leaves the puts to fault their own pages. The pages stay
-        out of the flushes until items are put in them (``flush``)."""
-        return self._populate(self._items_offset, len(self._mm))
-
-    def _populate(self, start: int, end: int) -> bool:
-        """Write-fault the pages of bytes [start, end) in, in one call; False where the kernel
-        cannot (MADV_POPULATE_WRITE: Linux 5.14)."""
-        start -= start % mmap.PAGESIZE
-        try:
-            self._mm.madvise(_MADV_POPULATE_WRITE, start, end - start)
-        except (OSError, ValueError):
-            return False
-        return True
+        """Fault every reserved item page in now, and each as it is reserved, as
+        ``warm_first_segment`` does a new store's first segment (a fault per page later, on the
+        puts, is the cost moved here); False where the kernel cannot (before Linux 5.14), which
+        leaves the puts to fault their own pages. The pages stay out of the flushes until items are
+        put in them (``flush``)."""
+        return self._blocks.start_warm()
 
     def put_records(self, buf: np.ndarray, starts: np.ndarray, first: int, skip: int, base: int
                     ) -> tuple[int, int, int]:
@@ -198,13 +188,30 @@ class IndexFile:
         (_index_build.index_records): (status, next record, its keys already in), status 0 when
         every record is in, 1 when the file filled up, 2 when the C pass left record ``next`` to
         the caller (store.index.build decodes it)."""
-        h = self.header
-        header, status, nxt, skip = _index_build.index_records(
-            buf, starts, first, skip, base, self._mm, self.max_hash_slot_num, self.max_index_num,
-            (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count))
-        self.header = IndexHeader(*header)
-        self._write_header()
-        return status, nxt, skip
+        # how many keys the records hold is found in the C pass: it is given the items reserved,
+        # ahead by at least a key a record, and when it fills them more are reserved
+        more = len(starts) - first
+        if not self._blocks.dense:
+            # the pages the keys land in reserved first, in one pass over their hashes: a stop of
+            # the C pass per new page (below) is a round trip each, thousands in a new file
+            self._blocks.for_key_hashes(record_keys(buf, starts[first:], base).key_hash)
+        while True:
+            h = self.header
+            limit = self._reserve_items(more)
+            blocks = self._blocks
+            header, status, nxt, skip, unit = _index_build.index_records(
+                buf, starts, first, skip, base, self._mm, self.max_hash_slot_num, limit,
+                (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
+                 h.index_count), b"" if blocks.dense else blocks.held, UNIT_SHIFT)
+            self.header = IndexHeader(*header)
+            self._write_header()
+            if status == _RECORDS_UNRESERVED:
+                blocks.reserve_units(np.array([unit]))
+                first = nxt
+                continue
+            if status != _RECORDS_FULL or self.is_full:
+                return status, nxt, skip
+            first, more = nxt, max(len(starts) - nxt, 1)
 
     @property
     def covered_end(self) -> int:
@@ -263,16 +270,30 @@ class IndexFile:
         if n > 1:
             hashes = self._items["key_hash"][1:n].astype(np.int64)
             np.maximum.at(slots, hashes % self.max_hash_slot_num, np.arange(1, n, dtype=np.int64))
-        self._slots[:] = slots
-        self._items[n:] = np.zeros(1, dtype=_ITEM)
+        # only the slots that change are written: writing a page of a sparse table takes its blocks
+        changed = np.flatnonzero(self._slots != slots)
+        self._blocks.for_slots(changed)
+        self._slots[changed] = slots[changed]
+        self._zero_items_from(n)
         self._flush_whole = True        # the zeroed items past the count too
         self.header.hash_slot_count = int(np.count_nonzero(slots))
         self._write_header()
 
+    def _zero_items_from(self, n: int) -> None:
+        """Zero items ``n`` on where the file holds anything: its data extents (SEEK_DATA), which
+        have their blocks; a hole reads as zeros already, and writing it would take blocks that
+        were never reserved."""
+        raw = np.frombuffer(self._mm, dtype=np.uint8)
+        pos = self._items_offset + INDEX_ITEM_SIZE * n
+        extents = data_extents(self.path, pos, len(self._mm))
+        for start, stop in extents if extents is not None else [(pos, self._blocks.items_end)]:
+            raw[start:stop] = 0
+
     def reserve(self) -> None:
-        """Reserve the disk blocks of a file this writer did not create and goes on filling
-        (store.space)."""
-        reserve_path(self.path, index_file_size(self.max_hash_slot_num, self.max_index_num), "index file")
+        """Reserve the disk blocks of a file this writer goes on filling and did not just create
+        (RocketMQ's, or one from before a restart): the table's pages that hold data, or all of
+        them, the items it counts and a step past them (store.index.blocks)."""
+        self._blocks.reopen(self.header.index_count)
 
     def read_header(self) -> IndexHeader:
         """The header as the file holds it now (a reader beside a writer)."""

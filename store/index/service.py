@@ -179,7 +179,6 @@ class IndexService:
             if prev is not None else IndexHeader()
         f = IndexFile(self.directory / name, self.config.max_hash_slot_num, self.config.max_index_num, create=True,
                       start=start)
-        f.warm_slots()
         if self.warm_first and not self.files:
             f.warm_items()
         self.files.append(f)

@@ -2,9 +2,11 @@
 20-byte units (FORMAT.md §12), byte for byte as RocketMQ's ConsumeQueue writes them.
 
 Files are created at full size (zero-filled, like RocketMQ's mapped files), so the end of a
-queue is the first zero unit of its last file. Writes go through pwrite into the page cache,
-so a reader in another process sees units as soon as they are dispatched; flush() makes them
-durable and is called together with the commit log's flush.
+queue is the first zero unit of its last file; sparse, their blocks reserved ahead of the units
+in steps (store.space), every queue of a batch before any unit of it is written. Writes go
+through pwrite into the page cache, so a reader in another process sees units as soon as they
+are dispatched; flush() makes those of the queues written since the last one durable
+(store.queue.sync) and is called together with the commit log's flush.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from store.errors import ConsumeQueueError, ConsumeQueueGapError
 from store.format.constants import CQ_STORE_UNIT_SIZE, SCHEDULE_TOPIC
-from store.space import create_reserved, reserve
+from store.space import create_reserved, next_reserved, reserve
 from store.queue.groups import QueueGroups, group_queues
 from store.queue.files import _Queue
 from store.queue.trim import ConsumeQueueTrim
@@ -97,6 +99,8 @@ class ConsumeQueueStore(ConsumeQueueTrim):
                 if not numbered:
                     _check_consecutive(topic, qid, queue_offsets[rows])
                 self._check_continues(topic, qid, first)
+            for first, (topic, qid, rows) in zip(firsts, queues):   # and has its blocks
+                self._reserve_for(topic, qid, first, first + rows.stop - rows.start)
             units = make_units(physical_offsets, sizes, tags, out=self._units_scratch(n))
             for first, (topic, qid, rows) in zip(firsts, queues):
                 self._append(topic, qid, first, units[rows])
@@ -116,7 +120,7 @@ class ConsumeQueueStore(ConsumeQueueTrim):
                 f"{first} arrived; the commit log is missing records of this queue; nothing "
                 f"was written")
 
-    def _append(self, topic: str, queue_id: int, first: int, units: np.ndarray) -> None:
+    def _queue_for_write(self, topic: str, queue_id: int, first: int) -> _Queue:
         q = self._queues.get((topic, queue_id))
         if q is None:
             q = _Queue(topic, queue_id, self.dir / topic / str(queue_id))
@@ -126,8 +130,34 @@ class ConsumeQueueStore(ConsumeQueueTrim):
             q.min_offset = q.max_offset = first
         if not q.files:
             q.min_offset = q.max_offset = first
+        return q
+
+    def _reserve_for(self, topic: str, queue_id: int, first: int, end: int) -> None:
+        """Reserve the blocks the units ``first .. end`` of a queue (and the blanks before a new
+        queue's first unit) go into, creating the files they need: a full disk fails here, before
+        any unit of the batch is written."""
+        q = self._queue_for_write(topic, queue_id, first)
+        self._sync.prepare()
+        if not q.files:
+            q.fresh = True
+        start = first - first % self.units_per_file if q.fresh else q.max_offset
+        while start < end:
+            file_first = start - start % self.units_per_file
+            need = (min(end, file_first + self.units_per_file) - file_first) * CQ_STORE_UNIT_SIZE
+            self._use_file(q, file_first * CQ_STORE_UNIT_SIZE)
+            grown = next_reserved(q.reserved, need, self.file_size)
+            if grown > q.reserved:
+                reserve(q.fd, grown, q.path / file_name(q.fd_start), "consume-queue file", q.reserved)
+                q.reserved = grown
+            start = file_first + self.units_per_file
+
+    def _append(self, topic: str, queue_id: int, first: int, units: np.ndarray) -> None:
+        q = self._queue_for_write(topic, queue_id, first)
+        if q.fresh:
+            q.fresh = False
+            q.min_offset = q.max_offset = first
             file_first = first - first % self.units_per_file
-            self._open_file(q, file_first * CQ_STORE_UNIT_SIZE)
+            self._use_file(q, file_first * CQ_STORE_UNIT_SIZE)
             if first > file_first:
                 self._write(q, file_first, blank_units(first - file_first))
         skip = q.max_offset - first     # >= 0: checked by _check_continues
@@ -138,54 +168,59 @@ class ConsumeQueueStore(ConsumeQueueTrim):
         pos = 0
         while pos < len(units):
             file_start = (qoff - qoff % self.units_per_file) * CQ_STORE_UNIT_SIZE
-            if q.fd_start != file_start:
-                self._open_file(q, file_start)
+            self._use_file(q, file_start)
             room = self.units_per_file - qoff % self.units_per_file
             chunk = units[pos:pos + room]
             os.pwrite(q.fd, chunk.view(np.uint8), (qoff % self.units_per_file) * CQ_STORE_UNIT_SIZE)
             q.dirty = True
+            self._dirty[(q.topic, q.queue_id)] = q
             pos += len(chunk)
             qoff += len(chunk)
             q.max_offset = max(q.max_offset, qoff)
 
-    def _open_file(self, q: _Queue, file_start: int) -> None:
+    def _use_file(self, q: _Queue, file_start: int) -> None:
+        """Make the file at ``file_start`` the queue's open one (the most recently used)."""
+        key = (q.topic, q.queue_id)
+        if q.fd_start == file_start:
+            self._open.move_to_end(key)
+            return
         if q.fd is not None:
-            if q.dirty:
-                self._filled_fds.append(q.fd)   # made durable by the next flush
-                q.dirty = False
+            if q.dirty and file_start > q.fd_start:
+                self._filled_fds.append(q.fd)   # filled: made durable by the next flush
+                self._open.pop(key, None)
+                self._dirty.pop(key, None)
+                q.fd, q.fd_start, q.dirty, q.reserved = None, -1, False, 0
             else:
-                os.close(q.fd)
-        q.fd, q.fd_start = None, -1
+                self._close_queue_file(q)
+        self._room_for_one_more()
         path = q.path / file_name(file_start)
         if path.exists():
+            # one written before (by us, a crash, or RocketMQ): its blocks up to what it holds
+            # are its own; reserving goes on from there
             fd = os.open(path, os.O_RDWR)
-            try:
-                reserve(fd, self.file_size, path, "consume-queue file")   # one we did not create
-            except BaseException:
-                os.close(fd)
-                raise
+            reserved = (q.max_offset - file_start // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+            reserved = min(max(reserved, 0), self.file_size)
         else:
-            # full size, zero-filled, as a mapped file; every block reserved (store.space)
-            fd = create_reserved(path, self.file_size, "consume-queue file")
+            # full length and sparse, as the broker's mapped file; its first step reserved now
+            reserved = next_reserved(0, CQ_STORE_UNIT_SIZE, self.file_size)
+            fd = create_reserved(path, self.file_size, "consume-queue file", reserved=reserved)
             q.files.append(file_start)
             q.files.sort()
             self._dirs_to_sync.add(q.path)
-        q.fd, q.fd_start = fd, file_start
+        q.fd, q.fd_start, q.reserved = fd, file_start, reserved
+        self._open[key] = q
 
     def flush(self) -> None:
-        """fsync every queue file written since the last flush (and new directory entries)."""
+        """Make durable every queue file written since the last flush, and new directory entries:
+        in one pass over the files written, whatever the number of queues (store.queue.sync)."""
         with self._lock:
+            dirty = self._filled_fds + [q.fd for q in self._dirty.values() if q.fd is not None]
+            self._sync.flush(dirty, self._dirs_to_sync)
             while self._filled_fds:
-                fd = self._filled_fds[0]
-                os.fsync(fd)
-                os.close(fd)
-                self._filled_fds.pop(0)
-            for q in self._queues.values():
-                if q.fd is not None and q.dirty:
-                    os.fsync(q.fd)
-                    q.dirty = False
-            for d in sorted(self._dirs_to_sync, key=lambda p: len(p.parts), reverse=True):
-                _fsync_dir(d)
+                os.close(self._filled_fds.pop())
+            for q in self._dirty.values():
+                q.dirty = False
+            self._dirty.clear()
             self._dirs_to_sync.clear()
 
     # --- closing ------------------------------------------------------------------------------
@@ -209,17 +244,6 @@ class ConsumeQueueStore(ConsumeQueueTrim):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["ConsumeQueueStore", "check_topic_name"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,13 @@ import numpy as np
 
 from store.errors import ConsumeQueueError
 from store.format.constants import CONSUMEQUEUE_DIR, CQ_STORE_UNIT_SIZE, DEFAULT_CONSUME_QUEUE_UNITS
-from store.queue.units import UNIT_DTYPE, file_name, list_unit_files, prefix_counts, read_units, valid_count
+from store.queue.sync import QueueSync
+from store.queue.units import UNIT_DTYPE, file_name, list_unit_files, prefix_counts, written_count
+
+# The writer's open queue files at most (descriptors, each with its page-cache state): a store
+# of more queues than this closes the least recently written ones and opens them again when
+# written, as the broker maps its queue files on demand.
+DEFAULT_MAX_OPEN_QUEUE_FILES = 1024
 
 
 @dataclass
@@ -29,6 +36,8 @@ class _Queue:
     fd: int | None = None                              # writer: the last file, open
     fd_start: int = -1
     dirty: bool = False
+    reserved: int = 0                                  # bytes of the file at fd_start with their blocks
+    fresh: bool = False                                # writer: files made for a batch, nothing written yet
 
 
 class ConsumeQueueFiles:
@@ -36,9 +45,11 @@ class ConsumeQueueFiles:
     the writing share, owned here."""
 
     def __init__(self, root: Path, units_per_file: int = DEFAULT_CONSUME_QUEUE_UNITS,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, max_open_files: int = DEFAULT_MAX_OPEN_QUEUE_FILES) -> None:
         if units_per_file <= 0:
             raise ValueError(f"units_per_file must be positive, got {units_per_file}")
+        if max_open_files < 1:
+            raise ValueError(f"max_open_files must be at least 1, got {max_open_files}")
         self.root = Path(root)
         self.dir = self.root / CONSUMEQUEUE_DIR
         self.units_per_file = units_per_file
@@ -50,6 +61,10 @@ class ConsumeQueueFiles:
         # completed files written since the last flush, still open: flush() fsyncs and closes
         # them, so filling a file costs the append no fsync of its own
         self._filled_fds: list[int] = []
+        self.max_open_files = max_open_files
+        self._open: OrderedDict[tuple[str, int], _Queue] = OrderedDict()   # queues with a file open, LRU first
+        self._dirty: dict[tuple[str, int], _Queue] = {}                    # written since the last flush
+        self._sync = QueueSync(self.dir)
         # A reader sets this to the commit log's first offset, so queue minimums skip units whose
         # records retention deleted (the writer corrects its own in delete_below).
         self.commitlog_min_offset = 0
@@ -110,7 +125,7 @@ class ConsumeQueueFiles:
                     f"consume_queue_units to match, or delete the queue directory to rebuild it")
         # the end: RocketMQ's rule, the first unit that is not (offset >= 0, size > 0) in the last
         # file, read whole; the head: the blank filler, a prefix written in one go, found by search
-        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + valid_count(read_units(last_path))
+        q.max_offset = q.files[-1] // CQ_STORE_UNIT_SIZE + written_count(last_path)
         written, blanks = prefix_counts(first_path)
         if len(q.files) == 1:
             written = q.max_offset - base
@@ -128,10 +143,42 @@ class ConsumeQueueFiles:
             self.load()
 
     def _close_fds(self) -> None:
+        """Close every file without making its writes durable (a flush first does that)."""
         while self._filled_fds:
             os.close(self._filled_fds.pop())
-        for q in self._queues.values():
+        for q in self._open.values():
             if q.fd is not None:
                 os.close(q.fd)
-                q.fd, q.fd_start = None, -1
+                q.fd, q.fd_start, q.dirty = None, -1, False
+        self._open.clear()
+        self._dirty.clear()
+        self._sync.close()
+
+    def _close_queue_file(self, q: _Queue) -> None:
+        """Close ``q``'s open file; what was written to it stays for the next flush."""
+        if q.fd is None:
+            return
+        fd, dirty = q.fd, q.dirty
+        q.fd, q.fd_start, q.dirty, q.reserved = None, -1, False, 0
+        self._open.pop((q.topic, q.queue_id), None)
+        self._dirty.pop((q.topic, q.queue_id), None)
+        self._sync.close_file(fd, dirty)
+
+    def _drop_queue_file(self, q: _Queue) -> None:
+        """Close ``q``'s open file whose writes no longer matter (it is being deleted)."""
+        if q.fd is not None:
+            os.close(q.fd)
+            q.fd, q.fd_start, q.dirty, q.reserved = None, -1, False, 0
+        self._open.pop((q.topic, q.queue_id), None)
+        self._dirty.pop((q.topic, q.queue_id), None)
+
+    def _room_for_one_more(self) -> None:
+        """Keep the open files under ``max_open_files`` with one more: filled files first, then
+        the queue written least recently."""
+        while len(self._open) + len(self._filled_fds) >= self.max_open_files:
+            if self._filled_fds:
+                self._sync.close_file(self._filled_fds.pop(0), True)
+            else:
+                _, q = next(iter(self._open.items()))
+                self._close_queue_file(q)
 

@@ -13,7 +13,7 @@ from store.errors import ConsumeQueueError
 from store.format.constants import CQ_STORE_UNIT_SIZE
 from store.queue.files import _Queue
 from store.queue.read import ConsumeQueueReads
-from store.queue.units import blank_mask, file_name, read_units, valid_count
+from store.queue.units import blank_mask, file_name, read_units, written_count
 
 
 class ConsumeQueueTrim(ConsumeQueueReads):
@@ -33,14 +33,13 @@ class ConsumeQueueTrim(ConsumeQueueReads):
         while q.files:
             start = q.files[-1]
             path = q.path / file_name(start)
-            units = read_units(path)
-            n = valid_count(units)
+            n = written_count(path)
+            units = read_units(path, 0, n)
             dirty = units["phys"][:n] >= phys_end
             if n and dirty[0] or n == 0:
                 # A file whose first unit is dirty goes entirely (the blanks have offset 0).
-                if q.fd_start == start and q.fd is not None:
-                    os.close(q.fd)
-                    q.fd, q.fd_start, q.dirty = None, -1, False
+                if q.fd_start == start:
+                    self._drop_queue_file(q)
                 path.unlink()
                 q.files.pop()
                 self._dirs_to_sync.add(q.path)
@@ -59,8 +58,7 @@ class ConsumeQueueTrim(ConsumeQueueReads):
 
     def _forget(self, q: _Queue) -> None:
         """A queue left with no file: drop it and its empty directories."""
-        if q.fd is not None:
-            os.close(q.fd)
+        self._drop_queue_file(q)
         del self._queues[(q.topic, q.queue_id)]
         for d in (q.path, q.path.parent):
             try:
@@ -94,8 +92,9 @@ class ConsumeQueueTrim(ConsumeQueueReads):
     def _correct_min(self, q: _Queue, commitlog_min_offset: int) -> None:
         """ConsumeQueue.correctMinOffset: the first unit of the first file that is a real unit
         and points at or past the commit log's first offset."""
-        units = read_units(q.path / file_name(q.files[0]))
-        n = valid_count(units)
+        path = q.path / file_name(q.files[0])
+        n = written_count(path)
+        units = read_units(path, 0, n)
         ok = (~blank_mask(units[:n])) & (units["phys"][:n] >= commitlog_min_offset)
         base = q.files[0] // CQ_STORE_UNIT_SIZE
         q.min_offset = base + (int(np.argmax(ok)) if ok.any() else n)

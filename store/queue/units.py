@@ -72,6 +72,32 @@ def valid_count(units: np.ndarray) -> int:
     return int(np.argmax(bad))
 
 
+# written_count reads this much first and twice as much each time after: a file of a few units
+# costs a page, not its full length (6 MB by default) of zeros.
+_FIRST_READ = 4096
+
+
+def written_count(path: Path) -> int:
+    """valid_count of the whole file, read only as far as its first unwritten unit."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE
+        done, step = 0, _FIRST_READ // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE
+        while done < size:
+            data = os.pread(fd, min(step, size - done), done)
+            if not data:
+                break
+            units = units_from_bytes(data)
+            n = valid_count(units)
+            done += n * CQ_STORE_UNIT_SIZE
+            if n < len(units) or len(data) % CQ_STORE_UNIT_SIZE:
+                break
+            step *= 2
+        return done // CQ_STORE_UNIT_SIZE
+    finally:
+        os.close(fd)
+
+
 def _unit_at(fd: int, i: int) -> tuple[int, int, int] | None:
     raw = os.pread(fd, CQ_STORE_UNIT_SIZE, i * CQ_STORE_UNIT_SIZE)
     return UNIT_STRUCT.unpack(raw) if len(raw) == CQ_STORE_UNIT_SIZE else None
@@ -84,6 +110,15 @@ def prefix_counts(path: Path, below: int = 0) -> tuple[int, int]:
     fd = os.open(path, os.O_RDONLY)
     try:
         n = os.fstat(fd).st_size // CQ_STORE_UNIT_SIZE
+        head = units_from_bytes(os.pread(fd, _FIRST_READ // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE, 0))
+        written = valid_count(head)
+        if written < len(head):
+            # a file of few units (a wide store's usual one) is answered by its first page
+            blank = (head["phys"] == BLANK_PHYS) & (head["size"] == BLANK_SIZE) & (head["tags"] == BLANK_TAGS)
+            gone_mask = head["phys"] < below
+            blanks = int(np.argmin(blank)) if not blank.all() else len(head)
+            gone = (int(np.argmin(gone_mask)) if not gone_mask.all() else len(head)) if below > 0 else 0
+            return written, min(max(blanks, gone), written)
 
         def first(pred) -> int:   # first index where pred fails, pred holding on a prefix
             lo, hi = 0, n

@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+import numpy as np
+
 from store.format.codec import CodecConfig
 from store.scan.record_check import scan_segment_fast
 from store.read.past_commit import ABOUT, past_commit
@@ -126,16 +128,22 @@ def _active_index(src: StoreView) -> int:
     return max(len(segs) - 2, 0)
 
 
+# Past this many units a queue's committed end is found by binary search, a unit read at a time
+# (each a rescan of the queue's files); below, its units are read once and searched in memory.
+_READ_WHOLE = 65_536
+
+
 def _committed_queue_end(cq: Any, topic: str, qid: int, lo: int, hi: int, committed: int) -> int:
-    """The first queue offset whose record is not committed (binary search on the units)."""
-    while lo < hi:
+    """The first queue offset whose record is not committed (units point at ascending offsets)."""
+    while hi - lo > _READ_WHOLE:
         mid = (lo + hi) // 2
         unit = cq.find(topic, qid, mid, 1)
         if unit and unit[0][0] < committed:
             lo = mid + 1
         else:
             hi = mid
-    return lo
+    units = cq.find_units(topic, qid, lo, hi - lo)
+    return lo + int(np.searchsorted(units["phys"].astype(np.int64), committed, side="left"))
 
 
 def print_stat(st: StoreStat, out: TextIO, as_json: bool = False) -> None:

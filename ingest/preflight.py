@@ -227,15 +227,69 @@ def missing_topics(client_params: dict, names: list[str]) -> list[str]:
     return [n for n in names if n not in have]
 
 
-def check_topics_reachable(cfg: Any) -> None:
-    """The brokers answer (BrokerUnreachableError else); see warn_missing_topics."""
-    check_brokers(cfg.bootstrap_servers, _connect_timeout_s(cfg.kafka_option))
-    warn_missing_topics(cfg)
+class KafkaRefusedError(PreflightError):
+    """The brokers refuse the job's client (TLS, SASL, ACLs), or its settings cannot work: one line
+    naming the cause (ingest.kafka.access)."""
+
+
+def check_topics_reachable(cfg: Any, warn_missing: bool = True) -> None:
+    """The client settings can work, the brokers answer (BrokerUnreachableError else), let the job's
+    client in and let it Describe and Read its topics (KafkaRefusedError else); and, with
+    ``warn_missing`` (a stream's, which waits for them), see warn_missing_topics."""
+    from ingest.kafka.access import KafkaAccessError, check_client_settings
+
+    try:
+        check_client_settings(cfg.kafka_option)
+    except KafkaAccessError as exc:
+        raise KafkaRefusedError(str(exc)) from None
+    timeout_s = _connect_timeout_s(cfg.kafka_option)
+    check_brokers(cfg.bootstrap_servers, timeout_s)
+    check_kafka_access(cfg, timeout_s)
+    if warn_missing:
+        warn_missing_topics(cfg)
+
+
+def check_kafka_access(cfg: Any, timeout_s: float) -> None:
+    """One connection and one Metadata request with the settings the source's client uses (Spark's
+    connector's translated to kafka-python's): a refusal is KafkaRefusedError. Settings kafka-python
+    cannot use (a JKS store) are left to Spark's connector to judge; for our source they are the
+    refusal."""
+    from ingest.reader_options import kafka_reader_options
+    from ingest.kafka.access import KafkaAccessError, check_access
+    from ingest.kafka.options import KafkaOptionError, kafka_client_params
+
+    topics, pattern = _subscription(cfg)
+    try:
+        params = kafka_client_params(kafka_reader_options(cfg, "earliest"))
+    except KafkaOptionError as exc:
+        if cfg.source == "kafka-python":
+            raise KafkaRefusedError(str(exc)) from None
+        logging.getLogger("commitlog.run").info("the brokers' access is left to Spark's connector: %s", exc)
+        return
+    try:
+        check_access(params, topics=topics, pattern=pattern, timeout_ms=int(timeout_s * 1000))
+    except KafkaAccessError as exc:
+        raise KafkaRefusedError(str(exc)) from None
+
+
+def _subscription(cfg: Any) -> tuple[list[str] | None, str | None]:
+    """The topics (or the pattern) ``cfg`` reads; none for a subscription of every topic (``*``)."""
+    import json
+
+    if cfg.subscribe_pattern:
+        return None, cfg.subscribe_pattern
+    if cfg.assign:
+        try:
+            return sorted(json.loads(cfg.assign)), None
+        except (ValueError, TypeError):
+            return None, None      # the source names what is wrong with the JSON
+    names = [t.strip() for t in (cfg.subscribe or "").split(",") if t.strip() and t.strip() != "*"]
+    return names or None, None
 
 
 def warn_missing_topics(cfg: Any) -> None:
     """A subscribed topic the brokers lack is one warning line (the job reads it once it exists)."""
-    from ingest.config import kafka_reader_options
+    from ingest.reader_options import kafka_reader_options
     from ingest.kafka.options import KafkaSourceError, kafka_client_params
 
     if not cfg.subscribe:

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+
+# Spark starts its Python workers as `python -m <module>` in the executor's working directory (the
+# driver's, in local mode), which Python puts first on their import path: a folder there named ingest,
+# sink or store (the store itself, named "store") would be imported in place of ours, and a planted
+# ingest/__init__.py would run inside the job. Python's safe-path mode (3.11, the project's floor)
+# leaves the working directory off. An environment variable rather than a working directory of our
+# own: Spark offers no setting for its workers' directory, but passes the executors' environment
+# (spark.executorEnv.*) to every worker on any cluster manager, and the driver's through its JVM.
+# deploy/spark-submit.sh and the image set it for a cluster's driver too.
+SAFE_PATH = {"PYTHONSAFEPATH": "1"}
 
 
 def build_session(master: str | None = "local[*]", app_name: str = "commitlog-ingest",
@@ -27,21 +42,24 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     }
+    conf.update({f"spark.executorEnv.{k}": v for k, v in SAFE_PATH.items()})
     conf.update(extra_conf or {})
     if master:
         # under spark-submit the submitter's --jars and JVM options stand (deploy/spark-submit.sh
         # passes the same jars)
         conf.update(connector_jars(conf.get("spark.jars", "")))
         conf.update(archive_options(conf))
+        conf.update(quiet_start_options(conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
     # SparkContext puts in a SIGINT handler of its own (cancel every job, raise KeyboardInterrupt:
     # for a shell); a command that installed its own stop-after-the-batch handler keeps it
     main = threading.current_thread() is threading.main_thread()
     ours = signal.getsignal(signal.SIGINT) if main else None
-    if master and SparkSession.getActiveSession() is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        _start_jvm_in_its_own_session(master, app_name, conf)
-    session = builder.getOrCreate()
+    with _jvm_environment(SAFE_PATH):
+        if master and SparkSession.getActiveSession() is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+            _start_jvm_in_its_own_session(master, app_name, conf)
+        session = builder.getOrCreate()
     if main and callable(ours) and ours is not signal.default_int_handler:
         signal.signal(signal.SIGINT, ours)
     session.sparkContext.setLogLevel("WARN")
@@ -56,9 +74,54 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
 TRIGGER_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
 
 
+@contextmanager
+def _jvm_environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """``extra`` in the environment while a JVM is launched here (PySpark copies ours into it, and the
+    JVM into every Python process it starts: its planner runners, the local executors' workers), then
+    our own environment as it was: this process's other children (a test's) keep theirs."""
+    before = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def quiet_idle_triggers(session: "object") -> None:
     jvm = session._jvm  # type: ignore[attr-defined]
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(TRIGGER_LOGGER, jvm.org.apache.logging.log4j.Level.ERROR)
+
+
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
+# what the JVM itself prints (not log4j) that a user cannot act on: Spark's launcher always adds the
+# incubating vector module
+JVM_NOTICES = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+def quiet_start_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """A local driver starts without the notices a user cannot act on (ingest/log4j2.properties
+    says which); a real warning or error still shows. A caller's spark.driver.defaultJavaOptions
+    stands."""
+    if "spark.driver.defaultJavaOptions" in conf:
+        return {}
+    return {"spark.driver.defaultJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"}
+
+
+def _forward_jvm_stderr(stream: IO[bytes]) -> None:
+    """The driver JVM's stderr (Spark's log, the Python workers' own stderr) copied to our fd 2, where
+    it went before, line by line, less JVM_NOTICES. Read to the end whatever happens to fd 2, so that
+    the JVM never waits on a full pipe."""
+    for line in iter(stream.readline, b""):
+        if line.startswith(JVM_NOTICES):
+            continue
+        try:
+            os.write(2, line)
+        except OSError:
+            pass
 
 
 def connector_jars(jars: str) -> dict[str, str]:
@@ -95,7 +158,8 @@ def _start_jvm_in_its_own_session(master: str, app_name: str, conf: Mapping[str,
     spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
     for key, value in conf.items():
         spark_conf.set(key, value)
-    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+    threading.Thread(target=_forward_jvm_stderr, args=(gateway.proc.stderr,), name="jvm-stderr", daemon=True).start()
     SparkContext(conf=spark_conf, gateway=gateway)
 
 

@@ -152,7 +152,8 @@ class BrokerAnswers:
         self.earliest_asked += 1
         return {tp: self.earliest_now[tp] for tp in tps}
 
-    def latest(self, tps: list, earliest: dict | None = None, each_batch: bool = False) -> dict:
+    def latest(self, tps: list, earliest: dict | None = None, each_batch: bool = False,
+               enough: dict | None = None) -> dict:
         return {tp: self.latest_now[tp] for tp in tps}
 
 

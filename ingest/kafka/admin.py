@@ -25,6 +25,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from ingest.kafka.consumer_state import seek_all
 from ingest.kafka.offsets import Offsets, TopicPartitionKey
 from ingest.kafka.options import KafkaSourceError, kafka_client_params
 
@@ -166,21 +167,28 @@ class OffsetReader:
         return {(tp.topic, tp.partition): int(o) for tp, o in got.items()}
 
     def latest(self, tps: Sequence[TopicPartitionKey], earliest: Mapping[TopicPartitionKey, int] | None = None,
-               each_batch: bool = False) -> Offsets:
+               each_batch: bool = False, enough: Mapping[TopicPartitionKey, int] | None = None) -> Offsets:
         """The true end (next offset to be written) of each partition. ``each_batch`` (a stream's
         batches, where an end read short is read by a later batch): the fetch probe is skipped while
         this broker's ListOffsets answers have been the probes' true ends, checked again every
-        ``RECHECK_S``; one answer short of the true end (Tansu) and every call probes."""
+        ``RECHECK_S``; one answer short of the true end (Tansu) and every call probes. ``enough``
+        (Trigger.AvailableNow's target): a partition whose answer reaches it is not probed, since
+        nothing past it is read (its end is then that answer, at least the target)."""
         reported = self.reported_latest(tps)
         if each_batch and not self._reports_short and self._reports_exact_at is not None \
                 and time.monotonic() - self._reports_exact_at < RECHECK_S:
             return reported
+        if enough is not None:
+            tps = [tp for tp in tps if tp not in enough or reported[tp] < enough[tp]]
+            if not tps:
+                return reported
         earliest = dict(earliest) if earliest is not None else self.earliest(tps)
         # reported == earliest means empty on both brokers (Tansu's answer is a batch base + 1 > earliest)
         to_probe = [tp for tp in tps if reported[tp] > earliest.get(tp, 0)]
         hw, lso = self._high_watermarks({tp: reported[tp] - 1 for tp in to_probe})
         committed = str(self._params.get("isolation_level", "")).lower() == "read_committed"
-        ends = {tp: true_end(reported[tp], hw.get(tp), lso.get(tp), committed) for tp in tps}
+        ends = dict(reported)
+        ends.update({tp: true_end(reported[tp], hw.get(tp), lso.get(tp), committed) for tp in tps})
         if to_probe:
             if self._answers_short({tp: ends[tp] for tp in to_probe if ends[tp] > reported[tp]}):
                 self._reports_short = True
@@ -213,8 +221,7 @@ class OffsetReader:
         probe.unsubscribe()  # fresh partition state: no high watermark left from an earlier probe
         parts = {tp: TopicPartition(*tp) for tp in fetch_from}
         probe.assign(list(parts.values()))
-        for tp, off in fetch_from.items():
-            probe.seek(parts[tp], max(0, off))
+        seek_all(probe, {parts[tp]: max(0, off) for tp, off in fetch_from.items()})
         deadline = time.monotonic() + self._timeout_ms / 1000
         out: Offsets = {}
         while len(out) < len(parts):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ingest.kafka.groups import PartitionGroup, PartitionGroupError
+from ingest.kafka.oauth import LOGIN_MODULE, unsecured_token
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ IGNORED_SETTINGS = frozenset({
     "group.id", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
     "socket.connection.setup.timeout.ms",
     "socket.connection.setup.timeout.max.ms", "ssl.protocol", "ssl.enabled.protocols",
-    "ssl.truststore.type", "ssl.keystore.type", "allow.auto.create.topics", "exclude.internal.topics",
+    "allow.auto.create.topics", "exclude.internal.topics",
 })
 # Spark refuses these too: the source manages them itself.
 REFUSED_SETTINGS = {
@@ -131,6 +132,8 @@ def kafka_client_params(options: Mapping[str, str]) -> dict[str, Any]:
         elif setting in ("ssl.truststore.password", "ssl.keystore.password"):
             if "ssl_password" not in params:
                 params["ssl_password"] = value
+        elif setting in ("ssl.truststore.type", "ssl.keystore.type"):
+            pass      # read with the store's location (_pem_only)
         elif setting == "ssl.endpoint.identification.algorithm":
             ssl_check_hostname = value.strip().lower() == "https"
         elif setting in IGNORED_SETTINGS:
@@ -149,11 +152,19 @@ def kafka_client_params(options: Mapping[str, str]) -> dict[str, Any]:
     return params
 
 
-def _jaas_credentials(value: str) -> dict[str, str]:
+def _jaas_credentials(value: str) -> dict[str, Any]:
+    if LOGIN_MODULE in value:
+        provider = unsecured_token(value)
+        if provider is None:
+            raise KafkaOptionError("option 'kafka.sasl.jaas.config': OAuthBearerLoginModule needs "
+                                   "unsecuredLoginStringClaim_sub=\"<principal>\" (the kafka-python source "
+                                   "has no token endpoint login)")
+        return {"sasl_oauth_token_provider": provider}
     fields = {k.lower(): v.replace('\\"', '"') for k, v in _JAAS.findall(value)}
     if "username" not in fields or "password" not in fields:
         raise KafkaOptionError("option 'kafka.sasl.jaas.config' must hold username=\"...\" and "
-                               "password=\"...\" (PlainLoginModule / ScramLoginModule); other login "
+                               "password=\"...\" (PlainLoginModule / ScramLoginModule), or be an "
+                               "OAuthBearerLoginModule with unsecuredLoginStringClaim_sub; other login "
                                "modules are not supported by kafka-python")
     return {"sasl_plain_username": fields["username"], "sasl_plain_password": fields["password"]}
 

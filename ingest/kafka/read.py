@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.kafka import fetch as kafka_fetch
+from ingest.kafka.consumer_state import positions, seek_all
 from ingest.kafka.decode import HEADER_TYPE
 from ingest.kafka.fetch import ArrowChunk
 from ingest.kafka.offsets import KafkaOffsetRange
@@ -161,8 +162,7 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], params: dict[str, Any], m
     try:
         kafka_fetch.install(consumer, {reading.part: reading.budget for reading in readings})
         consumer.assign([reading.part for reading in readings])
-        for reading in readings:
-            consumer.seek(reading.part, reading.rng.from_offset)
+        seek_all(consumer, {reading.part: reading.rng.from_offset for reading in readings})
         while head < len(readings):
             try:
                 polled = consumer.poll(timeout_ms=500)
@@ -174,6 +174,7 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], params: dict[str, Any], m
                 for reading in mine:
                     _skip(consumer, reading, fail_on_data_loss)
                 continue
+            at = positions(consumer, [reading.part for reading in readings if not reading.done])
             for reading in readings:
                 if reading.done:
                     continue
@@ -183,7 +184,7 @@ def _read_together(ranges: Sequence[KafkaOffsetRange], params: dict[str, Any], m
                         if isinstance(item, ArrowChunk):
                             reading.budget.observe(item)
                     reading.pending.append(items)
-                reading.position = max(reading.position, consumer.position(reading.part))
+                reading.position = max(reading.position, at[reading.part])
                 if reading.done:
                     # a fetch may move the position past the range end (Tansu does)
                     consumer.pause(reading.part)

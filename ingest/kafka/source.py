@@ -262,7 +262,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 if self._wants_earliest(tps, begin):
                     earliest = r.earliest(tps)
                     self._earliest_at = time.monotonic()
-                latest = r.latest(tps, earliest, each_batch=self._target is None)
+                latest = r.latest(tps, earliest, each_batch=self._target is None, enough=self._target)
                 if unreachable_since is not None:
                     log.warning("Kafka at %s answers again after %.0f s", o.bootstrap_servers,
                                 time.monotonic() - unreachable_since)

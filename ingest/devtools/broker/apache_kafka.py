@@ -12,7 +12,7 @@ import base64
 import secrets
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ingest.devtools.broker.base import Broker, BrokerError, free_port, wait_for_metadata
@@ -68,15 +68,22 @@ def cluster_id() -> str:
 
 
 def server_properties(port: int, controller_port: int, log_dirs: Path,
-                      overrides: Mapping[str, str] | None = None) -> str:
+                      overrides: Mapping[str, str] | None = None,
+                      listeners: Mapping[str, tuple[str, int]] | None = None) -> str:
+    """``listeners``: more listeners beside the PLAINTEXT one (which the controller's and the
+    brokers' own traffic keep), each name -> (security protocol, port); overrides add their settings
+    (``listener.name.<name>.*``)."""
+    extra = dict(listeners or {})
+    bound = "".join(f",{name}://127.0.0.1:{p}" for name, (_, p) in extra.items())
+    protocols = "".join(f",{name}:{protocol}" for name, (protocol, _) in extra.items())
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}{bound}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}{bound}",
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT{protocols}",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(log_dirs),
         **SINGLE_NODE,
@@ -86,9 +93,13 @@ def server_properties(port: int, controller_port: int, log_dirs: Path,
 
 
 def start_kafka(data_dir: Path | None = None, port: int | None = None,
-                config: Mapping[str, str] | None = None, timeout_s: float = 90.0) -> Broker:
+                config: Mapping[str, str] | None = None, timeout_s: float = 90.0,
+                listeners: Mapping[str, str] | None = None, scram: Sequence[str] = ()) -> Broker:
     """Format (unless ``data_dir`` already holds a formatted node) and start Apache Kafka; wait
-    until it answers a metadata request. ``config`` overrides server.properties entries."""
+    until it answers a metadata request on its PLAINTEXT listener. ``config`` overrides
+    server.properties entries; ``listeners`` adds listeners, name -> security protocol, each on a
+    free port (``Broker.listeners`` says where); ``scram`` are SCRAM credentials made at format time,
+    as StorageTool's --add-scram takes them (``SCRAM-SHA-512=[name=alice,password=...]``)."""
     try:
         cp = classpath("kafka")
         java_bin = java()
@@ -101,14 +112,16 @@ def start_kafka(data_dir: Path | None = None, port: int | None = None,
     controller_port = free_port()
     logs = home / "kraft-logs"
     props = home / "server.properties"
-    props.write_text(server_properties(port, controller_port, logs, config))
+    extra = {name: (protocol, free_port()) for name, protocol in (listeners or {}).items()}
+    props.write_text(server_properties(port, controller_port, logs, config, extra))
     log4j = home / "log4j2.properties"
     log4j.write_text(LOG4J2)
     jvm = [java_bin, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
     log_path = home / "kafka.log"
     if not (logs / "meta.properties").exists():
         fmt = ServerProcess([*jvm, "kafka.tools.StorageTool", "format", "--standalone",
-                             "--cluster-id", cluster_id(), "--config", str(props)], log_path)
+                             "--cluster-id", cluster_id(), "--config", str(props),
+                             *(arg for credential in scram for arg in ("--add-scram", credential))], log_path)
         fmt.start()
         if fmt.wait(timeout_s) != 0:
             raise BrokerError(f"formatting Kafka's storage in {logs} failed; its log: {log_path}\n{fmt.log_tail()}")
@@ -135,4 +148,5 @@ def start_kafka(data_dir: Path | None = None, port: int | None = None,
 
     pid = start()
     return Broker(bootstrap, "apache-kafka", pid=pid, log_path=log_path, data_dir=home,
+                  listeners={name: f"127.0.0.1:{p}" for name, (_, p) in extra.items()},
                   _stop=stop, _restart=restart)

@@ -23,6 +23,7 @@ class Broker:
     pid: int | None = None
     log_path: Path | None = None
     data_dir: Path | None = None
+    listeners: dict[str, str] = field(default_factory=dict)   # more listeners than bootstrap_servers': name -> host:port
     _stop: Callable[[], None] | None = field(default=None, repr=False)
     _restart: Callable[[], int] | None = field(default=None, repr=False)
 

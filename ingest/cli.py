@@ -11,6 +11,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from ingest import version
+
 
 def _add_broker_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("broker", help="run an embedded Kafka broker in the foreground (Tansu in memory, or "
@@ -40,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kafka to Apache RocketMQ CommitLog, exactly once (Spark Structured Streaming).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"commitlog {version()}",
+                        help="print the version of commitlog-ingest installed and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_broker_command(sub)
     from ingest import commands as ingest_commands

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ingest.config import JobConfigError, add_job_arguments, config_from_args
+from ingest.redaction import redacted
 
 EXIT_USAGE = 2
 
@@ -17,18 +18,23 @@ def _run(args: argparse.Namespace) -> int:
     store is closed, and the next run resumes from its last commit."""
     from ingest.broker_groups import BrokerGroupError
     from ingest.job import StreamingQueryError, run
+    from ingest.kafka.commit_group import CommitGroupError
+    from ingest.kafka.options import KafkaSourceError
     from ingest.lifecycle import JobLifecycle
     from ingest.preflight import PreflightError
     from sink.foreach_batch import BatchWriteError
     from sink.handover.trust import UntrustedPathError
     from sink.spark_checkpoint import CheckpointRewindError
-    from store import StoreError
+    from store import StoreError, describe_failure
 
+    cfg = None
     try:
-        return run(JobLifecycle(config_from_args(args), "run", reach_brokers=True))
+        cfg = config_from_args(args)
+        return run(JobLifecycle(cfg, "run", reach_brokers=True))
     except (JobConfigError, PreflightError, StoreError, UntrustedPathError, BrokerGroupError, BatchWriteError,
-            CheckpointRewindError, StreamingQueryError, OSError) as exc:
-        print(f"commitlog run: error: {exc}", file=sys.stderr)
+            CheckpointRewindError, StreamingQueryError, KafkaSourceError, CommitGroupError, OSError) as exc:
+        # a bare OSError names its call and file (describe_failure); ours say what they need already
+        print(f"commitlog run: error: {redacted(describe_failure(exc), cfg and cfg.kafka_option)}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.broker_groups import BrokerGroup, BrokerGroupError
+from ingest.redaction import Redactor, redact_logging, secrets_of
 from store import FOREIGN_TAIL_POLICIES
 from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
                           DEFAULT_MAX_MESSAGE_SIZE, END_FILE_MIN_BLANK_LENGTH)
@@ -19,6 +20,12 @@ from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM
 # hosts, a topic, our Kafka coordinates and UNIQ_KEY. Longer keys and headers are per record: one
 # that then does not fit a segment is a dead letter, never a write error.
 RECORD_OVERHEAD_ALLOWANCE = 1024
+
+
+# --topic-cleanup-policy's values. Only "delete" (an ordinary RocketMQ topic) can be stored today: a
+# RocketMQ 5 broker serves a compaction topic from its own compaction log only, which it never builds
+# from a store it did not write (docs/kafka-lag-and-compaction.md)
+CLEANUP_POLICIES = ("delete",)
 
 
 class JobConfigError(ValueError):
@@ -54,7 +61,10 @@ class JobConfig:
     born_host: str = "127.0.0.1:0"
     born_host_header: str = "bornHost"
     envelope: bool = False
-    kafka_option: dict[str, str] = field(default_factory=dict)   # any other kafka.* client setting
+    # any other kafka.* client setting, config provider references resolved (ingest.client_properties);
+    # out of the repr: it holds the secrets
+    kafka_option: dict[str, str] = field(default_factory=dict, repr=False)
+    kafka_config: str | None = None          # a Kafka client properties file (Kafka tools' --command-config)
     spark_conf: dict[str, str] = field(default_factory=dict)
     retention_hours: float | None = None     # fileReservedTime; None = never delete (an archive)
     delete_when: str = "04"                  # deleteWhen: the hour(s) old segments are deleted
@@ -70,6 +80,8 @@ class JobConfig:
     broker_group: str | None = None          # "K/N": this job writes broker group K of N (ingest.broker_groups)
     metrics_port: int | None = None          # serve Prometheus metrics on this port (ingest.metrics); None: off
     metrics_host: str = "127.0.0.1"          # ... bound to this address
+    commit_group: str | None = None          # a Kafka consumer group the stored offsets are mirrored to
+    topic_cleanup_policy: dict[str, str] = field(default_factory=dict)   # Kafka topic -> delete (CLEANUP_POLICIES)
 
     @property
     def group(self) -> BrokerGroup | None:
@@ -131,6 +143,16 @@ class JobConfig:
         if not self.metrics_host.strip():
             raise JobConfigError("--metrics-host '': give an address to bind, e.g. 127.0.0.1 or 0.0.0.0")
         self._validate_broker_group()
+        if self.commit_group is not None and not self.commit_group.strip():
+            raise JobConfigError("--commit-group '': give the name of a Kafka consumer group")
+        for topic, policy in self.topic_cleanup_policy.items():
+            if policy == "compaction":
+                raise JobConfigError(f"--topic-cleanup-policy {topic}=compaction: not possible yet: a RocketMQ 5 broker "
+                                     "serves a compaction topic only from a compaction log it builds from messages it "
+                                     "dispatches itself, and this store's messages are dispatched already; give "
+                                     f"{topic}=delete (an ordinary topic, every record) or leave it out")
+            if policy not in CLEANUP_POLICIES:
+                raise JobConfigError(f"--topic-cleanup-policy {topic}={policy}: use {' or '.join(CLEANUP_POLICIES)}")
         from ingest.encode.mapping import topic_problem
 
         for source, target in self.topic_map.items():
@@ -240,6 +262,9 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="the Kafka value is a JSON envelope setting RocketMQ fields")
     p.add_argument("--kafka-option", action="append", type=_key_value, default=S, metavar="KEY=VALUE",
                    help="any other kafka.* client setting, e.g. security.protocol=SSL (repeatable)")
+    p.add_argument("--kafka-config", default=S, metavar="FILE",
+                   help="a Kafka client properties file (as Kafka's tools take --command-config): security.protocol, "
+                        "sasl.*, ssl.*, config.providers...; --kafka-option settings go over it")
     p.add_argument("--spark-conf", action="append", type=_key_value, default=S, metavar="KEY=VALUE")
     p.add_argument("--fail-on-data-loss", choices=["true", "false"], default=S)
     p.add_argument("--message-index", choices=["true", "false"], default=S,
@@ -276,6 +301,14 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="after each commit, hand the commit log's page cache below it back to the kernel "
                         "(default true: the job never reads it again, and new pages cost more than reused ones); "
                         "false keeps it cached for readers of the fresh data")
+    p.add_argument("--commit-group", default=S, metavar="NAME",
+                   help="after each batch is committed to the store, commit its end offsets to this Kafka "
+                        "consumer group, for Kafka's own lag tools (never read back; see "
+                        "docs/kafka-lag-and-compaction.md)")
+    p.add_argument("--topic-cleanup-policy", action="append", type=_key_value, default=S,
+                   metavar="TOPIC=delete",
+                   help="a compacted Kafka topic is meant to be stored as an ordinary RocketMQ topic: no warning "
+                        "for it (repeatable; compaction topics: docs/kafka-lag-and-compaction.md)")
     p.add_argument("--skip-preflight", action="store_true", default=S,
                    help="do not check that the store path is persistent and lockable")
     if streaming:
@@ -297,8 +330,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise JobConfigError(f"config file {config_path}: {exc}") from exc
         values.update({k.replace("-", "_"): v for k, v in raw.items()})
+    from_toml = dict(values.get("kafka_option") or {})
     cli = {k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "verbose")}
-    for name in ("topic_map", "kafka_option", "spark_conf"):
+    for name in ("topic_map", "kafka_option", "spark_conf", "topic_cleanup_policy"):
         if name in cli:
             cli[name] = dict(values.get(name, {}), **dict(cli[name]))
     values.update(cli)
@@ -315,10 +349,24 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         raise JobConfigError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     for name, value in values.items():
         _check_type(name, value, str(known[name].type))
+    values["kafka_option"] = _client_settings(values, config_path, from_toml,
+                                              dict(getattr(args, "kafka_option", None) or []))
     cfg = JobConfig(**values)
     adopt_store_segment_size(cfg)
     cfg.validate()
+    redact_logging(Redactor(secrets_of(cfg.kafka_option)))
     return cfg
+
+
+def _client_settings(values: Mapping[str, Any], config_path: str | None, from_toml: Mapping[str, str],
+                     from_cli: Mapping[str, str]) -> dict[str, str]:
+    from ingest import client_properties
+
+    try:
+        return client_properties.job_settings(values.get("kafka_config"), values.get("kafka_option") or {},
+                                              config_path, from_toml, from_cli)
+    except client_properties.ClientConfigError as exc:
+        raise JobConfigError(str(exc)) from None
 
 
 def adopt_store_segment_size(cfg: JobConfig) -> None:
@@ -354,32 +402,3 @@ def _check_type(name: str, value: Any, annotation: str) -> None:
     if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
         want = " or ".join(k for k in kinds if k != "None")
         raise JobConfigError(f"setting {name.replace('_', '-')} = {value!r}: expected {want}")
-
-
-def kafka_reader_options(cfg: JobConfig, starting_offsets: str | Mapping[str, Any]) -> dict[str, str]:
-    """The Kafka source options (the same names Spark's own kafka source takes)."""
-    import json
-
-    opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers,
-            "failOnDataLoss": str(cfg.fail_on_data_loss).lower(),
-            "includeHeaders": "true",   # Spark's own source leaves headers out unless asked
-            "startingOffsets": starting_offsets if isinstance(starting_offsets, str) else json.dumps(starting_offsets)}
-    for name, opt in (("subscribe", "subscribe"), ("subscribe_pattern", "subscribePattern"), ("assign", "assign")):
-        if getattr(cfg, name):
-            opts[opt] = getattr(cfg, name)
-    if cfg.max_offsets_per_trigger:
-        opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
-    if cfg.min_records_per_task is not None and cfg.source == "kafka-python":
-        opts["minRecordsPerTask"] = str(cfg.min_records_per_task)
-    if cfg.broker_group:
-        from ingest.kafka.options import BROKER_GROUP_OPTION
-
-        opts[BROKER_GROUP_OPTION] = cfg.broker_group
-    # what producers committed, not what they aborted: a store is an archive of the topic's data
-    # (Spark's own default is read_uncommitted; --kafka-option isolation.level=read_uncommitted stores both)
-    opts["kafka.isolation.level"] = "read_committed"
-    for key, value in cfg.kafka_option.items():
-        opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
-    return opts
-
-

@@ -20,7 +20,8 @@ from functools import partial
 from typing import Any
 
 from ingest.broker_groups import owned
-from ingest.config import JobConfig, kafka_reader_options, spark_interval
+from ingest.config import JobConfig, spark_interval
+from ingest.reader_options import kafka_reader_options
 from ingest.encode.prepare import collect_packed
 from ingest.job_settings import codec_config, mapping_config, source_reader
 from ingest.kafka.admin import earliest_offsets
@@ -47,11 +48,14 @@ _RAISED = re.compile(r"^(?!org\.|java\.|py4j\.|scala\.)[A-Za-z_][\w.]*(?:Error|E
 def _query_failure(exc: BaseException, checkpoint: str) -> StreamingQueryError:
     """Spark's first line, without its query ids and SQLSTATE (the plan and the stack follow in its
     message); when the function of our own foreachBatch raised, that exception's message instead
-    (Spark's first line is its wrapper, ending at "Traceback")."""
+    (Spark's first line is then its wrapper)."""
     lines = str(exc).strip().splitlines() or [type(exc).__name__]
     first = lines[0]
     raised = [m.group(1) for m in map(_RAISED.match, lines) if m]
-    if "FOREACH_BATCH_USER_FUNCTION_ERROR" in first and raised:
+    # Spark's line is its wrapper when our function raised: the error class, or, when Spark passes
+    # py4j's message on as it is, the line that ends where the Python traceback starts
+    wrapped = "FOREACH_BATCH_USER_FUNCTION_ERROR" in first or first.endswith("Traceback (most recent call last):")
+    if wrapped and raised:
         first = raised[-1]
     reason = re.sub(r" SQLSTATE: \w+$", "", first.split("terminated with exception: ", 1)[-1])
     return StreamingQueryError(f"the streaming query failed: {reason} (Spark's checkpoint {checkpoint or 'none'}); "
@@ -160,7 +164,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         df = observe_batches(spark.readStream.format(fmt).options(**reader_options).load())
         sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg),
                                                 spool=spool, index_keys=cfg.message_index),
-                                checkpoint_dir=cfg.checkpoint or None, on_batch=_both(metrics.batch, on_batch),
+                                checkpoint_dir=cfg.checkpoint or None, on_batch=_both(job.batch_committed, on_batch),
                                 overlap=overlap_writes(cfg), check=None if spool is None else spool.check)
         stream = df.writeStream.foreachBatch(sink).queryName("commitlog")
         if cfg.checkpoint:

@@ -19,10 +19,13 @@ from types import TracebackType
 from typing import Any
 
 from ingest.broker_groups import BrokerGroupError, check_store_group
+from ingest import version
 from ingest.config import JobConfig
 from ingest.job_settings import store_config
+from ingest.kafka.commit_group import GroupCommitter
 from ingest.metrics import JobMetrics, MetricsServer
-from sink import CommitLogWriter
+from ingest.redaction import spark_conf as redaction_conf
+from sink import BatchStats, CommitLogWriter
 from sink.handover.spool import Spool
 from sink.handover.spool_task import auto_dir
 from sink.handover.trust import check_existing_dir
@@ -47,7 +50,7 @@ def check_settings(cfg: JobConfig, command: str, reach_brokers: bool = False) ->
         if streaming:
             check_checkpoint_path(cfg.checkpoint)
         if reach_brokers:
-            check_topics_reachable(cfg)
+            check_topics_reachable(cfg, warn_missing=streaming)
     if streaming:
         check_checkpoint_dir(cfg.checkpoint or None)
 
@@ -97,8 +100,62 @@ def spark_session(cfg: JobConfig) -> Any:
             # the driver's planner runners (always forked from pyspark.daemon, whatever this says)
             # print that traceback to our stderr; over TCP the write is taken quietly.
             "spark.python.daemon.module": "ingest.python_daemon"}
+    conf.update(redaction_conf(cfg.spark_conf))
     conf.update(cfg.spark_conf)
     return build_session(master=cfg.master, app_name="commitlog-run", extra_conf=conf)
+
+
+def open_commit_group(cfg: JobConfig) -> GroupCommitter | None:
+    """The --commit-group committer (ingest.kafka.commit_group), checked against the group's live
+    members; None without the setting. Raises CommitGroupError."""
+    if not cfg.commit_group:
+        return None
+    from ingest.reader_options import kafka_reader_options
+    from ingest.kafka.options import kafka_client_params
+
+    return GroupCommitter(kafka_client_params(kafka_reader_options(cfg, "earliest")), cfg.commit_group)
+
+
+def compacted_topics(cfg: JobConfig) -> list[str]:
+    """The Kafka topics of the job whose cleanup.policy compacts (asked of the brokers now; a topic
+    a pattern finds later is not asked), less those --topic-cleanup-policy names. A replay of files
+    asks no broker."""
+    from ingest.kafka.topic_configs import COMPACTION, cleanup_policies
+
+    if not cfg.bootstrap_servers or cfg.bootstrap_servers.startswith("(unused"):
+        return []
+    from ingest.reader_options import kafka_reader_options
+    from ingest.kafka.options import kafka_client_params
+
+    params = kafka_client_params(kafka_reader_options(cfg, "earliest"))
+    if cfg.subscribe_pattern:
+        policies = cleanup_policies(params, pattern=cfg.subscribe_pattern)
+    else:
+        import json
+
+        named = sorted(json.loads(cfg.assign)) if cfg.assign else \
+            [t.strip() for t in (cfg.subscribe or "").split(",") if t.strip() and t.strip() != "*"]
+        policies = cleanup_policies(params, [t for t in named if t not in cfg.topic_cleanup_policy])
+    policies.update(cfg.topic_cleanup_policy)
+    return sorted(t for t, policy in policies.items() if policy == COMPACTION)
+
+
+def say_compacted_topics(cfg: JobConfig) -> None:
+    """One line at start naming the compacted Kafka topics, which the store holds as ordinary
+    RocketMQ topics, every record of them (docs/kafka-lag-and-compaction.md: a RocketMQ 5.3.3
+    broker serves a compaction topic only from the compaction log it builds from the messages it
+    dispatches itself, and it never dispatches what a store already holds in its consume queues)."""
+    from ingest.kafka.topic_configs import TopicConfigError
+
+    try:
+        found = compacted_topics(cfg)
+    except TopicConfigError as exc:   # a name in a log line is not worth a stopped job
+        log.warning("%s", exc)
+        return
+    if found:
+        log.warning("Kafka topics %s are compacted (cleanup.policy compact): stored as ordinary RocketMQ topics, "
+                    "every record kept; --topic-cleanup-policy T=delete for each says it is meant",
+                    ", ".join(found))
 
 
 class StopSignal:
@@ -146,6 +203,10 @@ class JobLifecycle:
         self.spool: Spool | None = None
         self._closing: list[Callable[[], None]] = []
         self._closed: list[Callable[[], None]] = []
+        # last of the checks: a group a live consumer is a member of is refused before anything starts
+        self.committer = open_commit_group(cfg)
+        if self.committer is not None:
+            self.metrics.watch_commit_group(self.committer)
 
     def __enter__(self) -> JobLifecycle:
         if self.cfg.metrics_port is not None:
@@ -163,6 +224,7 @@ class JobLifecycle:
         is checked again under the lock: a job of another group may have committed since
         check_settings read the commit point."""
         cfg = self.cfg
+        say_compacted_topics(cfg)
         writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption,
                                  broker_group=cfg.broker_group)
         try:
@@ -174,15 +236,25 @@ class JobLifecycle:
         self.metrics.watch_store(self.writer.store.usage, self.writer.store.open_report)
         return self.writer
 
+    def batch_committed(self, stats: BatchStats) -> None:
+        """After each batch the store committed (the writer's thread): count it, and mirror the
+        store's Kafka offsets to --commit-group (never waits for Kafka)."""
+        self.metrics.batch(stats)
+        if self.committer is not None and self.writer is not None:
+            from sink.state import parse_tp_key
+
+            self.committer.offer({parse_tp_key(k): v for k, v in self.writer.state.kafka_offsets.items()})
+
     def open_spool(self) -> Spool | None:
         """The spool the job's tasks write to, checked and opened; after ``open_writer``: the store's
         lock keeps its directory to this job. None: batches come through Spark."""
         assert self.writer is not None, "open the writer first: its lock guards the spool directory"
         cfg = self.cfg
         directory = spool_directory(cfg, self.session())
-        if directory is None:
-            return None
-        self.spool = Spool.for_store(cfg.store) if cfg.spool_dir == "auto" else Spool.given(directory, cfg.store)
+        if directory is not None:
+            self.spool = Spool.for_store(cfg.store) if cfg.spool_dir == "auto" else Spool.given(directory, cfg.store)
+        # the job's first line, after the last of its start-up refusals: a refusal stays one line
+        log.info("commitlog %s %s: store %s", version(), self.command, os.path.abspath(cfg.store))
         return self.spool
 
     def closing(self, call: Callable[[], None]) -> None:
@@ -201,6 +273,8 @@ class JobLifecycle:
             call()
         if self.writer is not None:
             self.writer.close()
+        if self.committer is not None:
+            self.committer.close()      # the last batch's offsets, committed or warned about
         if self.spool is not None:
             self.spool.close()
         for call in self._closed:

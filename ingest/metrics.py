@@ -28,6 +28,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Inf
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
+from ingest import version
+from ingest.kafka.commit_group import GroupCommitter
 from sink import BatchStats
 from store import OpenReport, StoreError, StoreUsage
 
@@ -130,12 +132,32 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+class CommitGroupCollector(Collector):
+    """--commit-group: the group's name and meaning, and its commits (ingest.kafka.commit_group)."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self.committer = committer
+
+    def collect(self) -> Iterator[Any]:
+        c = self.committer.counts
+        yield InfoMetricFamily("commitlog_commit_group", "The Kafka consumer group the job commits the store's "
+                               "next offsets to after each batch: for Kafka's lag tools only; the job's position "
+                               "is the store's commit point and it never reads the group back",
+                               value={"group": self.committer.group})
+        for name, doc, value in (
+                ("commits", "Commits of the stored offsets the group's coordinator took", c.commits),
+                ("failures", "Commits of the stored offsets refused or lost (the stream goes on; a warning a "
+                             "minute at most)", c.failures),
+                ("last_commit_timestamp_seconds", "When the group last took a commit (0: none yet)", c.last_commit_s)):
+            yield _gauge(f"commitlog_commit_group_{name}", doc, value)
+
+
 class JobInfo(Collector):
     def __init__(self, labels: Mapping[str, str]) -> None:
         self.labels = dict(labels)
 
     def collect(self) -> Iterator[Any]:
-        yield InfoMetricFamily("commitlog_job", "The job: its command, store and broker group", value=self.labels)
+        yield InfoMetricFamily("commitlog_job", "The job: its command, store, broker group and commitlog-ingest's version", value=self.labels)
 
 
 class JobMetrics:
@@ -158,10 +180,15 @@ class JobMetrics:
                          registry=r)
         for phase in PHASES:
             self.phases.labels(phase)     # every phase is there from the start, at zero
-        r.register(JobInfo({"command": command, "store": store, "broker_group": broker_group or ""}))
+        r.register(JobInfo({"command": command, "store": store, "broker_group": broker_group or "",
+                            "version": version()}))
         self.latency = LatencyCollector(time.time)
         r.register(self.latency)
         self._lock = threading.Lock()
+
+    def watch_commit_group(self, committer: GroupCommitter) -> None:
+        """Report what --commit-group mirrors, and how its commits go, at each scrape."""
+        self.registry.register(CommitGroupCollector(committer))
 
     def watch_store(self, usage: Callable[[], StoreUsage], opened: OpenReport) -> None:
         """Report the store's figures at each scrape (once the writer has opened it)."""

@@ -17,8 +17,9 @@ tasks: before the next task it is moved to the permanent generation (``gc.freeze
 after it covers the task's own objects. Once a minute nothing is frozen for a task, so an object held
 across tasks that has since become cyclic garbage is still collected.
 
-Started by Spark as ``python -m ingest.python_daemon``; it imports nothing of ours, so nothing starts
-a thread before the daemon forks its workers."""
+Started by Spark as ``python -m ingest.python_daemon``, in Python's safe-path mode (ingest.spark_session,
+SAFE_PATH: the working directory, where ``-m`` would look first, is not on its path); it imports
+nothing of ours, so nothing starts a thread before the daemon forks its workers."""
 
 from __future__ import annotations
 

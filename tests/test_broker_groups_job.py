@@ -21,6 +21,7 @@ import pytest
 
 from ingest.config import JobConfig
 from ingest.replay.command import ReplayOptions, replay
+from sink.state import SinkState
 from store.topics import known_queue_counts
 from tests.kafka_helpers import Sent, create_topics, produce, store_by_coordinates, unique_topic
 from tests.rocketmq import RocketBroker, clients
@@ -91,7 +92,7 @@ def assert_groups_hold_everything_once(stores: list[Path], sent: list[Sent]) -> 
 def caught_up(store: Path, sent: list[Sent], group: int) -> bool:
     """The store's last commit has every record produced to the group's partitions."""
     try:
-        held = json.loads((store / "commitpoint.json").read_text())["metadata"]["sink"]["kafkaOffsets"]
+        held = SinkState.from_metadata(json.loads((store / "commitpoint.json").read_text())["metadata"]).kafka_offsets
     except (FileNotFoundError, KeyError, ValueError):
         return False
     want: dict[str, int] = {}

@@ -116,7 +116,8 @@ def test_a_subscribed_topic_the_brokers_lack_is_one_warning(bootstrap_servers: s
 
 
 def test_min_records_per_task_reaches_our_source_and_not_spark_s() -> None:
-    from ingest.config import JobConfig, kafka_reader_options
+    from ingest.config import JobConfig
+    from ingest.reader_options import kafka_reader_options
 
     ours = JobConfig(bootstrap_servers="h:9092", subscribe="t", min_records_per_task=0)
     assert kafka_reader_options(ours, "earliest")["minRecordsPerTask"] == "0"

@@ -90,6 +90,24 @@ def test_a_streaming_query_that_failed_in_spark_is_one_line_with_spark_s_reason(
         "/c); the store is closed at its last commit: run again to resume")
 
 
+def test_a_foreach_batch_failure_passed_on_as_py4j_s_message_is_our_exception_s_line() -> None:
+    """Spark sometimes gives py4j's message as its reason, with no error class: the line it ends
+    where the Python traceback starts was the whole reason."""
+    from ingest.job import _query_failure
+
+    traceback = ("Traceback (most recent call last):\n  File \"/w/sink/handover/spool.py\", line 134, in _take\n"
+                 "    raise SpoolError(f\"spool file {path} is {why}\")\n"
+                 "sink.handover.spool_task.SpoolError: spool file /s/b.arrow is a symbolic link: refused\n")
+    spark_said = ("[STREAM_FAILED] Query [id = 9caf, runId = d360] terminated with exception: An exception was "
+                  f"raised by the Python Proxy. Return Message: {traceback} SQLSTATE: 39000\n"
+                  "\tat org.apache.spark.sql.execution.streaming.sources.ForeachBatchSink.callBatchWriter(x.scala:60)\n"
+                  "Caused by: py4j.Py4JException: An exception was raised by the Python Proxy. Return Message: "
+                  f"{traceback}")
+    assert str(_query_failure(RuntimeError(spark_said), "/c")) == (
+        "the streaming query failed: spool file /s/b.arrow is a symbolic link: refused (Spark's checkpoint /c); "
+        "the store is closed at its last commit: run again to resume")
+
+
 def test_a_store_whose_probe_file_cannot_be_removed_is_refused_in_one_line(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe's unlink failing (EROFS) escaped the preflight as a bare OSError."""

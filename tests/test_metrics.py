@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ingest import version
 from ingest.encode.mapping import MappingConfig
 from ingest.encode.mapping_batch import map_kafka_batch
 from ingest.encode.prepare import map_and_encode
@@ -59,7 +60,8 @@ def test_a_committed_batch_counts_its_messages_bytes_dead_letters_and_phases() -
     assert got[("commitlog_batch_phase_seconds_sum", (("phase", "collect"),))] == pytest.approx(0.5)
     assert got[("commitlog_batch_phase_seconds_sum", (("phase", "index"),))] == pytest.approx(0.001)
     assert {dict(k[1]).get("phase") for k in got if k[0] == "commitlog_batch_phase_seconds_count"} == set(PHASES)
-    assert got[("commitlog_job_info", (("broker_group", "1/2"), ("command", "run"), ("store", "/data/store")))] == 1
+    assert got[("commitlog_job_info", (("broker_group", "1/2"), ("command", "run"), ("store", "/data/store"),
+                                  ("version", version())))] == 1
 
 
 def test_two_jobs_in_one_process_count_apart_and_leave_the_global_registry_alone() -> None:

@@ -30,7 +30,7 @@ from ingest.encode.direct_encode import DirectEncoder
 from ingest.encode.index_keys import with_index_keys
 from ingest.encode.mapping import PROBLEM, MappingConfig
 from ingest.encode.mapping_batch import map_kafka_batch
-from sink.handover.packed import CHUNK, pack_batches, packed_spark_schema
+from sink.handover.packed import CHUNK, gathered, pack_batches, packed_spark_schema
 from sink.handover.schema import COORD_COLUMNS, ENCODED_SCHEMA, VALUE_KIND
 from sink.handover.spool import Spool
 from sink.handover.spool_task import SpoolTarget, spool_batches
@@ -153,7 +153,9 @@ def hand_over(batches: Iterator[pa.RecordBatch], spool: SpoolTarget | None,
               index_keys: bool) -> Iterator[pa.RecordBatch]:
     """A task's encoded batches as it hands them to the driver: with each record's index keys when
     ``index_keys`` (the store's index is on), each packed into one row (sink.handover.packed), or written to
-    a ``spool`` file whose name and MAC make the row (sink.handover.spool)."""
+    a ``spool`` file whose name and MAC make the row (sink.handover.spool); consecutive small batches
+    (a range each, from a task over many partitions) are gathered into one first."""
+    batches = gathered(batches)
     if index_keys:
         batches = with_index_keys(batches)
     return pack_batches(batches) if spool is None else spool_batches(batches, spool)

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args
+from ingest.redaction import redacted
 from ingest.replay.plan import FILE_FORMATS, Bound, ReplayError, parse_offsets_json
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ def job_config_from_args(args: argparse.Namespace, opts: ReplayOptions) -> JobCo
         ns.subscribe_pattern = opts.topic_pattern
     else:
         ns.subscribe = ",".join(opts.topics or ("*",))
+    if opts.from_files and getattr(ns, "commit_group", None) and not getattr(ns, "bootstrap_servers", None):
+        raise ReplayError(f"--commit-group {ns.commit_group}: the group lives in Kafka; give --bootstrap-servers "
+                          "with --from-files, or no --commit-group")
     if opts.from_files and not getattr(ns, "bootstrap_servers", None):
         ns.bootstrap_servers = "(unused: --from-files)"   # the file replay never connects to Kafka
     return config_from_args(ns)
@@ -97,6 +101,7 @@ def replay_command(args: argparse.Namespace) -> int:
     from ingest.lifecycle import StopSignal
     from ingest.kafka.options import KafkaSourceError
     from ingest.metrics import MetricsPortError
+    from ingest.preflight import PreflightError
     from ingest.replay.command import EXIT_ERROR, EXIT_OK, EXIT_STOPPED, EXIT_VERIFY_FAILED, replay
     from sink.handover.packed import PackedBatchError
     from sink.handover.trust import UntrustedPathError
@@ -106,14 +111,15 @@ def replay_command(args: argparse.Namespace) -> int:
         # kafka-python logs every connection at INFO: noise around the progress lines
         logging.getLogger("kafka").setLevel(logging.WARNING)
     signals = StopSignal()
+    cfg = None
     try:
         opts = options_from_args(args)
         cfg = job_config_from_args(args, opts)
         signals.install()
         summary = replay(cfg, opts, stop=signals.event)
     except (ReplayError, JobConfigError, KafkaSourceError, StoreError, UntrustedPathError, BrokerGroupError,
-            MetricsPortError, PackedBatchError) as exc:     # a spool file refused (sink.handover.spool): a full disk, say
-        print(f"commitlog replay: error: {exc}", file=sys.stderr)
+            MetricsPortError, PackedBatchError, PreflightError) as exc:     # a spool file refused (sink.handover.spool): a full disk, say
+        print(f"commitlog replay: error: {redacted(exc, cfg and cfg.kafka_option)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         signals.restore()

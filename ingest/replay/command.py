@@ -26,7 +26,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ingest.broker_groups import BrokerGroup
-from ingest.config import JobConfig, kafka_reader_options
+from ingest.config import JobConfig
+from ingest.reader_options import kafka_reader_options
 from ingest.job_settings import codec_config, mapping_config, source_reader
 from ingest.replay.plan import (
     Bound,
@@ -203,7 +204,7 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
 
         # before Spark: a file that is not of the format stops the replay here (the executors read them)
         pieces = plan_pieces(opts.from_files, opts.file_format)
-    job = JobLifecycle(cfg, "replay", spark)
+    job = JobLifecycle(cfg, "replay", spark, reach_brokers=not opts.from_files)
     batch_log = logging.getLogger("commitlog.batch")
     batch_log_level = batch_log.level
     job.closing(lambda: batch_log.setLevel(batch_log_level))
@@ -281,7 +282,7 @@ def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading
         log.warning("nothing to replay: the store already holds the whole range")
 
     def after_batch(stats: BatchStats) -> None:
-        metrics.batch(stats)
+        job.batch_committed(stats)
         metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
         progress.update(writer.state.kafka_offsets)
 

@@ -58,7 +58,7 @@ demo: $(STAMP) jvm spark-archive
 	$(PY) -m ingest.devtools.demo
 
 bench-quick: $(STAMP) jvm spark-archive
-	for b in store_append index_bound page_cache roll recovery adopt verify pipeline latency replay replay_files codecs index_lookup readback cluster brokers spool costs spark_logs; do $(PY) bench/$$b.py --quick || exit 1; done
+	for b in store_append index_bound page_cache roll recovery adopt verify pipeline latency replay replay_files codecs index_lookup readback cluster brokers spool costs spark_logs wide bridge; do $(PY) bench/$$b.py --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info demo-store demo-store-checkpoint .docker-engine

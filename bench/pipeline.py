@@ -93,7 +93,7 @@ def run_commitlog(spark: Any, events: list, cfg: Any, expected: int) -> tuple[cs
 
 def run_peer(spark: Any, events: list, cfg: Any, sink: str, root: Path, expected: int
              ) -> tuple[cs.RunProgress, cs.RssSampler]:
-    from ingest.config import kafka_reader_options
+    from ingest.reader_options import kafka_reader_options
 
     from ingest.kafka.source import source_format
 

@@ -96,7 +96,7 @@ def direct_share(bootstrap: str, topic: str, partitions: int, n: int, cfg: objec
     """The share of the topic's records the read tasks' C pass encodes (the rest go the general way,
     by reason), found by reading the topic as a task does, here in the driver: Spark's Python
     workers keep their counts to themselves."""
-    from ingest.config import kafka_reader_options
+    from ingest.reader_options import kafka_reader_options
     from ingest.encode.message_source import EncodedBatches
     from ingest.job_settings import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange

@@ -97,15 +97,32 @@ EXPECTED = {
          "commitlog.sync.rate10000.sink_p50_ms",
          "spark_kafka.source.rate10000.p50_ms", "ours.source.rate10000.batch_p50_ms"],
         ["ratio.rate10000.source_batch_ours_vs_spark", "ratio.rate10000.commitlog_p50_vs_spark_source_p50"]),
+    "bridge": (
+        ["body100.bridge_sync.whole_msgs_per_s", "body100.bridge_async.own_msgs_per_s",
+         "body100.bridge_async.first_msgs_per_s", "body100.bridge_sync.broker_cpu_s",
+         "body100.replay_sync.whole_msgs_per_s", "body100.replay_async.own_msgs_per_s",
+         "body100.replay_async.first_msgs_per_s", "body100.run_sync.whole_msgs_per_s", "body100.run_sync.cores_busy"],
+        ["body100.ratio.replay_sync_vs_bridge_sync.whole", "body100.ratio.replay_async_vs_bridge_async.whole",
+         "body100.ratio.replay_async_vs_bridge_async.own", "body100.ratio.replay_async_vs_bridge_async.first",
+         "body100.ratio.run_sync_vs_bridge_sync.whole"]),
     "codecs": (
         ["lz4.kafka_python.mb_per_s", "zstd.cramjam.mb_per_s", "snappy.kafka_python.mb_per_s", "gzip.cramjam.mb_per_s"],
         ["lz4.ratio.kafka_python_vs_cramjam", "zstd.ratio.kafka_python_vs_cramjam"]),
+    "wide": (
+        ["p12.commitlog.msgs_per_s", "p120.commitlog.msgs_per_s", "p120.commitlog.batch_max_ms",
+         "p120.commitlog.rss_peak_mib", "p120.commitlog.fds_peak", "p120.store_disk_mib", "p120.verify_s",
+         "p120.commit_point_bytes", "p120.spark_kafka_noop.wall_s", "p120.kafka_consumer.msgs_per_s"],
+        ["ratio.rate_widest_vs_12", "ratio.rss_widest_vs_12", "ratio.verify_widest_vs_12", "ratio.disk_widest_vs_12",
+         "p120.ratio.spark_kafka_noop_wall_vs_ours", "p120.ratio.commitlog_vs_kafka_consumer"]),
 }
 
 
 # The scripts that run Spark streaming jobs are smoke-run from tests/test_bench_smoke_stream.py: a
 # module is one xdist worker's (make test runs two), and these take as long as all the others.
 STREAM_SCRIPTS = ("cluster", "latency", "pipeline", "replay", "replay_files")
+# ... and the ones that start a broker of their own and run several Spark jobs, each from a module of
+# its own (tests/test_bench_smoke_wide.py, tests/test_bench_smoke_bridge.py)
+OWN_MODULE_SCRIPTS = ("bridge", "wide")
 
 
 def quick_run_prints_its_figures(script: str, tmp_path: Path) -> None:

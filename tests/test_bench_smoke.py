@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_helpers import EXPECTED, STREAM_SCRIPTS, quick_run_prints_its_figures
+from tests.bench_helpers import EXPECTED, OWN_MODULE_SCRIPTS, STREAM_SCRIPTS, quick_run_prints_its_figures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(minutes=2.9)]
 
 
-@pytest.mark.parametrize("script", sorted(set(EXPECTED) - set(STREAM_SCRIPTS)))
+@pytest.mark.parametrize("script", sorted(set(EXPECTED) - set(STREAM_SCRIPTS) - set(OWN_MODULE_SCRIPTS)))
 def test_quick_mode_prints_the_figures_as_json(script: str, tmp_path: Path) -> None:
     quick_run_prints_its_figures(script, tmp_path)
 

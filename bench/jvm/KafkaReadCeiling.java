@@ -13,7 +13,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * bench/kafka_ceilings.py's JVM ceiling: Apache Kafka's own KafkaConsumer (the kafka jar set)
- * reading every partition of TOPIC from the start, PASSES times in one JVM, each pass with a
+ * reading every partition of TOPIC (or of each topic of a comma-separated list) from the start,
+ * PASSES times in one JVM, each pass with a
  * fresh consumer; the passes before the last warm the JIT up, as Spark's long-lived JVM is.
  * The settings are the consumer's defaults, with kafka-consumer-perf-test's 2 MiB receive buffer.
  *
@@ -45,8 +46,10 @@ public final class KafkaReadCeiling {
         props.put(ConsumerConfig.RECEIVE_BUFFER_CONFIG, String.valueOf(2 << 20));
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> partitions = new ArrayList<>();
-            for (PartitionInfo info : consumer.partitionsFor(topic, Duration.ofSeconds(30))) {
-                partitions.add(new TopicPartition(topic, info.partition()));
+            for (String name : topic.split(",")) {
+                for (PartitionInfo info : consumer.partitionsFor(name, Duration.ofSeconds(30))) {
+                    partitions.add(new TopicPartition(name, info.partition()));
+                }
             }
             consumer.assign(partitions);
             consumer.seekToBeginning(partitions);

@@ -172,7 +172,7 @@ def test_a_writer_refuses_a_sink_state_of_a_future_version(tmp_path: Path) -> No
     from store import CommitPointError, read_commit_point
 
     unpack(VERSIONS[-1], tmp_path)
-    with_version(tmp_path / "store", 2, sink=True)
+    with_version(tmp_path / "store", 3, sink=True)
 
-    with pytest.raises(CommitPointError, match=r"metadata.sink has version 2, and this release reads version 1 only"):
+    with pytest.raises(CommitPointError, match=r"metadata.sink has version 3, and this release reads versions 1, 2 only"):
         SinkState.from_metadata(read_commit_point(tmp_path / "store").metadata)

@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "--checkpoint", str(checkpoint), "--segment-size", "64m",
                                 "--max-message-size", str(DEMO_MAX_MESSAGE_SIZE), "--flush", "sync",
                                 "--trigger", "500ms", "--max-offsets-per-trigger", "100000",
-                                "--master", "local[2]"])
+                                "--master", "local[2]",
+                                # the demo made its topics (delete): no DescribeConfigs, which Tansu lacks
+                                *[a for t in TOPICS for a in ("--topic-cleanup-policy", f"{t}=delete")]])
         deadline = time.time() + args.timeout
         while True:
             messages, dead = committed_counts(store)

@@ -142,6 +142,11 @@ PY
 # source (our Kafka source) gets neither --py-files nor the driver's sys.path, only the JVM's
 # PYTHONPATH. In client mode the driver's copy is a local directory, so put it there.
 export PYTHONPATH="$driver_dir${PYTHONPATH:+:$PYTHONPATH}"
+# Python's safe-path mode for every Python process of the job (ingest.spark_session, SAFE_PATH): Spark
+# starts its workers with `python -m` in their working directory, which would come first on their
+# import path. Here for the client-mode driver and its JVM's planner runners; the confs for a driver
+# in the cluster (YARN's application master, a Kubernetes driver pod) and the executors.
+export PYTHONSAFEPATH=1
 
 app="${COMMITLOG_DRIVER_SCRIPT:-$here/driver.py}"
 driver_python="${COMMITLOG_DRIVER_PYTHON:-$python}"
@@ -166,7 +171,9 @@ for (( i = 0; i < ${#submit_args[@]}; i++ )); do
     fi
 done
 submit_args=("${rest[@]}")
-ship_args=(--archives "$archives" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest")
+ship_args=(--archives "$archives" --conf "spark.executorEnv.PYTHONPATH=commitlog_ingest"
+           --conf "spark.executorEnv.PYTHONSAFEPATH=1" --conf "spark.yarn.appMasterEnv.PYTHONSAFEPATH=1"
+           --conf "spark.kubernetes.driverEnv.PYTHONSAFEPATH=1")
 
 # Spark's own Kafka source (`run --source spark-kafka`), when `make jvm` resolved it: its jars go to
 # the driver and the executors. A user's own --jars comes after ours and wins nothing away from it.

@@ -17,6 +17,7 @@ from ingest.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
+DEPLOY_GUIDE = ROOT / "docs" / "deploying.md"
 COMPOSE = ROOT / "docker-compose.yml"
 HOSTNET = ROOT / "docker-compose.hostnet.yml"
 MANIFEST = DEPLOY / "k8s" / "commitlog-ingest.yaml"          # the StatefulSet of broker groups
@@ -65,8 +66,8 @@ def pod_argv(statefulset: dict, ordinal: int) -> list[str]:
 
 def readme_command_lines() -> list[tuple[int, list[str]]]:
     """Every `commitlog ...`, `deploy/spark-submit.sh ... -- ...` and `docker run ... IMAGE ...`
-    line of the README's shell blocks, continuation lines joined, as the `commitlog` argv."""
-    text = (DEPLOY / "README.md").read_text()
+    line of the deployment guide's shell blocks, continuation lines joined, as the `commitlog` argv."""
+    text = DEPLOY_GUIDE.read_text()
     found = []
     for block in re.finditer(r"```(?:sh|bash|shell)\n(.*?)```", text, flags=re.S):
         start_line = text[:block.start()].count("\n") + 2
@@ -95,4 +96,4 @@ def deployed_command_lines() -> list[tuple[str, list[str]]]:
     return ([(f"docker-compose.yml {s}", compose["services"][s]["command"]) for s in JOBS]
             + [("deploy/k8s/spark-operator.yaml", app["spec"]["arguments"]),
                ("deploy/k8s/commitlog-ingest.yaml", pod_argv(sts, 0))]
-            + [(f"deploy/README.md:{n}", argv) for n, argv in readme_command_lines()])
+            + [(f"docs/deploying.md:{n}", argv) for n, argv in readme_command_lines()])

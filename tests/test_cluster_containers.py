@@ -1,4 +1,4 @@
-"""A Spark standalone cluster in containers, as deploy/README.md's cluster section runs one: a Master
+"""A Spark standalone cluster in containers, as docs/deploying.md's cluster section runs one: a Master
 and two Workers from the job image's pyspark, and the job submitted with deploy/spark-submit.sh from a
 container of the same image (client mode: the driver, and so the store, is in that container, on a
 volume). All on the host's network (the test engine has no bridge), on free 127.0.0.1 ports. The

@@ -1,5 +1,5 @@
 """The deployment files agree with the code: the Dockerfile, the driver spark-submit runs, and the
-command lines in deploy/README.md use only `commitlog` options the real argument parser knows, with
+command lines in docs/deploying.md use only `commitlog` options the real argument parser knows, with
 values the job accepts; every --trigger in any deploy file is one Spark accepts.
 
 Nothing here needs Docker or Kubernetes. The compose file and the manifests are checked as files in
@@ -46,13 +46,13 @@ def test_driver_leaves_the_master_to_spark_submit_unless_given() -> None:
     assert driver_argv(["broker"]) == ["broker"]
 
 
-# --- deploy/README.md -----------------------------------------------------------------------------
+# --- docs/deploying.md -----------------------------------------------------------------------------
 
 def test_readme_command_lines_use_only_real_options() -> None:
     lines = readme_command_lines()
     assert len(lines) >= 5, "the README shows how to run the job"
     for line_no, argv in lines:
-        parse_commitlog(argv, f"deploy/README.md near line {line_no}")
+        parse_commitlog(argv, f"docs/deploying.md near line {line_no}")
 
 
 # --- values Spark itself must accept --------------------------------------------------------------

@@ -15,7 +15,6 @@ from store.format.codec import (
     encode_message,
     parse_prop_crc,
     prop_crc_digits,
-    record_store_timestamp_pos,
 )
 from store.format.constants import (
     BORNHOST_V6_FLAG,
@@ -25,6 +24,7 @@ from store.format.constants import (
     STOREHOSTADDRESS_V6_FLAG,
 )
 from store.format.hosts import HostAddress
+from store.format.layout import store_timestamp_pos
 from store.format.properties import delete_property, java_utf8, properties_to_string, string_to_properties, tags_code
 
 pytestmark = pytest.mark.unit
@@ -109,7 +109,7 @@ def test_ipv6_hosts_take_20_bytes_and_set_their_sys_flag_bits(born: str, store: 
     assert len(record) == size
     assert d.sys_flag == 0x301 | flags       # other bits kept verbatim
     assert d.born_host == HostAddress.parse(born) and d.store_host == HostAddress.parse(store)
-    assert record_store_timestamp_pos(d.sys_flag) == (68 if flags & BORNHOST_V6_FLAG else 56)
+    assert store_timestamp_pos(d.sys_flag) == (68 if flags & BORNHOST_V6_FLAG else 56)
     assert len(d.msg_id) == (56 if flags & STOREHOSTADDRESS_V6_FLAG else 32)
 
 

@@ -14,7 +14,7 @@ from store.format.codec import Message, decode_message, encode_message
 from store.format.constants import (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, POS_BODYLENGTH_V4, POS_MAGICCODE,
                                     POS_TOTALSIZE)
 from store.index.build import decoded_keys, record_keys
-from store.scan.fields import topic_lengths
+from store.format.layout import topic_lengths
 from store.scan import record_check
 from store.scan.record_check import check_record, scan_segment_fast
 from tests.oracles import index_keys

@@ -36,9 +36,11 @@ from store.format.batch_columns import (
     rows_containing,
 )
 from store.format.codec import CodecConfig, Message, apply_prop_crcs, encode_message
+from store.format.layout import head_dtype
 from store.format.constants import (
     CRC32_RESERVED_LEN,
     IPV4_HOST_LENGTH,
+    IPV6_HOST_EXTRA_LENGTH,
     IPV6_HOST_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -90,15 +92,6 @@ def encode_valid_rows(table: pa.Table | pa.RecordBatch, config: CodecConfig | No
 
 # --- encoding ---------------------------------------------------------------------------------------
 
-def _head_dtype(born: int, store: int) -> np.dtype:
-    # TOTALSIZE .. BODYLENGTH: everything before BODY, fixed width for a given pair of host kinds.
-    return np.dtype([("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-                     ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"),
-                     ("born_timestamp", ">i8"), ("born_host", f"V{born}"), ("store_timestamp", ">i8"),
-                     ("store_host", f"V{store}"), ("reconsume_times", ">i4"),
-                     ("prepared_transaction_offset", ">i8"), ("body_length", ">i4")])
-
-
 def _body_crcs(body: pa.Array) -> np.ndarray:
     """Masked CRC32 of every body: the one per-record Python step of the hot path."""
     offs, values = binary_parts(body)
@@ -110,7 +103,7 @@ def _heads(plan: BatchPlan, queue_offsets: np.ndarray) -> pa.Array:
     cols, n = plan.cols, plan.n
     born6 = plan.born_len == IPV6_HOST_LENGTH
     store6 = plan.store_len == IPV6_HOST_LENGTH
-    widths = 88 + born6 * 12 + store6 * 12
+    widths = head_dtype().itemsize + (born6.astype(np.int64) + store6) * IPV6_HOST_EXTRA_LENGTH
     offs = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(widths, out=offs[1:])
     buf = np.empty(int(offs[-1]), dtype=np.uint8)
@@ -124,7 +117,7 @@ def _heads(plan: BatchPlan, queue_offsets: np.ndarray) -> pa.Array:
             if not len(rows):
                 continue
             bw, sw = (IPV6_HOST_LENGTH if b6 else IPV4_HOST_LENGTH), (IPV6_HOST_LENGTH if s6 else IPV4_HOST_LENGTH)
-            dt = _head_dtype(bw, sw)
+            dt = head_dtype(bw, sw)
             all_rows = len(rows) == n
             pick = (lambda a: a) if all_rows else (lambda a: a[rows])   # noqa: E731
             h = np.empty(len(rows), dtype=dt)

@@ -18,7 +18,6 @@ from store.format.constants import (
     DEFAULT_MAX_MESSAGE_SIZE,
     END_FILE_MIN_BLANK_LENGTH,
     FIXED_PART_LENGTH,
-    IPV4_HOST_LENGTH,
     IPV6_HOST_LENGTH,
     MAX_PROPERTIES_LENGTH,
     MAX_RECORD_OVERHEAD,
@@ -27,8 +26,7 @@ from store.format.constants import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
-    POS_STORETIMESTAMP_V4,
-    POS_STORETIMESTAMP_V6,
+    POS_BORNHOST,
     PROPERTY_CRC32,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -40,11 +38,12 @@ from store.format.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from store.format.crc import crc32, crc32_many
+from store.format import layout
 from store.format.hosts import HostAddress
+from store.format.layout import record_length
 from store.format.properties import delete_property, java_string, java_utf8, string_to_properties, utf16_length
 
-# TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
-_HEAD = struct.Struct(">iIiiiqqiq")
+_HEAD = layout.HEAD_TO_BORNHOST
 _I64 = struct.Struct(">q")
 # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH
 _TAIL = struct.Struct(">iqi")
@@ -142,11 +141,6 @@ class DecodedMessage:
         return self.sys_flag & TRANSACTION_TYPE_MASK
 
 
-def record_store_timestamp_pos(sys_flag: int) -> int:
-    """Position of STORETIMESTAMP in a record: 56, or 68 after an IPv6 born host."""
-    return POS_STORETIMESTAMP_V6 if sys_flag & BORNHOST_V6_FLAG else POS_STORETIMESTAMP_V4
-
-
 def message_version(topic: str, config: CodecConfig, forced: int | None = None) -> int:
     """CommitLog.asyncPutMessage: V2 only when auto versioning is on and the topic has more than
     127 UTF-16 chars (not bytes); ``forced`` (1 or 2) overrides."""
@@ -157,14 +151,6 @@ def message_version(topic: str, config: CodecConfig, forced: int | None = None) 
     if config.auto_message_version_on_topic_len and utf16_length(topic) > MAX_TOPIC_LENGTH_V1:
         return 2
     return 1
-
-
-def record_length(version: int, sys_flag: int, body_length: int, topic_length: int, properties_length: int) -> int:
-    """MessageExtEncoder.calMsgLength."""
-    return (FIXED_PART_LENGTH + body_length + topic_length + properties_length
-            + (12 if sys_flag & BORNHOST_V6_FLAG else 0)
-            + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
-            + (1 if version == 2 else 0))
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
@@ -336,60 +322,28 @@ def decode_message(buf: bytes | bytearray | memoryview | np.ndarray, pos: int = 
          born_ts) = _HEAD.unpack_from(mv, pos)
     except struct.error:
         raise CorruptRecordError(pos, "truncated", f"{limit - pos} bytes left, less than a record header") from None
-    if magic == MESSAGE_MAGIC_CODE:
-        version = 1
-    elif magic == MESSAGE_MAGIC_CODE_V2:
-        version = 2
-    else:
+    version = layout.message_version(magic)
+    if not version:
         raise CorruptRecordError(pos, "magic", f"MAGICCODE {magic:#010x} is not a message magic code")
-    end = pos + total
-    if total < FIXED_PART_LENGTH or end > limit:
+    if total < FIXED_PART_LENGTH or pos + total > limit:
         raise CorruptRecordError(pos, "size", f"TOTALSIZE {total} does not fit ({limit - pos} bytes left)")
-    p = pos + _HEAD.size
-    born_len = IPV6_HOST_LENGTH if sys_flag & BORNHOST_V6_FLAG else IPV4_HOST_LENGTH
-    store_len = IPV6_HOST_LENGTH if sys_flag & STOREHOSTADDRESS_V6_FLAG else IPV4_HOST_LENGTH
-    if total < FIXED_PART_LENGTH + born_len + store_len - 2 * IPV4_HOST_LENGTH:
-        raise CorruptRecordError(pos, "size",
-                                 f"TOTALSIZE {total} is too small for the hosts SYSFLAG {sys_flag:#x} says")
-    born = HostAddress.from_bytes(mv[p:p + born_len])
-    p += born_len
-    store_ts = _I64.unpack_from(mv, p)[0]
-    p += 8
-    store_raw = bytes(mv[p:p + store_len])
-    store = HostAddress.from_bytes(store_raw)
-    p += store_len
-    if p + _TAIL.size > end:
-        raise CorruptRecordError(pos, "size", f"TOTALSIZE {total} too small for the fixed fields")
-    reconsume, prepared, body_len = _TAIL.unpack_from(mv, p)
-    p += _TAIL.size
-    if body_len < 0 or p + body_len > end:
-        raise CorruptRecordError(pos, "size", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}")
-    body = mv[p:p + body_len]
-    p += body_len
-    if version == 2:
-        if p + 2 > end:
-            raise CorruptRecordError(pos, "size", "TOPICLENGTH runs past TOTALSIZE")
-        topic_len = _I16.unpack_from(mv, p)[0]
-        p += 2
-    else:
-        if p + 1 > end:
-            raise CorruptRecordError(pos, "size", "TOPICLENGTH runs past TOTALSIZE")
-        topic_len = mv[p] - 256 if mv[p] > 127 else mv[p]
-        p += 1
-    if topic_len < 0 or p + topic_len + 2 > end:
-        raise CorruptRecordError(pos, "size", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}")
-    topic = java_string(mv[p:p + topic_len])
-    p += topic_len
-    props_len = _I16.unpack_from(mv, p)[0]
-    p += 2
-    if props_len < 0 or p + props_len > end:
-        raise CorruptRecordError(pos, "size", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}")
-    props_string = java_string(mv[p:p + props_len]) if props_len else ""
+    s = layout.record_spans(mv, pos, total, version)
+    if s.fault is not None:
+        raise CorruptRecordError(pos, "size", s.detail)
+    if s.properties_length < 0:        # MessageDecoder reads it as none; a decode of ours refuses it
+        raise CorruptRecordError(pos, "size", f"PROPERTIESLENGTH {s.properties_length} is negative")
+    born = HostAddress.from_bytes(mv[pos + POS_BORNHOST:pos + POS_BORNHOST + s.born_host_length])
+    store_ts = _I64.unpack_from(mv, pos + s.store_timestamp_pos)[0]
+    store_raw = bytes(mv[pos + s.store_host_pos:pos + s.store_host_pos + s.store_host_length])
+    reconsume, prepared, _ = _TAIL.unpack_from(mv, pos + s.reconsume_times_pos)
+    topic = java_string(mv[pos + s.topic_pos:pos + s.topic_pos + s.topic_length])
+    props_string = java_string(mv[pos + s.properties_pos:pos + s.properties_end]) if s.properties_length else ""
     return DecodedMessage(
         total_size=total, magic_code=magic, version=version, body_crc=crc, queue_id=queue_id, flag=flag,
         queue_offset=queue_offset, physical_offset=physical_offset, sys_flag=sys_flag,
-        born_timestamp=born_ts, born_host=born, store_timestamp=store_ts, store_host=store,
-        reconsume_times=reconsume, prepared_transaction_offset=prepared, body=body, topic=topic,
+        born_timestamp=born_ts, born_host=born, store_timestamp=store_ts, store_host=HostAddress.from_bytes(store_raw),
+        reconsume_times=reconsume, prepared_transaction_offset=prepared,
+        body=mv[pos + s.body_pos:pos + s.body_pos + s.body_length], topic=topic,
         properties_string=props_string, properties=string_to_properties(props_string),
         store_host_bytes=store_raw,
     )

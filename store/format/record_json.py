@@ -11,7 +11,6 @@ from store.format.codec import (
     DecodedMessage,
     body_crc,
     parse_prop_crc,
-    record_length,
 )
 from store.format.constants import (
     BORNHOST_V6_FLAG,
@@ -22,12 +21,14 @@ from store.format.constants import (
     INNER_BATCH_FLAG,
     MULTI_TAGS_FLAG,
     NEED_UNWRAP_FLAG,
+    POS_BORNHOST,
     PROPERTY_CRC32,
     PROPERTY_DELAY,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_TYPE_MASK,
 )
+from store.format.layout import RecordSpans, host_lengths, record_length, record_spans
 from store.format.properties import java_parse_int, java_utf8, tags_code, utf16_sort_key
 
 BODY_INLINE_LIMIT = 64 * 1024            # bodies over 64 KiB are given by sha256 only
@@ -107,8 +108,9 @@ def dispatch_check(decoded: DecodedMessage, record: memoryview | None = None,
         if expected <= 0 or record is None or \
                 body_crc(record[:decoded.total_size - CRC32_RESERVED_LEN]) != expected:
             return fail
-    topic_len = len(java_utf8(decoded.topic)) if record is None else _topic_length(decoded, record)
-    props_len = len(java_utf8(decoded.properties_string)) if record is None else _props_length(decoded, record)
+    spans = None if record is None else _spans(decoded, record)
+    topic_len = len(java_utf8(decoded.topic)) if spans is None else spans.topic_length
+    props_len = len(java_utf8(decoded.properties_string)) if spans is None else spans.properties_length
     if record_length(decoded.version, decoded.sys_flag, body_len, topic_len, props_len) != decoded.total_size:
         return {"success": False, "msgSize": decoded.total_size}
     has_props = props_len > 0
@@ -129,21 +131,11 @@ def dispatch_check(decoded: DecodedMessage, record: memoryview | None = None,
     }
 
 
-def _topic_length_pos(decoded: DecodedMessage) -> int:
-    return 88 + (12 if decoded.sys_flag & BORNHOST_V6_FLAG else 0) \
-        + (12 if decoded.sys_flag & STOREHOSTADDRESS_V6_FLAG else 0) + len(decoded.body)
-
-
-def _topic_length(decoded: DecodedMessage, record: memoryview) -> int:
-    p = _topic_length_pos(decoded)
-    if decoded.version == 2:
-        return int.from_bytes(record[p:p + 2], "big", signed=True)
-    return int.from_bytes(record[p:p + 1], "big", signed=True)
-
-
-def _props_length(decoded: DecodedMessage, record: memoryview) -> int:
-    p = _topic_length_pos(decoded) + decoded.version + _topic_length(decoded, record)
-    return int.from_bytes(record[p:p + 2], "big", signed=True)
+def _spans(decoded: DecodedMessage, record: memoryview) -> RecordSpans:
+    """The walk of a record decode_message has read (so none of its fields runs past TOTALSIZE)."""
+    mv = memoryview(record)
+    return record_spans(mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B"), 0, decoded.total_size,
+                        decoded.version)
 
 
 def message_to_json(decoded: DecodedMessage, offset: int, segment: str, segment_pos: int,
@@ -155,13 +147,11 @@ def message_to_json(decoded: DecodedMessage, offset: int, segment: str, segment_
     body = decoded.body
     computed = body_crc(body)
     if rec is not None:
-        p = _topic_length_pos(decoded)
-        topic_len = _topic_length(decoded, rec)
-        topic_raw = bytes(rec[p + decoded.version:p + decoded.version + topic_len])
-        q = p + decoded.version + topic_len
-        props_len = int.from_bytes(rec[q:q + 2], "big", signed=True)
-        props_raw = bytes(rec[q + 2:q + 2 + max(props_len, 0)])
-        ends_at = q + 2 + max(props_len, 0)
+        spans = _spans(decoded, rec)
+        topic_len, props_len = spans.topic_length, spans.properties_length
+        topic_raw = bytes(rec[spans.topic_pos:spans.topic_pos + topic_len])
+        props_raw = bytes(rec[spans.properties_pos:spans.properties_end])
+        ends_at = spans.properties_end
     else:
         topic_raw = java_utf8(decoded.topic)
         props_raw = java_utf8(decoded.properties_string)
@@ -170,8 +160,7 @@ def message_to_json(decoded: DecodedMessage, offset: int, segment: str, segment_
     born_raw = decoded.born_host.to_bytes()
     store_raw = decoded.store_host_bytes or decoded.store_host.to_bytes()
     if rec is not None:
-        bl = 20 if decoded.sys_flag & BORNHOST_V6_FLAG else 8
-        born_raw = bytes(rec[48:48 + bl])
+        born_raw = bytes(rec[POS_BORNHOST:POS_BORNHOST + host_lengths(decoded.sys_flag)[0]])
     out: dict[str, Any] = {
         "type": "message",
         "offset": offset,

@@ -12,18 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.format.constants import (
-    BORNHOST_V6_FLAG,
-    IPV6_HOST_EXTRA_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    MIN_RECORD_LENGTH,
-    POS_BODYLENGTH_V4,
-    POS_STORETIMESTAMP_V4,
-    POS_STORETIMESTAMP_V6,
-    POS_SYSFLAG,
-    STOREHOSTADDRESS_V6_FLAG,
-)
+from store.format.constants import MIN_RECORD_LENGTH
+from store.format.layout import TOTAL_AND_MAGIC, message_version, record_spans
 from store.format.properties import java_string, string_to_properties
 from store.index import _index_build
 from store.index.hashing import index_key_hashes
@@ -97,40 +87,16 @@ def decoded_keys(arr: np.ndarray, at: int) -> tuple[np.ndarray, int]:
     """(key hashes, STORETIMESTAMP) of one record, decoded; a record whose lengths do not add up
     has none (RocketMQ's dispatcher does not read past such a record either)."""
     total = int.from_bytes(arr[at:at + 4].tobytes(), "big") if 0 <= at <= len(arr) - 4 else 0
-    rec = arr[at:at + total].tobytes()
-    place = _text_places(rec)
-    if place is None:
+    rec = memoryview(arr[at:at + total].tobytes())
+    if total < MIN_RECORD_LENGTH or len(rec) != total:
         return np.zeros(0, np.int32), 0
-    sys_flag, topic, props = place
-    keys = indexed_keys(string_to_properties(java_string(rec[props[0]:props[1]])), sys_flag)
-    ts = int.from_bytes(rec[_ts_pos(sys_flag):_ts_pos(sys_flag) + 8], "big", signed=True)
-    topic_text = java_string(rec[topic[0]:topic[1]])
+    version = message_version(TOTAL_AND_MAGIC.unpack_from(rec)[1])
+    if not version:
+        return np.zeros(0, np.int32), 0
+    s = record_spans(rec, 0, total, version)
+    if s.fault is not None:
+        return np.zeros(0, np.int32), 0
+    keys = indexed_keys(string_to_properties(java_string(rec[s.properties_pos:s.properties_end])), s.sys_flag)
+    ts = int.from_bytes(rec[s.store_timestamp_pos:s.store_timestamp_pos + 8], "big", signed=True)
+    topic_text = java_string(rec[s.topic_pos:s.topic_pos + s.topic_length])
     return (index_key_hashes([topic_text] * len(keys), keys) if keys else np.zeros(0, np.int32)), ts
-
-
-def _text_places(rec: bytes) -> tuple[int, tuple[int, int], tuple[int, int]] | None:
-    """(sysFlag, topic span, properties span) of a whole record, None if its lengths do not add up."""
-    total = len(rec)
-    if total < MIN_RECORD_LENGTH or int.from_bytes(rec[:4], "big") != total or \
-            int.from_bytes(rec[4:8], "big") not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-        return None
-    sys_flag = int.from_bytes(rec[POS_SYSFLAG:POS_SYSFLAG + 4], "big", signed=True)
-    p = POS_BODYLENGTH_V4 + IPV6_HOST_EXTRA_LENGTH * (bool(sys_flag & BORNHOST_V6_FLAG)
-                                                      + bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
-    body_len = int.from_bytes(rec[p:p + 4], "big", signed=True)
-    width = 2 if int.from_bytes(rec[4:8], "big") == MESSAGE_MAGIC_CODE_V2 else 1
-    p += 4 + body_len
-    if body_len < 0 or p + width > total:
-        return None
-    topic_len = int.from_bytes(rec[p:p + width], "big", signed=True)     # as MessageVersion reads it
-    if topic_len < 0:
-        return None
-    topic = (p + width, p + width + topic_len)
-    props_len = int.from_bytes(rec[topic[1]:topic[1] + 2], "big", signed=True)
-    if topic[1] + 2 > total or topic[1] + 2 + max(props_len, 0) > total:
-        return None
-    return sys_flag, topic, (topic[1] + 2, topic[1] + 2 + max(props_len, 0))
-
-
-def _ts_pos(sys_flag: int) -> int:
-    return POS_STORETIMESTAMP_V6 if sys_flag & BORNHOST_V6_FLAG else POS_STORETIMESTAMP_V4

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -42,13 +41,13 @@ from store.log.record_patch import BatchLayout, Placement, RecordWriter
 from store.log.segment import Segment
 from store.log.segment_queue import SegmentQueue
 from store.queue.groups import QueueGroups, group_queues
+from store.format.layout import TOTAL_AND_MAGIC
 
 if TYPE_CHECKING:
     from store.format.batch_codec import EncodedBatch
 
 log = logging.getLogger(__name__)
 
-_BLANK = struct.Struct(">iI")
 # queue_eligible relies on it: of the transaction types, only PREPARED and ROLLBACK have bit 2
 assert TRANSACTION_NOT_TYPE & TRANSACTION_PREPARED_TYPE == TRANSACTION_COMMIT_TYPE & TRANSACTION_PREPARED_TYPE == 0
 assert TRANSACTION_ROLLBACK_TYPE & TRANSACTION_PREPARED_TYPE and TRANSACTION_TYPE_MASK == 0xC
@@ -171,7 +170,7 @@ class CommitLog:
         segs = self.queue.segments[first_seg_index:first_seg_index + slot + 1]
         size = self.segment_size
         for s_slot, pos in blanks:
-            _BLANK.pack_into(segs[s_slot].view, pos, size - pos, BLANK_MAGIC_CODE)
+            TOTAL_AND_MAGIC.pack_into(segs[s_slot].view, pos, size - pos, BLANK_MAGIC_CODE)
 
         # Publish positions only now, oldest segment first: the flush thread must never see a
         # position covering bytes not yet copied and patched.

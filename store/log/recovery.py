@@ -32,7 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import CommittedDataCorruptError, ForeignTailError
-from store.format.codec import CodecConfig, record_store_timestamp_pos
+from store.format.codec import CodecConfig
+from store.format.constants import POS_SYSFLAG
+from store.format.layout import store_timestamp_pos
 from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
 from store.log.append_intent import AppendIntent
 from store.log.checkpoint import StoreCheckpoint
@@ -81,8 +83,8 @@ def _segment_first_timestamp(seg: Segment, codec: CodecConfig) -> int | None:
     chk = check_record(seg.view, 0, seg.size, seg.base_offset, codec)
     if chk.kind != "message":
         return None
-    sys_flag = _I32.unpack_from(seg.view, 36)[0]
-    return _I64.unpack_from(seg.view, record_store_timestamp_pos(sys_flag))[0]
+    sys_flag = _I32.unpack_from(seg.view, POS_SYSFLAG)[0]
+    return _I64.unpack_from(seg.view, store_timestamp_pos(sys_flag))[0]
 
 
 def _checkpoint_start(log_: CommitLog, checkpoint: StoreCheckpoint | None, codec: CodecConfig) -> int:

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from store.format.codec import CodecConfig
-from store.format.constants import BORNHOST_V6_FLAG, POS_STORETIMESTAMP_V4
 from store.log.append_intent import AppendIntent
 from store.log.segment import Segment
 from store.log.segment_queue import SegmentQueue
-from store.scan.fields import be_ints, record_fields
+from store.format.layout import be_ints, host_positions
+from store.scan.fields import record_fields
 from store.scan.record_check import RecordCheck, SegmentScan, scan_segment_fast
 
 
@@ -56,8 +56,7 @@ class Tail:
 
 
 def _store_timestamps(arr: np.ndarray, starts: np.ndarray, sys_flag: np.ndarray) -> np.ndarray:
-    born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
-    return be_ints(arr, starts + POS_STORETIMESTAMP_V4 + born6 * 12, 8)
+    return be_ints(arr, starts + host_positions(sys_flag).store_timestamp_pos, 8)
 
 
 @dataclass

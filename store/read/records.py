@@ -24,8 +24,8 @@ from store.index.lookup import FOREVER_MS, carries_key, carries_uniq_key, check_
 from store.index.service import IndexService
 from store.log.segment_queue import SegmentQueue
 from store.queue.consume_queue import ConsumeQueueStore
+from store.format.layout import TOTAL_AND_MAGIC
 
-_HEAD = struct.Struct(">iI")
 # a walk checks the pages ahead of it can be read this much at a time (Segment.check_readable)
 _PROBE_STEP = 4 << 20
 _I64 = struct.Struct(">q")
@@ -72,7 +72,7 @@ class RecordReads:
         if pos + MIN_RECORD_LENGTH > seg.size:
             raise NotARecordStartError(f"offset {off} is not the start of a message record")
         seg.check_readable(pos, pos + MIN_RECORD_LENGTH)
-        total, magic = _HEAD.unpack_from(seg.view, pos)
+        total, magic = TOTAL_AND_MAGIC.unpack_from(seg.view, pos)
         if (magic not in _MESSAGE_MAGICS or total < MIN_RECORD_LENGTH or pos + total > seg.size
                 or off + total > limit
                 or _I64.unpack_from(seg.view, pos + POS_PHYSICALOFFSET)[0] != off):
@@ -125,7 +125,7 @@ class RecordReads:
                 if p + MIN_RECORD_LENGTH > readable_to:
                     readable_to = min(seg.size, max(p + MIN_RECORD_LENGTH, min(seg_stop, p + _PROBE_STEP)))
                     seg.check_readable(p, readable_to)
-                total, magic = _HEAD.unpack_from(view, p)
+                total, magic = TOTAL_AND_MAGIC.unpack_from(view, p)
                 if magic == BLANK_MAGIC_CODE:
                     to_next_segment = True
                     break
@@ -148,7 +148,7 @@ class RecordReads:
         if seg is None or offset - seg.base_offset + 8 > seg.size:
             return False
         seg.check_readable(offset - seg.base_offset, offset - seg.base_offset + 8)
-        total, magic = _HEAD.unpack_from(seg.view, offset - seg.base_offset)
+        total, magic = TOTAL_AND_MAGIC.unpack_from(seg.view, offset - seg.base_offset)
         return magic == BLANK_MAGIC_CODE and offset + total == seg.end_offset
 
     def get_by_queue(self, topic: str, queue_id: int, queue_offset: int, max_n: int = 32

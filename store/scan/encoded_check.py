@@ -20,7 +20,8 @@ from store.format.batch_columns import binary_parts, int_column
 from store.format.codec import CodecConfig
 from store.format.constants import MIN_RECORD_LENGTH
 from store.scan import _record_check
-from store.scan.fields import ScanColumns, be_ints, rows_at
+from store.format.layout import be_ints
+from store.scan.fields import ScanColumns, rows_at
 from store.scan.record_check import check_record
 
 _ROWS_WIDTH = 256       # topics up to this long are compared as rows of a byte matrix

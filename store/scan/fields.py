@@ -8,16 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.format.constants import (
-    BORNHOST_V6_FLAG,
-    IPV6_HOST_EXTRA_LENGTH,
-    MESSAGE_MAGIC_CODE_V2,
-    POS_BODYLENGTH_V4,
-    POS_STORETIMESTAMP_V4,
-    PROPERTY_SEPARATOR,
-    SCHEDULE_TOPIC,
-    STOREHOSTADDRESS_V6_FLAG,
-)
+from store.format.constants import PROPERTY_SEPARATOR, SCHEDULE_TOPIC
+from store.format.layout import be_ints, host_positions, record_spans_many
 
 # the first n bytes of 16 as two machine words, for n = 0..16
 _TOPIC_MASKS = np.frombuffer(b"".join(b"\xff" * n + bytes(16 - n) for n in range(17)), dtype=np.uint64).reshape(17, 2)
@@ -26,21 +18,6 @@ _TAGS_NAME = b"TAGS\x01"
 _SEP = ord(PROPERTY_SEPARATOR)
 _MAX_FAST_TAG = 64           # longer TAGS values take the per-record path
 _MAX_PROPS_ROW = 1024        # longer properties: TAGS is searched for in the segment's bytes
-_DT = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
-
-
-def be_ints(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """Signed big-endian integers of ``width`` bytes at byte positions ``at``."""
-    if len(at) == 0:
-        return np.zeros(0, dtype=np.int64)
-    items = np.ndarray((len(arr) - width + 1,), dtype=f"V{width}", buffer=arr, strides=(1,))
-    return items[at].view(_DT[width]).astype(np.int64)
-
-
-def topic_lengths(arr: np.ndarray, at: np.ndarray, v2: np.ndarray) -> np.ndarray:
-    """TOPICLENGTH at ``at`` as RocketMQ's MessageVersion reads it: a signed byte in V1 records, a
-    signed short in V2 ones (``v2``); a negative length marks a corrupt record."""
-    return np.where(v2, be_ints(arr, at, 2), be_ints(arr, at, 1)) if v2.any() else be_ints(arr, at, 1)
 
 
 @dataclass
@@ -121,28 +98,13 @@ class RecordFields:
                             _part(self.marks, idx))
 
 
-# MAGICCODE .. SYSFLAG (positions 4..40) are at fixed positions in every record.
-_HEAD = np.dtype([("magic", ">u4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-                  ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4")])
-
-
 def record_fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> RecordFields:
     """Fields of well-formed records (their lengths were checked by the scan). The store
     timestamp is only read for SCHEDULE_TOPIC_XXXX records (the others do not need it)."""
     starts = starts.astype(np.int64)
-    head = rows_at(arr, starts + 4, _HEAD.itemsize).view(_HEAD)[:, 0]
-    sys_flag = head["sys_flag"].astype(np.int64)
-    born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
-    hosts = (born6.astype(np.int64) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)) * IPV6_HOST_EXTRA_LENGTH
-    body_pos = starts + POS_BODYLENGTH_V4 + hosts
-    body_len = be_ints(arr, body_pos, 4)
-    v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
-    tl_pos = body_pos + 4 + body_len
-    topic_len = topic_lengths(arr, tl_pos, v2)
-    topic_pos = tl_pos + 1 + v2
-    props_len = be_ints(arr, topic_pos + topic_len, 2)
-    return _fields(arr, starts, sizes, head["queue_id"].astype(np.int64), head["queue_offset"].astype(np.int64),
-                   sys_flag, topic_pos, topic_len, props_len)
+    s = record_spans_many(arr, starts, sizes.astype(np.int64))
+    return _fields(arr, starts, sizes, s.heads["queue_id"].astype(np.int64), s.heads["queue_offset"].astype(np.int64),
+                   s.sys_flag, s.topic_pos, s.topic_len, s.props_len)
 
 
 def fields_from_scan(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns) -> RecordFields:
@@ -161,8 +123,7 @@ def _fields(arr: np.ndarray, starts: np.ndarray, sizes: np.ndarray, queue_id: np
     store_ts = np.zeros(len(starts), dtype=np.int64)
     if SCHEDULE_TOPIC in topics:
         sched = np.flatnonzero(topic_id == topics.index(SCHEDULE_TOPIC))
-        born6 = (sys_flag[sched] & BORNHOST_V6_FLAG) != 0
-        store_ts[sched] = be_ints(arr, starts[sched] + POS_STORETIMESTAMP_V4 + born6 * IPV6_HOST_EXTRA_LENGTH, 8)
+        store_ts[sched] = be_ints(arr, starts[sched] + host_positions(sys_flag[sched]).store_timestamp_pos, 8)
     return RecordFields(
         starts=starts, sizes=sizes.astype(np.int64), queue_id=queue_id, queue_offset=queue_offset, sys_flag=sys_flag,
         store_timestamp=store_ts, topic_id=topic_id, topics=topics, props_pos=topic_pos + topic_len + 2,

@@ -24,25 +24,22 @@ from store.errors import CorruptRecordError
 from store.scan.arrow_text import binary_views, few_distinct, parse_properties
 from store.format.codec import CodecConfig
 from store.format.constants import (
-    BORNHOST_V6_FLAG,
     IPV4_HOST_LENGTH,
-    IPV6_HOST_EXTRA_LENGTH,
     MIN_RECORD_LENGTH,
     POS_BODYLENGTH_V4,
     POS_BORNHOST,
     POS_BORNTIMESTAMP,
     POS_FLAG,
     POS_RECONSUMETIMES_V4,
-    POS_STOREHOST_V4,
     POS_STORETIMESTAMP_V4,
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
-    STOREHOSTADDRESS_V6_FLAG,
 )
-from store.scan.fields import be_ints, byte_rows, fields_from_scan, text_ids
+from store.format.layout import be_ints, host_positions
+from store.scan.fields import byte_rows, fields_from_scan, text_ids
 from store.format.hosts import HostAddress
 from store.format.properties import java_string
 from store.scan import _record_columns as _columns_kernel
@@ -223,9 +220,9 @@ def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.nd
                                             born, store, topic_id, body_pos, body_len, body_offsets, body_data)
     sys_flag = cols.sys_flag
     if hosts == -1:     # many distinct hosts: grouped the numpy way
-        born_host = _hosts(arr, starts + POS_BORNHOST, (sys_flag & BORNHOST_V6_FLAG) != 0)
-        store_pos = starts + POS_STOREHOST_V4 + IPV6_HOST_EXTRA_LENGTH * ((sys_flag & BORNHOST_V6_FLAG) != 0)
-        store_host = _hosts(arr, store_pos, (sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)
+        at = host_positions(sys_flag)
+        born_host = _hosts(arr, starts + POS_BORNHOST, at.born_host_length != IPV4_HOST_LENGTH)
+        store_host = _hosts(arr, starts + at.store_host_pos, at.store_host_length != IPV4_HOST_LENGTH)
     else:
         names = pa.array([str(HostAddress.from_bytes(arr[a:a + k])) for a, k in hosts], pa.string())
         born_host, store_host = names.take(pa.array(born)), names.take(pa.array(store))
@@ -247,8 +244,7 @@ def _keep_scanned(arr: np.ndarray, starts: np.ndarray, cols: ScanColumns, rf: Re
     """_keep from the scan's columns, reading topics and store timestamps only when it filters on them."""
     topic_id, topics = text_ids(arr, cols.topic_pos, cols.topic_len) if rf.topics is not None else (None, [])
     bounded = rf.min_store_timestamp is not None or rf.max_store_timestamp is not None
-    born6 = (cols.sys_flag & BORNHOST_V6_FLAG) != 0
-    store_ts = be_ints(arr, starts + POS_STORETIMESTAMP_V4 + IPV6_HOST_EXTRA_LENGTH * born6, 8) if bounded else None
+    store_ts = be_ints(arr, starts + host_positions(cols.sys_flag).store_timestamp_pos, 8) if bounded else None
     keep = _keep(topic_id, topics, cols.queue_id, store_ts, rf)
     assert keep is not None
     return keep
@@ -267,24 +263,20 @@ def _batch_numpy(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: n
                  rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
     f = fields_from_scan(arr, starts, sizes, cols)
     head = byte_rows(arr, f.starts, POS_BODYLENGTH_V4 + 4)     # TOTALSIZE .. BODYLENGTH of an all-IPv4 record
-    born6 = (f.sys_flag & BORNHOST_V6_FLAG) != 0
-    store6 = (f.sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0
-    born_len = IPV4_HOST_LENGTH + IPV6_HOST_EXTRA_LENGTH * born6
-    store_pos = POS_STOREHOST_V4 - IPV4_HOST_LENGTH + born_len      # STOREHOST, after BORNHOST and STORETIMESTAMP
-    tail_pos = store_pos + IPV4_HOST_LENGTH + IPV6_HOST_EXTRA_LENGTH * store6        # RECONSUMETIMES
-    store_ts = _i64(head, POS_STORETIMESTAMP_V4) if not born6.any() else \
-        be_ints(arr, f.starts + POS_BORNHOST + born_len, 8)
+    at = host_positions(f.sys_flag)
+    born6, store6 = at.born_host_length != IPV4_HOST_LENGTH, at.store_host_length != IPV4_HOST_LENGTH
+    store_ts = _i64(head, POS_STORETIMESTAMP_V4) if not born6.any() else be_ints(arr, f.starts + at.store_timestamp_pos, 8)
     keep = _keep(f.topic_id, f.topics, f.queue_id, store_ts, rf)
     if keep is not None:
-        f = f.take(np.flatnonzero(keep))
-        head, born6, store6, born_len = head[keep], born6[keep], store6[keep], born_len[keep]
-        store_pos, tail_pos, store_ts = store_pos[keep], tail_pos[keep], store_ts[keep]
+        rows = np.flatnonzero(keep)
+        f, head, born6, store6, store_ts = f.take(rows), head[rows], born6[rows], store6[rows], store_ts[rows]
+        at = host_positions(f.sys_flag)
     v6 = born6.any() or store6.any()
-    reconsume = be_ints(arr, f.starts + tail_pos, 4) if v6 else _i32(head, POS_RECONSUMETIMES_V4)
-    body_pos = f.starts + tail_pos + (POS_BODYLENGTH_V4 + 4 - POS_RECONSUMETIMES_V4)
+    reconsume = be_ints(arr, f.starts + at.reconsume_times_pos, 4) if v6 else _i32(head, POS_RECONSUMETIMES_V4)
+    body_pos = f.starts + at.body_length_pos + 4
     body_len = be_ints(arr, body_pos - 4, 4) if v6 else _i32(head, POS_BODYLENGTH_V4)
     body = binary_views(arr, body_pos, body_len)
-    hosts = _hosts(arr, f.starts + POS_BORNHOST, born6), _hosts(arr, f.starts + store_pos, store6)
+    hosts = _hosts(arr, f.starts + POS_BORNHOST, born6), _hosts(arr, f.starts + at.store_host_pos, store6)
     return _assemble(arr, pa.array(f.topics, pa.string()).take(pa.array(f.topic_id)), f, f.starts + base_offset,
                      store_ts, _i64(head, POS_BORNTIMESTAMP), *hosts, _i32(head, POS_FLAG), reconsume, f.props_pos,
                      f.props_len, body if zero_copy else body.cast(pa.binary()), zero_copy)

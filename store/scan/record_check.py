@@ -12,31 +12,31 @@ from typing import Any
 
 import numpy as np
 
-from store.format.codec import CodecConfig, parse_prop_crc, record_length
+from store.format.codec import CodecConfig, parse_prop_crc
 from store.format.constants import (
     BLANK_MAGIC_CODE,
-    BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
     END_FILE_MIN_BLANK_LENGTH,
-    FIXED_PART_LENGTH,
-    IPV6_HOST_EXTRA_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_LENGTH,
-    POS_BODYLENGTH_V4,
-    POS_SYSFLAG,
+    POS_BODYCRC,
+    POS_PHYSICALOFFSET,
     PROPERTY_CRC32,
-    STOREHOSTADDRESS_V6_FLAG,
 )
 from store.format.crc import crc32, crc32_many
+from store.format.layout import (
+    FAULT_BODY,
+    FAULT_HOSTS,
+    TOTAL_AND_MAGIC,
+    message_version,
+    record_spans,
+    record_spans_many,
+)
 from store.format.properties import java_string, string_to_properties
 from store.scan import _record_check
-from store.scan.fields import ScanColumns, be_ints, topic_lengths
+from store.scan.fields import ScanColumns
 from store.scan.walk import walk
 
-_HEADER = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _MASK = 0x7FFFFFFF
 _WALK_CHUNK_BYTES = 1 << 20    # bytes walked, then checked vectorized while still in cache
@@ -82,61 +82,44 @@ def check_record(buf: Any, pos: int, end: int, base_offset: int, config: CodecCo
         if not any(mv[pos:end]):
             return RecordCheck("end", offset, 0)
         return _error(offset, "truncated", f"{remaining} bytes left, too few for a record header")
-    total, magic = _HEADER.unpack_from(mv, pos)
+    total, magic = TOTAL_AND_MAGIC.unpack_from(mv, pos)
     if total == 0 and magic == 0:
         return RecordCheck("end", offset, 0)
     if magic == BLANK_MAGIC_CODE:
         if total < END_FILE_MIN_BLANK_LENGTH or total > remaining:
             return _error(offset, "size", f"BLANK TOTALSIZE {total} outside 8..{remaining} (bytes left)")
         return RecordCheck("blank", offset, total)
-    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+    version = message_version(magic)
+    if not version:
         return _error(offset, "magic", f"MAGICCODE 0x{magic:08X} is neither a message nor a BLANK magic code")
     if total < MIN_RECORD_LENGTH:
         return _error(offset, "size", f"TOTALSIZE {total} is below the smallest record ({MIN_RECORD_LENGTH})")
     if total > remaining:
         return _error(offset, "truncated", f"TOTALSIZE {total} but only {remaining} bytes left")
-    rec_end = pos + total
-    sys_flag = _I32.unpack_from(mv, pos + POS_SYSFLAG)[0]
-    p = pos + POS_BODYLENGTH_V4 + IPV6_HOST_EXTRA_LENGTH * (bool(sys_flag & BORNHOST_V6_FLAG)
-                                                            + bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
-    if p + 4 > rec_end:
-        return _error(offset, "size", f"TOTALSIZE {total} is too small for the IPv6 host fields of SYSFLAG", total)
-    body_len = _I32.unpack_from(mv, p)[0]
-    body_start = p + 4
-    v2 = magic == MESSAGE_MAGIC_CODE_V2
-    if body_len < 0 or body_start + body_len + (2 if v2 else 1) > rec_end:
-        return _error(offset, "size", f"BODYLENGTH {body_len} runs past TOTALSIZE {total}", total)
-    if config.check_crc_on_recover and not config.force_verify_prop_crc and body_len > 0:
-        stored = _I32.unpack_from(mv, pos + 8)[0]
-        computed = crc32(mv[body_start:body_start + body_len]) & _MASK
+    s = record_spans(mv, pos, total, version)
+    if s.fault in (FAULT_HOSTS, FAULT_BODY):
+        return _error(offset, "size", s.detail, total)
+    # checkMessageAndReturnSize's order: the body's CRC is checked before the topic is read
+    if config.check_crc_on_recover and not config.force_verify_prop_crc and s.body_length > 0:
+        stored = _I32.unpack_from(mv, pos + POS_BODYCRC)[0]
+        computed = crc32(mv[pos + s.body_pos:pos + s.body_pos + s.body_length]) & _MASK
         if stored != computed:
             return _error(offset, "crc", f"BODYCRC {stored} != crc32(body) {computed}", total)
-    p = body_start + body_len
-    if v2:
-        topic_len = _I16.unpack_from(mv, p)[0]
-        p += 2
-    else:
-        topic_len = mv[p] - 256 if mv[p] > 127 else mv[p]      # Java reads a signed byte
-        p += 1
-    if topic_len < 0 or p + topic_len + 2 > rec_end:
-        return _error(offset, "size", f"TOPICLENGTH {topic_len} runs past TOTALSIZE {total}", total)
-    p += topic_len
-    props_len = _I16.unpack_from(mv, p)[0]
-    p += 2
-    if props_len > 0 and p + props_len > rec_end:
-        return _error(offset, "size", f"PROPERTIESLENGTH {props_len} runs past TOTALSIZE {total}", total)
+    if s.fault is not None:
+        return _error(offset, "size", s.detail, total)
     if config.check_crc_on_recover and config.force_verify_prop_crc:
-        props = string_to_properties(java_string(mv[p:p + props_len])) if props_len > 0 else {}
+        props = string_to_properties(java_string(mv[pos + s.properties_pos:pos + s.properties_end])) \
+            if s.properties_length > 0 else {}
         expected = parse_prop_crc(props.get(PROPERTY_CRC32))
         if expected <= 0:
             return _error(offset, "propCrc", f"no {PROPERTY_CRC32} property to verify (forceVerifyPropCRC)", total)
-        computed = crc32(mv[pos:rec_end - CRC32_RESERVED_LEN]) & _MASK
+        computed = crc32(mv[pos:pos + total - CRC32_RESERVED_LEN]) & _MASK
         if computed != expected:
             return _error(offset, "propCrc", f"{PROPERTY_CRC32} {expected} != crc32(record) {computed}", total)
-    expected_len = record_length(2 if v2 else 1, sys_flag, body_len, topic_len, max(props_len, 0))
-    if expected_len != total:
-        return _error(offset, "size", f"TOTALSIZE {total} != {expected_len} computed from the field lengths", total)
-    physical = _I64.unpack_from(mv, pos + 28)[0]
+    if s.computed_length != total:
+        return _error(offset, "size", f"TOTALSIZE {total} != {s.computed_length} computed from the field lengths",
+                      total)
+    physical = _I64.unpack_from(mv, pos + POS_PHYSICALOFFSET)[0]
     if physical != offset:
         return _error(offset, "physicalOffset", f"PHYSICALOFFSET {physical} != position {offset}", total)
     return RecordCheck("message", offset, total)
@@ -158,82 +141,24 @@ class SegmentScan:
         return int(self.offsets[-1] + self.sizes[-1]) if len(self.offsets) else self.stop.offset
 
 
-# TOTALSIZE .. SYSFLAG: the fixed-position head of every record.
-# TOTALSIZE .. BODYLENGTH of a record with IPv4 hosts (88 bytes; every record has at least 91).
-_HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
-                        ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"),
-                        ("born_timestamp", ">i8"), ("born_host", "V8"), ("store_timestamp", ">i8"),
-                        ("store_host", "V8"), ("reconsume_times", ">i4"), ("prepared_offset", ">i8"),
-                        ("body_length", ">i4")])
-_TAIL_WINDOW = 32               # bytes read from TOPICLENGTH on: covers PROPERTIESLENGTH of short topics
-
-
-def _gather(arr: np.ndarray, at: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The ``dtype`` value at each byte position ``at``: a 1-byte-strided array of
-    ``dtype.itemsize``-byte void items, so fancy indexing copies each item in one go instead of
-    gathering it byte by byte."""
-    width = dtype.itemsize
-    items = np.ndarray(shape=(max(len(arr) - width + 1, 0),), dtype=f"V{width}", buffer=arr, strides=(1,))
-    return items[at].view(dtype)
-
-
-def _heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    return _gather(arr, starts, _HEAD_DTYPE)
-
-
 def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
                config: CodecConfig, columns: bool = False, placed: bool = True) -> tuple[int, ScanColumns | None]:
     """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
-    or len(starts), and (with ``columns``) the fields read on the way. Two gathers per record in the usual case:
-    the head up to BODYLENGTH, and a window from TOPICLENGTH that holds PROPERTIESLENGTH for
-    short topics. ``placed=False``: records not yet appended (no PHYSICALOFFSET to check)."""
-    n = len(starts)
-    heads = _heads(arr, starts)
-    magic = heads["magic"]
-    is_v2 = magic == MESSAGE_MAGIC_CODE_V2
-    ok = is_v2 | (magic == MESSAGE_MAGIC_CODE)
-    sys_flag = heads["sys_flag"].astype(np.int64)
-    v6_hosts = ((sys_flag & BORNHOST_V6_FLAG) != 0).astype(np.int64) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)
-    hosts = v6_hosts * IPV6_HOST_EXTRA_LENGTH
-    body_pos = starts + POS_BODYLENGTH_V4 + hosts
-    body_len = heads["body_length"].astype(np.int64)
-    rec_end = starts + sizes
-    ok &= body_pos + 4 <= rec_end
-    moved = np.flatnonzero((hosts != 0) & ok)
-    if len(moved):
-        body_len[moved] = be_ints(arr, body_pos[moved], 4)
-    v2 = is_v2.astype(np.int64)
-    ok &= (body_len >= 0) & (body_pos + 5 + body_len + v2 <= rec_end)
-    tl_pos = np.where(ok, body_pos + 4 + body_len, starts)
-    window_ok = tl_pos + _TAIL_WINDOW <= len(arr)
-    tails = _gather(arr, np.where(window_ok, tl_pos, 0), np.dtype(f"V{_TAIL_WINDOW}")).view(np.uint8).reshape(n, -1)
-    rows = np.arange(n)
-    # signed, as MessageVersion reads it (fields.topic_lengths)
-    topic_len = np.where(is_v2, (tails[:, 0].astype(np.int8).astype(np.int64) << 8) | tails[:, 1],
-                         tails[:, 0].astype(np.int8))
-    near_end = np.flatnonzero(~window_ok)          # the window would run past the buffer
-    if len(near_end):
-        topic_len[near_end] = topic_lengths(arr, tl_pos[near_end], is_v2[near_end])
-    ok &= (topic_len >= 0) & (tl_pos + 3 + v2 + topic_len <= rec_end)
-    pl_off = np.where(ok, 1 + v2 + topic_len, 0)
-    at = np.minimum(pl_off, _TAIL_WINDOW - 2)
-    props_len = (tails[rows, at].astype(np.int64) << 8) | tails[rows, at + 1]
-    far = np.flatnonzero(~window_ok | (pl_off + 2 > _TAIL_WINDOW))
-    if len(far):
-        props_len[far] = be_ints(arr, tl_pos[far] + pl_off[far], 2) & 0xFFFF
-    props_len = (props_len ^ 0x8000) - 0x8000          # int16
-    ok &= (FIXED_PART_LENGTH + body_len + topic_len + np.maximum(props_len, 0) + hosts + v2) == sizes
+    or len(starts), and (with ``columns``) the fields read on the way (layout.record_spans_many).
+    ``placed=False``: records not yet appended (no PHYSICALOFFSET to check)."""
+    s = record_spans_many(arr, starts, sizes)
+    ok = s.ok
     if placed:
-        ok &= heads["physical_offset"] == starts + base_offset
+        ok = ok & (s.heads["physical_offset"] == starts + base_offset)
     bad = np.flatnonzero(~ok)
-    first = int(bad[0]) if len(bad) else n
-    cols = ScanColumns(heads["queue_id"].astype(np.int64), heads["queue_offset"].astype(np.int64), sys_flag,
-                       tl_pos + 1 + v2, topic_len, props_len) if columns else None
+    first = int(bad[0]) if len(bad) else len(starts)
+    cols = ScanColumns(s.heads["queue_id"].astype(np.int64), s.heads["queue_offset"].astype(np.int64), s.sys_flag,
+                       s.topic_pos, s.topic_len, s.props_len) if columns else None
     if not config.check_crc_on_recover:
         return first, cols
     if config.force_verify_prop_crc:
         return _first_prop_crc_failure(mv, starts[:first], sizes[:first], first), cols
-    return _first_crc_mismatch(heads["body_crc"][:first], arr, (body_pos + 4)[:first], body_len[:first], first), cols
+    return _first_crc_mismatch(s.heads["body_crc"][:first], arr, s.body_pos[:first], s.body_len[:first], first), cols
 
 
 first_bad = _first_bad     # public name for the checks of records at known positions (record_batch)

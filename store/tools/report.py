@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,8 @@ from store.format.codec import CodecConfig, decode_message
 from store.format.constants import BLANK_MAGIC_CODE, FILE_NAME_DIGITS
 from store.format.record_json import message_to_json
 from store.scan.record_check import check_record
+from store.format.layout import TOTAL_AND_MAGIC
 
-_HEADER = struct.Struct(">iI")
 
 
 def _segment_base(name: str) -> int | None:
@@ -84,7 +83,7 @@ def decode_segment_files(paths: Iterable[str | os.PathLike[str]], config: CodecC
                     yield {"type": "eof", "offset": offset, "segment": name}
                     break
                 remaining = size - pos
-                header = _HEADER.unpack_from(mv, pos) if remaining >= 8 else None
+                header = TOTAL_AND_MAGIC.unpack_from(mv, pos) if remaining >= 8 else None
                 if header is None or header == (0, 0):
                     if not _rest_is_zero(arr, pos) and header is None:
                         yield error(offset, "truncated", f"{remaining} bytes left, too few for a record header")

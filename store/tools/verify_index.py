@@ -18,7 +18,7 @@ import numpy as np
 
 from store.errors import IndexFileError
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
-from store.scan.fields import be_ints
+from store.format.layout import be_ints
 from store.scan.walk import walk
 from store.index.build import record_keys
 from store.index.check import records_match, time_diffs

@@ -11,7 +11,6 @@ never a wrong verdict.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +25,9 @@ from store.read.view import SegmentFile, mapped
 from store.scan.fields import fields_from_scan, record_fields
 from store.scan.prop_crc import prop_crc_mismatches
 from store.tools.queues import Problem, QueueSpan, QueueUnits, check_queues, join_spans
+from store.format.layout import TOTAL_AND_MAGIC
 
 _CONTINUE_AFTER = ("crc", "propCrc", "physicalOffset")
-_HEAD = struct.Struct(">iI")                  # TOTALSIZE, MAGICCODE
 _MAGIC_FIRST_BYTE = MESSAGE_MAGIC_CODE >> 24  # the same in both message magic codes
 WINDOW_BYTES = 64 << 20     # scanned, then queue-checked, at a time (BENCHMARKS.md, "Verify")
 
@@ -161,7 +160,7 @@ def find_record_start(buf: Any, near: int, end: int, chain: int = 8, window: int
         for _ in range(chain):
             if p + 8 > end:
                 break
-            total, magic = _HEAD.unpack_from(mv, p)
+            total, magic = TOTAL_AND_MAGIC.unpack_from(mv, p)
             if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or total < MIN_RECORD_LENGTH \
                     or p + total > end:
                 break

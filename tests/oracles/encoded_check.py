@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from store.format.codec import CodecConfig
-from store.scan.fields import ScanColumns, be_ints
+from store.format.layout import be_ints
+from store.scan.fields import ScanColumns
 from store.scan.record_check import first_bad
 
 

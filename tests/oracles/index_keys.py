@@ -29,7 +29,8 @@ from store.format.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from store.index.build import RecordKeys
-from store.scan.fields import RecordFields, be_ints, record_fields, rows_at
+from store.format.layout import be_ints
+from store.scan.fields import RecordFields, record_fields, rows_at
 from store.format.properties import java_string, string_to_properties
 from store.index.hashing import index_key_hashes, java_string_hashes
 from store.index.keys import indexed_keys, keys_tokens

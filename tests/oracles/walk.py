@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from store.format.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_LENGTH
-from store.scan.fields import be_ints
+from store.format.layout import be_ints
 
 _I32 = struct.Struct(">i")
 

@@ -125,3 +125,32 @@ def test_the_vectorized_walk_agrees_record_for_record() -> None:
             assert (many.props_pos[i] - starts[i], many.props_len[i]) == (s.properties_pos, s.properties_length)
             assert many.hosts.store_timestamp_pos[i] == s.store_timestamp_pos
             assert many.hosts.reconsume_times_pos[i] == s.reconsume_times_pos
+
+
+def test_the_c_check_passes_exactly_the_records_whose_lengths_add_up() -> None:
+    """_layout.h's record_spans through check_one (_record_check.check): the golden records' bodies
+    are untouched by the changes, so only the walk and the lengths decide."""
+    from store.scan import _record_check
+    for name, rec in [(n, r) for n, r, _ in RECORDS] + MUTATED:
+        values = np.frombuffer(rec, dtype=np.uint8)
+        passed = _record_check.check(values, np.zeros(1, np.int64), np.array([len(rec)], np.int64),
+                                     np.zeros((4, 1), np.int64)) == 1
+        assert passed == oracle.adds_up(rec, oracle.walk(rec)), name
+
+
+def test_the_c_index_pass_leaves_to_python_exactly_the_records_the_walk_stops_in() -> None:
+    """_layout.h's record_spans through record_keys (_index_build.find_keys): a record whose fields
+    do not fit is one entry with hash -1 (decoded_keys then finds no key in it); a rollback record
+    has no keys, whatever its lengths."""
+    from store.index import _index_build
+    from store.index.build import decoded_keys
+    out = np.zeros(16386, np.int64), np.zeros(16386, np.int32), np.zeros(16386, np.int64), np.zeros(16386, np.int64)
+    for name, rec in [(n, r) for n, r, _ in RECORDS] + MUTATED:
+        values = np.frombuffer(rec, dtype=np.uint8)
+        count, done = _index_build.find_keys(values, np.zeros(1, np.int64), 0, 0, *out)
+        assert done == 1, name
+        rollback = int.from_bytes(rec[36:40], "big") & 0xC == 0xC
+        left = count == 1 and int(out[1][0]) == -1
+        assert left == (oracle.walk(rec).fault is not None and not rollback), name
+        if left:
+            assert len(decoded_keys(values, 0)[0]) == 0, name

@@ -105,4 +105,65 @@ static inline int64_t topic_length(const uint8_t *p, int v2) {
     return v2 ? (int64_t)(int16_t)be16(p) : (int64_t)(int8_t)p[0];
 }
 
+/* --- the walk of a message record: store/format/layout.py's record_spans, in C (every C reader of
+ * a record takes its positions from here; tests/test_record_spans.py holds it to the oracle) */
+
+/* What record_spans returns: the record's fields fit, or the first that does not fit in TOTALSIZE */
+enum { SPANS_OK = 0, SPANS_HOSTS, SPANS_BODY, SPANS_TOPIC, SPANS_PROPERTIES };
+
+/* The positions in a record of the fixed fields its hosts move */
+typedef struct {
+    int64_t born_host_len, store_host_len;  /* IPV4_HOST_LENGTH, or IPV6_HOST_LENGTH as SYSFLAG says */
+    int64_t store_timestamp_pos, store_host_pos, reconsume_times_pos, body_length_pos;
+} HostPositions;
+
+static inline HostPositions host_positions(uint32_t sys_flag) {
+    HostPositions h;
+    h.born_host_len = (sys_flag & BORNHOST_V6_FLAG) ? IPV6_HOST_LENGTH : IPV4_HOST_LENGTH;
+    h.store_host_len = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? IPV6_HOST_LENGTH : IPV4_HOST_LENGTH;
+    h.store_timestamp_pos = POS_BORNHOST + h.born_host_len;
+    h.store_host_pos = h.store_timestamp_pos + 8;
+    h.reconsume_times_pos = h.store_host_pos + h.store_host_len;
+    h.body_length_pos = h.reconsume_times_pos + 4 + 8; /* RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET */
+    return h;
+}
+
+/* Where the fields of one message record lie, positions from its start; a length past the fault
+ * record_spans returned is not read */
+typedef struct {
+    HostPositions at;
+    int64_t body_pos, body_len, topic_pos, topic_len, props_pos, props_len; /* props_len signed, as read */
+} RecordSpans;
+
+/* Walk the message record at r (total bytes readable, total >= MIN_RECORD_LENGTH, its head read by
+ * record_head): SPANS_OK, or the first field that does not fit in total: the hosts (the fixed
+ * fields up to BODYLENGTH), the body and the TOPICLENGTH after it, the topic and the
+ * PROPERTIESLENGTH after it, or a positive PROPERTIESLENGTH */
+static inline int record_spans(const uint8_t *r, int64_t total, const RecordHead *head, RecordSpans *s) {
+    s->at = host_positions(head->sys_flag);
+    s->body_pos = s->at.body_length_pos + 4;
+    if (s->body_pos > total)
+        return SPANS_HOSTS;
+    s->body_len = (int32_t)be32(r + s->at.body_length_pos);
+    const int64_t tl_at = s->body_pos + s->body_len, width = 1 + head->v2;
+    if (s->body_len < 0 || tl_at + width > total)
+        return SPANS_BODY;
+    s->topic_len = topic_length(r + tl_at, head->v2);
+    s->topic_pos = tl_at + width;
+    if (s->topic_len < 0 || s->topic_pos + s->topic_len + 2 > total)
+        return SPANS_TOPIC;
+    s->props_pos = s->topic_pos + s->topic_len + 2;
+    s->props_len = (int16_t)be16(r + s->props_pos - 2);
+    if (s->props_len > 0 && s->props_pos + s->props_len > total)
+        return SPANS_PROPERTIES;
+    return SPANS_OK;
+}
+
+/* MessageExtEncoder.calMsgLength of a walked record: its TOTALSIZE when the lengths add up (a
+ * negative PROPERTIESLENGTH counts as none) */
+static inline int64_t spans_length(const RecordSpans *s, const RecordHead *head) {
+    return FIXED_PART_LENGTH + s->body_len + s->topic_len + (s->props_len > 0 ? s->props_len : 0) + head->hosts_extra
+           + head->v2;
+}
+
 #endif

@@ -187,34 +187,18 @@ static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int
                            uint32_t *hashes, int64_t *ts) {
     const uint8_t *r = d + at;
     RecordHead head;
-    if (!record_head(r, &head))
+    RecordSpans sp;
+    if (total < MIN_RECORD_LENGTH || !record_head(r, &head))
         return -1;
-    *ts = be64(r + POS_STORETIMESTAMP_V4 + head.born_extra);
+    const int walked = record_spans(r, total, &head, &sp);
+    *ts = be64(r + sp.at.store_timestamp_pos);
     if ((head.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE)
         return 0;
-    int64_t p = POS_BODYLENGTH_V4 + head.hosts_extra;
-    if (p + 4 > total)
+    if (walked != SPANS_OK)
         return -1;
-    const int64_t body_len = (int32_t)be32(r + p);
-    if (body_len < 0)
-        return -1;
-    p += 4 + body_len;
-    const int wide = head.v2;
-    if (p + 1 + wide > total)
-        return -1;
-    const int64_t topic_len = topic_length(r + p, wide);
-    if (topic_len < 0)
-        return -1;
-    const int64_t topic_at = p + 1 + wide;
-    p = topic_at + topic_len;
-    if (p + 2 > total)
-        return -1;
-    const int64_t props_len = (int16_t)((uint16_t)r[p] << 8 | r[p + 1]);
-    p += 2;
+    const int64_t props_len = sp.props_len, p = sp.props_pos;
     if (props_len <= 0)
         return 0;
-    if (p + props_len > total)
-        return -1;
     const uint8_t *props = r + p;
     const int64_t avail = len - (at + p); /* bytes readable from props on */
     /* string2messageProperties: pieces between \2, the name up to the first \1, the last pair of a
@@ -241,6 +225,7 @@ static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int
 #undef PIECE
     if (uniq < 0 && keys < 0)
         return 0;
+    const int64_t topic_at = sp.topic_pos, topic_len = sp.topic_len;
     if (tc->at == NULL || tc->len != topic_len || !same_bytes(tc->at, r + topic_at, topic_len)) {
         uint32_t h = 0;
         if (hash_text(r + topic_at, topic_len, len - (at + topic_at), &h) < 0)

@@ -35,36 +35,18 @@ static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const 
     if (s < 0 || s > len || z < r->min_length || z > len - s)
         return 0;
     const uint8_t *p = d + s;
-    const int64_t end = s + z;
     RecordHead head;
-    if ((int64_t)(int32_t)be32(p + POS_TOTALSIZE) != z || !record_head(p, &head))
+    RecordSpans sp;
+    if ((int64_t)(int32_t)be32(p + POS_TOTALSIZE) != z || !record_head(p, &head)
+        || record_spans(p, z, &head, &sp) != SPANS_OK || spans_length(&sp, &head) != z)
         return 0;
-    const int v2 = head.v2;
-    const int64_t hosts = head.hosts_extra;
-    int64_t body_pos = s + POS_BODYLENGTH_V4 + hosts;
-    if (body_pos + 4 > end)
-        return 0;
-    int64_t body_len = (int32_t)be32(d + body_pos);
-    int64_t body = body_pos + 4;
-    if (body_len < 0 || body + body_len + 1 + v2 > end)
-        return 0;
-    if (r->crc && body_len > 0 && (crc32_of(d + body, body_len) & 0x7FFFFFFFu) != be32(p + POS_BODYCRC))
-        return 0;
-    int64_t t = body + body_len;
-    int64_t tl = topic_length(d + t, v2);
-    t += 1 + v2;
-    if (tl < 0 || t + tl + 2 > end)
-        return 0;
-    int64_t pl = (int16_t)be16(d + t + tl);
-    if (pl > 0 && t + tl + 2 + pl > end)
-        return 0;
-    if (FIXED_PART_LENGTH + body_len + tl + (pl > 0 ? pl : 0) + hosts + v2 != z)
+    if (r->crc && sp.body_len > 0 && (crc32_of(p + sp.body_pos, sp.body_len) & 0x7FFFFFFFu) != be32(p + POS_BODYCRC))
         return 0;
     f->queue_id = (int32_t)be32(p + POS_QUEUEID);
     f->sys_flag = (int32_t)head.sys_flag;
-    f->topic_pos = t;
-    f->topic_len = tl;
-    f->props_len = pl;
+    f->topic_pos = s + sp.topic_pos;
+    f->topic_len = sp.topic_len;
+    f->props_len = sp.props_len;
     return 1;
 }
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../format/_layout.h" /* the record's positions, be32, be64, RecordHead */
+#include "../format/_layout.h" /* the record's positions (host_positions), be32, be64 */
 
 #define MAX_DISTINCT 256
 #define PREFETCH_AHEAD 16    /* records ahead whose first bytes are asked for (they lie far apart) */
@@ -113,13 +113,9 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args) {
             goto done;
         }
         const uint8_t *rec = d + at;
-        const uint32_t sys_flag = be32(rec + POS_SYSFLAG);
-        const int64_t born_w = (sys_flag & BORNHOST_V6_FLAG) ? IPV6_HOST_LENGTH : IPV4_HOST_LENGTH;
-        const int64_t store_w = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? IPV6_HOST_LENGTH : IPV4_HOST_LENGTH;
-        /* STORETIMESTAMP, STOREHOST and RECONSUMETIMES follow BORNHOST; then PREPAREDTRANSACTIONOFFSET and
-         * BODYLENGTH (POS_BODYLENGTH_V4 - POS_RECONSUMETIMES_V4 = 12 bytes past RECONSUMETIMES) */
-        const int64_t store_ts_at = POS_BORNHOST + born_w, store_at = store_ts_at + 8, tail = store_at + store_w;
-        const int64_t body_len_at = tail + (POS_BODYLENGTH_V4 - POS_RECONSUMETIMES_V4);
+        const HostPositions pos = host_positions(be32(rec + POS_SYSFLAG));
+        const int64_t born_w = pos.born_host_len, store_w = pos.store_host_len, store_ts_at = pos.store_timestamp_pos,
+                      store_at = pos.store_host_pos, tail = pos.reconsume_times_pos, body_len_at = pos.body_length_pos;
         if (at > len - (body_len_at + 4)) {
             PyErr_Format(PyExc_ValueError, "columns: record %zd at %lld is outside the buffer of %lld bytes", r,
                          (long long)at, (long long)len);

@@ -52,17 +52,18 @@ class BuildPasses(build_ext):
 
 CRC32 = "store/format/_crc32.h"    # the CRC-32 two of them share (BODYCRC): libdeflate's, found at load (dlopen), or a table
 LAYOUT = "store/format/_layout.h"  # the record and IndexFile layout every pass reads by (constants.py's numbers)
+TEXT = "store/format/_text.h"      # UTF-8, String.hashCode and the property pieces, as Java and RocketMQ have them
 # the index's key finder, file rules and putKey
-INDEX_KEYS = ["store/index/_index_keys.h", "store/index/_index_file.h", "store/index/_index_put.h", LAYOUT]
+INDEX_KEYS = ["store/index/_index_keys.h", "store/index/_index_file.h", "store/index/_index_put.h", LAYOUT, TEXT]
 FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 
 setup(cmdclass={"build_ext": BuildPasses}, ext_modules=[
     Extension("ingest.encode._direct_encode", ["ingest/encode/_direct_encode.c"], extra_compile_args=FLAGS,
-              depends=[CRC32, LAYOUT, "ingest/encode/_direct_record.h"], libraries=["dl"]),
+              depends=[CRC32, LAYOUT, TEXT, "ingest/encode/_direct_record.h"], libraries=["dl"]),
     Extension("store.scan._properties_split", ["store/scan/_properties_split.c"],
-              extra_compile_args=FLAGS),
+              extra_compile_args=FLAGS, depends=[LAYOUT, TEXT]),
     Extension("store.scan._record_check", ["store/scan/_record_check.c"],
-              extra_compile_args=FLAGS, depends=[CRC32, LAYOUT], libraries=["dl"]),
+              extra_compile_args=FLAGS, depends=[CRC32, LAYOUT, TEXT], libraries=["dl"]),
     Extension("store.scan._record_columns", ["store/scan/_record_columns.c"],
               extra_compile_args=FLAGS, depends=[LAYOUT]),
     Extension("store.scan._scan_walk", ["store/scan/_scan_walk.c"], extra_compile_args=FLAGS,

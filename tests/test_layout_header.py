@@ -1,6 +1,7 @@
 """One layout authority: the C passes read the record and IndexFile layout from store/format/_layout.h,
-which must say what store/format/constants.py says under the same names, and no other C file may
-declare a layout number or a big-endian read of its own."""
+which must say what store/format/constants.py says under the same names (its numbers, and the property
+names and separators as strings), and no other C file may declare a layout number, a big-endian read or
+a property name of its own."""
 
 from __future__ import annotations
 
@@ -18,8 +19,36 @@ HEADER = ROOT / "store" / "format" / "_layout.h"
 DEFINE = re.compile(r"^#define\s+([A-Z][A-Z0-9_]*)\s+(0x[0-9A-Fa-f]+|\d+)u?\s*(?:/\*.*)?$", re.MULTILINE)
 
 
+STRING_DEFINE = re.compile(r'^#define\s+([A-Z][A-Z0-9_]*)\s+"((?:[^"\\]|\\.)*)"\s*(?:/\*.*)?$', re.MULTILINE)
+C_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+
+
+def c_text(literal: str) -> str:
+    """A C string literal's text (the escapes the C files use: \\xNN, \\N octal, \\n, \\\\, \\")."""
+    return re.sub(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|.)",
+                  lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] == "x" else
+                  chr(int(m.group(1), 8)) if m.group(1)[0] in "01234567" else
+                  {"n": "\n", "t": "\t", "0": "\0"}.get(m.group(1), m.group(1)), literal)
+
+
+def header_strings() -> dict[str, str]:
+    return {name: c_text(value) for name, value in STRING_DEFINE.findall(HEADER.read_text())}
+
+
+# a position the header works out from the ones before it: (NAME + NAME), (NAME - NAME), (NAME + 8)
+DERIVED = re.compile(r"^#define\s+([A-Z][A-Z0-9_]*)\s+\(([A-Z][A-Z0-9_]*) ([+-]) ([A-Z][A-Z0-9_]*|\d+)\)\s*$",
+                     re.MULTILINE)
+
+
 def header_numbers() -> dict[str, int]:
-    return {name: int(value, 0) for name, value in DEFINE.findall(HEADER.read_text())}
+    """The header's numbers, written out or worked out from the ones before them."""
+    text = HEADER.read_text()
+    numbers = {name: int(value, 0) for name, value in DEFINE.findall(text)}
+    for name, left, op, right in DERIVED.findall(text):
+        a, b = numbers[left], numbers[right] if right in numbers else int(right)
+        numbers[name] = a + b if op == "+" else a - b
+    return numbers
 
 
 def c_sources() -> list[Path]:
@@ -64,3 +93,37 @@ def test_the_index_files_share_their_slot_and_time_rules() -> None:
     for name in ("_index_check.c", "_index_put.h"):
         assert '#include "_index_file.h"' in (index / name).read_text(), name
     assert '#include "_index_put.h"' in (index / "_index_build.c").read_text()
+
+
+def test_every_string_of_the_header_is_the_constant_of_its_name() -> None:
+    strings = header_strings()
+    assert {"PROPERTY_KEYS", "PROPERTY_UNIQ_KEY", "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR"} <= set(strings)
+    differ = {name: (value, getattr(constants, name, None)) for name, value in strings.items()
+              if getattr(constants, name, None) != value}
+    assert differ == {}, "header string, constants.py value"
+
+
+def test_the_header_names_every_property_the_c_passes_read_or_write() -> None:
+    names = {name for name in vars(constants) if name.startswith("PROPERTY_") and name != "PROPERTY_SEPARATOR"}
+    read_or_written = {"PROPERTY_TAGS", "PROPERTY_KEYS", "PROPERTY_UNIQ_KEY", "PROPERTY_DELAY", "PROPERTY_CRC32",
+                       "PROPERTY_KAFKA_VALUE_NULL", "PROPERTY_KAFKA_VALUE_EMPTY", "PROPERTY_VALUE_TRUE"}
+    assert read_or_written <= names and read_or_written <= set(header_strings())
+
+
+def test_no_c_file_spells_a_property_name_or_separator_itself() -> None:
+    """Property names and separators reach the C through the header's names only: no string
+    literal outside _layout.h holds a separator byte or a property name, and no character
+    literal is a separator."""
+    names = {getattr(constants, n) for n in vars(constants) if n.startswith("PROPERTY_") and n != "PROPERTY_SEPARATOR"
+             and isinstance(getattr(constants, n), str) and len(getattr(constants, n)) > 2}
+    found = []
+    for path in c_sources():
+        if path == HEADER:
+            continue
+        code = C_COMMENT.sub(" ", path.read_text())
+        for literal in C_STRING.findall(code):
+            text = c_text(literal)
+            if "\x01" in text or "\x02" in text or any(name in text for name in names):
+                found.append((path.name, literal))
+        found += [(path.name, m) for m in re.findall(r"'\\(?:x0?[12]|0?0?[12])'", code)]
+    assert found == []

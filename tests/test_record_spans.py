@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from store.format.layout import RecordSpans, message_version, record_spans, record_spans_many
+from store.format.properties import tags_code
 from tests.oracles import record_spans as oracle
 
 pytestmark = pytest.mark.unit
@@ -154,3 +155,30 @@ def test_the_c_index_pass_leaves_to_python_exactly_the_records_the_walk_stops_in
         assert left == (oracle.walk(rec).fault is not None and not rollback), name
         if left:
             assert len(decoded_keys(values, 0)[0]) == 0, name
+
+
+TAGS = ["a", "TagA", "x" * 40, "é", "ταγ", "日本語のタグ", "emoji \U0001F600 tag", "\U00010348" * 3]
+
+
+def test_the_c_scan_hashes_any_well_formed_tags_as_java_does_and_marks_the_rest() -> None:
+    """One String.hashCode in C (_text.h hash_text): the scan's tagsCode of every well-formed TAGS
+    value is Java's (properties.tags_code); a value that is not UTF-8 is left to Python, marked."""
+    from store.format.codec import Message, encode_message
+    from store.scan.fields import MARK_TAGS_SLOW
+    from store.scan.record_check import scan_segment_fast
+    records, offset = [], 0
+    for tags in TAGS:
+        rec = encode_message(Message(topic="T", body=b"b", properties=f"TAGS\u0001{tags}\u0002",
+                                     physical_offset=offset))
+        records.append(rec)
+        offset += len(rec)
+    bad = bytearray(encode_message(Message(topic="T", body=b"b", properties="TAGS\u0001ab\u0002",
+                                           physical_offset=offset)))
+    at = bytes(bad).index(b"TAGS\x01ab") + 5
+    bad[at:at + 2] = b"\xc3\x28"          # a lead byte whose continuation is not one
+    scan = scan_segment_fast(b"".join(records) + bytes(bad) + bytes(64), 0, columns=True)
+    assert len(scan.offsets) == len(TAGS) + 1
+    cols = scan.columns
+    assert cols is not None and cols.tags_code is not None and cols.marks is not None
+    assert cols.tags_code[:len(TAGS)].tolist() == [tags_code(t) for t in TAGS]
+    assert not (cols.marks[:len(TAGS)] & MARK_TAGS_SLOW).any() and cols.marks[-1] & MARK_TAGS_SLOW

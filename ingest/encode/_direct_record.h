@@ -31,10 +31,16 @@ enum {
 static const uint8_t EMPTY_VALUE_BODY = 0x00;
 enum { VALUE_IN_BODY = 0, VALUE_NULL = 1, VALUE_EMPTY = 2 };   /* sink/batch.py's value_kind */
 
+/* the pieces the mapping writes whole: a tombstone's and a 0-byte value's flag, and what starts UNIQ_KEY */
+#define VALUE_NULL_PIECE PAIR(PROPERTY_KAFKA_VALUE_NULL) PROPERTY_VALUE_TRUE PROPERTY_SEPARATOR
+#define VALUE_EMPTY_PIECE PAIR(PROPERTY_KAFKA_VALUE_EMPTY) PROPERTY_VALUE_TRUE PROPERTY_SEPARATOR
+#define UNIQ_KEY_PIECE_START PROPERTY_SEPARATOR PAIR(PROPERTY_UNIQ_KEY)
+
 #define MAX_HEADERS 32     /* more headers than this in one record: handed back (repeats are checked pairwise) */
 
 #include "../../store/format/_crc32.h"     /* crc_init, crc32_of */
-#include "../../store/format/_layout.h"    /* POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP, POS_BODYLENGTH_V4 */
+#include "../../store/format/_layout.h"    /* POS_BODYCRC, POS_QUEUEID, POS_BORNTIMESTAMP, POS_BODYLENGTH_V4, the names */
+#include "../../store/format/_text.h"      /* utf8_next, hash_text: UTF-8 and String.hashCode as Java has them */
 
 static void put32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
@@ -45,37 +51,14 @@ static void put64(uint8_t *p, uint64_t v) {
     put32(p + 4, (uint32_t)v);
 }
 
-/* One UTF-8 sequence at p[0..n): its code point and length, or length 0 where Python's strict
- * decoder refuses it (a stray or missing continuation, an overlong form, a surrogate, > U+10FFFF). */
-static int utf8_next(const uint8_t *p, Py_ssize_t n, uint32_t *cp) {
-    const uint8_t b = p[0];
-    int len;
-    uint32_t c, min;
-    if (b < 0x80) { *cp = b; return 1; }
-    if ((b & 0xE0) == 0xC0) { len = 2; c = b & 0x1F; min = 0x80; }
-    else if ((b & 0xF0) == 0xE0) { len = 3; c = b & 0x0F; min = 0x800; }
-    else if ((b & 0xF8) == 0xF0) { len = 4; c = b & 0x07; min = 0x10000; }
-    else return 0;
-    if (len > n)
-        return 0;
-    for (int k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-        c = c << 6 | (p[k] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    *cp = c;
-    return len;
-}
-
-/* 1 unless the bytes are UTF-8 text with no 0x02 (and no 0x01 when strict): what a property holds as it is. */
+/* 1 unless the bytes are UTF-8 text with no PROPERTY_SEPARATOR (and no NAME_VALUE_SEPARATOR when strict):
+ * what a property holds as it is. */
 static int odd_bytes(const uint8_t *p, Py_ssize_t n, int strict) {
     Py_ssize_t i = 0;
     while (i < n) {
         const uint8_t b = p[i];
         if (b < 0x80) {
-            if (b == 2 || (strict && b == 1))
+            if (b == (uint8_t)PROPERTY_SEPARATOR[0] || (strict && b == (uint8_t)NAME_VALUE_SEPARATOR[0]))
                 return 1;
             i++;
             continue;
@@ -107,24 +90,10 @@ static int listed(const uint8_t *p, Py_ssize_t n, const uint8_t *list, Py_ssize_
     return 0;
 }
 
-/* Java String.hashCode of UTF-8 text (odd_bytes passed it): over its UTF-16 code units, a code point
- * above U+FFFF counting as its surrogate pair, int32 arithmetic. */
+/* Java String.hashCode of UTF-8 text odd_bytes passed (hash_text, int32 arithmetic) */
 static int32_t java_hash(const uint8_t *p, Py_ssize_t n) {
     uint32_t h = 0;
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        const int len = p[i] < 0x80 ? (cp = p[i], 1) : utf8_next(p + i, n - i, &cp);
-        if (!len)
-            break;
-        if (cp >= 0x10000) {
-            h = 31u * h + (0xD800u + ((cp - 0x10000u) >> 10));
-            h = 31u * h + (0xDC00u + ((cp - 0x10000u) & 0x3FFu));
-        } else {
-            h = 31u * h + cp;
-        }
-        i += len;
-    }
+    hash_text(p, n, n, &h);
     return (int32_t)h;
 }
 
@@ -232,11 +201,12 @@ static int write_record(Job *j, const Rec *r, int *reason) {
     int32_t key_hash = 0;
     if (r->key_len > 0) {
         if (odd_bytes(r->key, r->key_len, 1)) { *reason = FB_KEY; goto done; }
-        NEED(r->key_len + 6);
-        memcpy(out + o, "KEYS\x01", 5);
-        memcpy(out + o + 5, r->key, (size_t)r->key_len);
-        out[o + 5 + r->key_len] = 0x02;
-        o += r->key_len + 6;
+        const int64_t keys_pair = LITERAL_LENGTH(PAIR(PROPERTY_KEYS));
+        NEED(keys_pair + r->key_len + 1);
+        memcpy(out + o, PAIR(PROPERTY_KEYS), (size_t)keys_pair);
+        memcpy(out + o + keys_pair, r->key, (size_t)r->key_len);
+        out[o + keys_pair + r->key_len] = (uint8_t)PROPERTY_SEPARATOR[0];
+        o += keys_pair + r->key_len + 1;
         if (j->key_hash_queues > 0)
             key_hash = java_hash(r->key, r->key_len);
     }
@@ -246,7 +216,7 @@ static int write_record(Job *j, const Rec *r, int *reason) {
         const uint8_t *name = r->names[h], *val = r->vals[h];
         const Py_ssize_t name_len = r->name_lens[h], vlen = r->val_lens[h];
         if (name_len == 0 || odd_bytes(name, name_len, 1)) { *reason = FB_HEADER_NAME; goto done; }
-        if (same(name, name_len, j->b.born_header.buf, j->b.born_header.len) || same(name, name_len, "DELAY", 5)) {
+        if (same(name, name_len, j->b.born_header.buf, j->b.born_header.len) || same(name, name_len, PROPERTY_DELAY, LITERAL_LENGTH(PROPERTY_DELAY))) {
             *reason = FB_SPECIAL_HEADER; goto done;
         }
         if (listed(name, name_len, j->b.reserved.buf, j->b.reserved.len)
@@ -259,24 +229,24 @@ static int write_record(Job *j, const Rec *r, int *reason) {
         NEED(name_len + vlen + 2);
         memcpy(out + o, name, (size_t)name_len);
         o += name_len;
-        out[o++] = 0x01;
+        out[o++] = (uint8_t)NAME_VALUE_SEPARATOR[0];
         memcpy(out + o, val, (size_t)vlen);
         o += vlen;
-        out[o++] = 0x02;
-        if (same(name, name_len, "TAGS", 4)) {
+        out[o++] = (uint8_t)PROPERTY_SEPARATOR[0];
+        if (same(name, name_len, PROPERTY_TAGS, LITERAL_LENGTH(PROPERTY_TAGS))) {
             tags = val;
             tags_len = vlen;
         }
     }
     if (r->val_len < 0) {
         /* a tombstone: the one-byte body stands for null */
-        NEED(22);
-        memcpy(out + o, "KAFKA_VALUE_NULL\x01true\x02", 22);
-        o += 22;
+        NEED(LITERAL_LENGTH(VALUE_NULL_PIECE));
+        memcpy(out + o, VALUE_NULL_PIECE, (size_t)LITERAL_LENGTH(VALUE_NULL_PIECE));
+        o += LITERAL_LENGTH(VALUE_NULL_PIECE);
     } else if (r->val_len == 0) {
-        NEED(23);
-        memcpy(out + o, "KAFKA_VALUE_EMPTY\x01true\x02", 23);
-        o += 23;
+        NEED(LITERAL_LENGTH(VALUE_EMPTY_PIECE));
+        memcpy(out + o, VALUE_EMPTY_PIECE, (size_t)LITERAL_LENGTH(VALUE_EMPTY_PIECE));
+        o += LITERAL_LENGTH(VALUE_EMPTY_PIECE);
     }
 
     /* KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET (decimal) and UNIQ_KEY (hex) */
@@ -285,20 +255,20 @@ static int write_record(Job *j, const Rec *r, int *reason) {
     int nd = 0;
     uint64_t u = offset < 0 ? (uint64_t)0 - (uint64_t)offset : (uint64_t)offset;
     do { digits[nd++] = (char)('0' + u % 10); u /= 10; } while (u);
-    NEED(j->b.coords_prefix.len + nd + 1 + 10 + j->b.uniq_prefix.len + 16 + 1 + 1);
+    NEED(j->b.coords_prefix.len + nd + 1 + LITERAL_LENGTH(UNIQ_KEY_PIECE_START) + j->b.uniq_prefix.len + 16 + 1 + 1);
     memcpy(out + o, j->b.coords_prefix.buf, (size_t)j->b.coords_prefix.len);
     o += j->b.coords_prefix.len;
     if (offset < 0)
         out[o++] = '-';
     while (nd)
         out[o++] = (uint8_t)digits[--nd];
-    memcpy(out + o, "\x02UNIQ_KEY\x01", 10);
-    o += 10;
+    memcpy(out + o, UNIQ_KEY_PIECE_START, (size_t)LITERAL_LENGTH(UNIQ_KEY_PIECE_START));
+    o += LITERAL_LENGTH(UNIQ_KEY_PIECE_START);
     memcpy(out + o, j->b.uniq_prefix.buf, (size_t)j->b.uniq_prefix.len);
     o += j->b.uniq_prefix.len;
     for (int s = 60; s >= 0; s -= 4)
         out[o++] = (uint8_t)HEX[((uint64_t)offset >> s) & 0xF];
-    out[o++] = 0x02;
+    out[o++] = (uint8_t)PROPERTY_SEPARATOR[0];
     if (j->crc_reserve > 0) {
         NEED(j->crc_reserve);
         memset(out + o, 0, (size_t)j->crc_reserve);

@@ -35,6 +35,7 @@ from store.format import (
     PROPERTY_KAFKA_TOPIC,
     PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_KAFKA_VALUE_NULL,
+    PROPERTY_VALUE_TRUE,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -321,5 +322,5 @@ def _empty_value(value: bytes | None, body: bytes | None, envelope: bool) -> tup
     if body:
         return VALUE_IN_BODY, []
     if value is None and not envelope:
-        return VALUE_NULL, [_prop(PROPERTY_KAFKA_VALUE_NULL, "true")]
-    return VALUE_EMPTY, [_prop(PROPERTY_KAFKA_VALUE_EMPTY, "true")]
+        return VALUE_NULL, [_prop(PROPERTY_KAFKA_VALUE_NULL, PROPERTY_VALUE_TRUE)]
+    return VALUE_EMPTY, [_prop(PROPERTY_KAFKA_VALUE_EMPTY, PROPERTY_VALUE_TRUE)]

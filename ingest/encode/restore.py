@@ -22,6 +22,7 @@ from ingest.encode.mapping import (
     PROPERTY_KAFKA_KEY_BASE64,
     PROPERTY_KAFKA_VALUE_EMPTY,
     PROPERTY_KAFKA_VALUE_NULL,
+    PROPERTY_VALUE_TRUE,
     RESERVED_PROPERTIES,
 )
 from store.format import EMPTY_VALUE_BODY, PROPERTY_KEYS
@@ -41,8 +42,8 @@ def kafka_key(properties: Mapping[str, str]) -> bytes | None:
 
 def kafka_value(body: bytes, properties: Mapping[str, str]) -> bytes | None:
     """The record's value: None for a tombstone, b"" for a 0-byte value."""
-    null = properties.get(PROPERTY_KAFKA_VALUE_NULL) == "true"
-    if not null and properties.get(PROPERTY_KAFKA_VALUE_EMPTY) != "true":
+    null = properties.get(PROPERTY_KAFKA_VALUE_NULL) == PROPERTY_VALUE_TRUE
+    if not null and properties.get(PROPERTY_KAFKA_VALUE_EMPTY) != PROPERTY_VALUE_TRUE:
         return bytes(body)
     if bytes(body) not in (EMPTY_VALUE_BODY, b""):
         name = PROPERTY_KAFKA_VALUE_NULL if null else PROPERTY_KAFKA_VALUE_EMPTY

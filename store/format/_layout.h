@@ -29,13 +29,13 @@
 #define POS_BORNHOST 48
 #define IPV4_HOST_LENGTH 8
 #define IPV6_HOST_LENGTH 20
-#define IPV6_HOST_EXTRA_LENGTH 12
-#define POS_STORETIMESTAMP_V4 56
-#define POS_STORETIMESTAMP_V6 68
-#define POS_STOREHOST_V4 64
-#define POS_RECONSUMETIMES_V4 72
-#define POS_PREPAREDTRANSACTIONOFFSET_V4 76
-#define POS_BODYLENGTH_V4 84
+#define IPV6_HOST_EXTRA_LENGTH (IPV6_HOST_LENGTH - IPV4_HOST_LENGTH)
+#define POS_STORETIMESTAMP_V4 (POS_BORNHOST + IPV4_HOST_LENGTH)
+#define POS_STORETIMESTAMP_V6 (POS_BORNHOST + IPV6_HOST_LENGTH)
+#define POS_STOREHOST_V4 (POS_STORETIMESTAMP_V4 + 8)
+#define POS_RECONSUMETIMES_V4 (POS_STOREHOST_V4 + IPV4_HOST_LENGTH)
+#define POS_PREPAREDTRANSACTIONOFFSET_V4 (POS_RECONSUMETIMES_V4 + 4)
+#define POS_BODYLENGTH_V4 (POS_PREPAREDTRANSACTIONOFFSET_V4 + 8)
 #define MIN_RECORD_LENGTH 91
 #define FIXED_PART_LENGTH 91
 
@@ -53,6 +53,31 @@
 #define INDEX_ITEM_POS_PHY_OFFSET 4
 #define INDEX_ITEM_POS_TIME_DIFF 12
 #define INDEX_ITEM_POS_PREV_INDEX 16
+
+/* --- properties (FORMAT.md §7): the names and separators of constants.py, as C strings; a piece
+ * of PROPERTIES is NAME NAME_VALUE_SEPARATOR value PROPERTY_SEPARATOR, so PAIR(PROPERTY_KEYS) is
+ * "KEYS\1" and LITERAL_LENGTH of it 5 */
+#define NAME_VALUE_SEPARATOR "\x01"
+#define PROPERTY_SEPARATOR "\x02"
+#define PROPERTY_TAGS "TAGS"
+#define PROPERTY_KEYS "KEYS"
+#define PROPERTY_UNIQ_KEY "UNIQ_KEY"
+#define PROPERTY_DELAY "DELAY"
+#define PROPERTY_CRC32 "__CRC32#"
+#define PROPERTY_KAFKA_VALUE_NULL "KAFKA_VALUE_NULL"
+#define PROPERTY_KAFKA_VALUE_EMPTY "KAFKA_VALUE_EMPTY"
+#define PROPERTY_VALUE_TRUE "true"
+#define INDEX_KEY_SEPARATOR " "   /* KEYS holds the tokens the index puts split on it */
+#define INDEX_TOPIC_KEY_JOIN "#"  /* the indexed text is topic, it, key */
+#define PAIR(name) name NAME_VALUE_SEPARATOR
+#define LITERAL_LENGTH(s) ((int64_t)sizeof(s) - 1)
+
+/* The first n <= 8 bytes of s as one little-endian word (a name compared eight bytes at a time) */
+static inline uint64_t le_word(const char *s, int n) {
+    uint64_t w = 0;
+    memcpy(&w, s, (size_t)n);
+    return w;
+}
 
 static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 

@@ -1,6 +1,6 @@
 """Every constant of the RocketMQ CommitLog format, in one place (../shared/golden/FORMAT.md).
-The C passes take the layout's from _layout.h beside this file, under the same names
-(tests/test_layout_header.py holds the two equal).
+The C passes take the layout's numbers and the property names from _layout.h beside this file,
+under the same names (tests/test_layout_header.py holds the two equal).
 
 Names follow RocketMQ's so a RocketMQ engineer finds their way.
 """
@@ -81,6 +81,7 @@ PROPERTY_KAFKA_HEADERS = "KAFKA_HEADERS"
 EMPTY_VALUE_BODY = b"\x00"
 PROPERTY_KAFKA_VALUE_NULL = "KAFKA_VALUE_NULL"     # "true": the Kafka value was null (a tombstone)
 PROPERTY_KAFKA_VALUE_EMPTY = "KAFKA_VALUE_EMPTY"   # "true": the Kafka value was 0 bytes
+PROPERTY_VALUE_TRUE = "true"                       # the value of the two above
 
 # --- limits and defaults (FORMAT.md §9, MessageStoreConfig) --------------------------------
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024               # maxMessageSize: largest BODY

@@ -19,145 +19,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../format/_layout.h" /* the record's positions, be32, be64, record_head, topic_length */
+#include "../format/_layout.h" /* the record's walk (record_spans), be64, the property names */
+#include "../format/_text.h"   /* hash_text, piece_end, matches, word */
 
-#define ONES 0x0101010101010101ull
-#define HIGHS 0x8080808080808080ull
-#define LOWS 0x7F7F7F7F7F7F7F7Full
-#define UNIQ_KEY_WORD 0x59454B5F51494E55ull /* "UNIQ_KEY" read little-endian */
-#define KEYS_PAIR_WORD 0x15359454Bull       /* "KEYS\1" */
+/* a piece of PROPERTIES naming UNIQ_KEY or KEYS, its first eight bytes read little-endian */
+#define UNIQ_KEY_WORD le_word(PROPERTY_UNIQ_KEY, 8)
+#define KEYS_PAIR_WORD le_word(PAIR(PROPERTY_KEYS), 5)
 #define MOST_KEYS 16386     /* of one record: UNIQ_KEY and a KEYS token per 2 of 32,767 bytes */
-
-/* the n (> 0) bytes at p as a little-endian word, zeros above them (``avail`` readable from p) */
-static inline uint64_t word(const uint8_t *p, int64_t n, int64_t avail) {
-    uint64_t w = 0;
-    if (__builtin_expect(avail >= 8, 1)) {
-        memcpy(&w, p, 8);
-        return n >= 8 ? w : w & ((1ull << (8 * n)) - 1);
-    }
-    for (int64_t k = 0; k < n && k < avail; k++)
-        w |= (uint64_t)p[k] << (8 * k);
-    return w;
-}
-
-/* Byte search a block at a time: a mask of the bytes of p[0, n) (n <= BLOCK, ``avail`` bytes
- * readable from p) equal to c, the first one's place being MATCH_AT(mask); HIGH_BYTES: the bytes
- * over 0x7F. SSE2 where the compiler has it (every x86-64), eight bytes in a word elsewhere. */
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#define BLOCK 16
-#define MATCH_AT(m) __builtin_ctzll(m)
-static inline uint64_t matches(const uint8_t *p, int64_t n, int64_t avail, uint8_t c) {
-    uint64_t m;
-    if (__builtin_expect(avail >= 16, 1)) {
-        m = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi8((char)c)));
-    } else {
-        m = 0;
-        for (int64_t k = 0; k < avail && k < 16; k++)
-            m |= (uint64_t)(p[k] == c) << k;
-    }
-    return n >= 16 ? m : m & ((1ull << n) - 1);
-}
-static inline uint64_t high_bytes(const uint8_t *p, int64_t n, int64_t avail) {
-    uint64_t m;
-    if (__builtin_expect(avail >= 16, 1)) {
-        m = (uint32_t)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p));
-    } else {
-        m = 0;
-        for (int64_t k = 0; k < avail && k < 16; k++)
-            m |= (uint64_t)(p[k] >> 7) << k;
-    }
-    return n >= 16 ? m : m & ((1ull << n) - 1);
-}
-#else
-#define BLOCK 8
-#define MATCH_AT(m) (__builtin_ctzll(m) >> 3)
-/* a 0x80 in every byte of w that is zero (exact, no borrow between bytes) */
-static inline uint64_t zero_bytes(uint64_t w) {
-    return ~(((w & LOWS) + LOWS) | w | LOWS);
-}
-static inline uint64_t matches(const uint8_t *p, int64_t n, int64_t avail, uint8_t c) {
-    return zero_bytes(word(p, n, avail) ^ (ONES * c)) & (n >= 8 ? ~0ull : (1ull << (8 * n)) - 1);
-}
-static inline uint64_t high_bytes(const uint8_t *p, int64_t n, int64_t avail) {
-    return word(p, n, avail) & HIGHS;
-}
-#endif
-
-/* Java's running String.hashCode over the UTF-16 units of well-formed UTF-8 text: 0 and *h
- * advanced, or -1 for text that is not well-formed (no overlong forms, no surrogates, nothing
- * past U+10FFFF: what Java decodes without a replacement). ``avail``: bytes readable from p. */
-static inline __attribute__((always_inline)) int hash_text(const uint8_t *p, int64_t len, int64_t avail, uint32_t *h) {
-    uint32_t x = *h;
-    int64_t i = 0;
-    uint64_t high = 0;
-    for (int64_t b = 0; b < len; b += BLOCK)
-        high |= high_bytes(p + b, len - b, avail - b);
-    if (!high) {
-        /* ASCII eight bytes at a time: x * 31^8 + sum of b[k] * 31^(7-k), the chain one multiply long */
-        for (; i + 8 <= len; i += 8)
-            x = x * 0x94446F01u + p[i] * 0x67E12CDFu + p[i + 1] * 0x34E63B41u + p[i + 2] * 0x01B4D89Fu
-                + p[i + 3] * 0x000E1781u + p[i + 4] * 0x0000745Fu + p[i + 5] * 0x000003C1u + p[i + 6] * 31u
-                + p[i + 7];
-        if (i + 4 <= len) {
-            x = x * 0x000E1781u + p[i] * 0x0000745Fu + p[i + 1] * 0x000003C1u + p[i + 2] * 31u + p[i + 3];
-            i += 4;
-        }
-        for (; i < len; i++)
-            x = x * 31u + p[i];
-        *h = x;
-        return 0;
-    }
-    while (i < len) {
-        uint32_t c = p[i];
-        if (c < 0x80) {
-            x = x * 31u + c;
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            cp = c & 0x1F;
-            need = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            cp = c & 0x0F;
-            need = 2;
-            if (c == 0xE0)
-                lo = 0xA0;
-            else if (c == 0xED)
-                hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            cp = c & 0x07;
-            need = 3;
-            if (c == 0xF0)
-                lo = 0x90;
-            else if (c == 0xF4)
-                hi = 0x8F;
-        } else {
-            return -1;
-        }
-        if (i + need >= len)
-            return -1;
-        for (int k = 1; k <= need; k++) {
-            uint8_t b = p[i + k];
-            if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF))
-                return -1;
-            cp = cp << 6 | (b & 0x3F);
-        }
-        i += need + 1;
-        if (cp >= 0x10000) {
-            cp -= 0x10000;
-            x = x * 31u + (0xD800u + (cp >> 10));
-            x = x * 31u + (0xDC00u + (cp & 0x3FF));
-        } else {
-            x = x * 31u + cp;
-        }
-    }
-    *h = x;
-    return 0;
-}
 
 static inline uint32_t key_hash(uint32_t h) {
     int32_t s = (int32_t)h;
@@ -201,28 +69,21 @@ static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int
         return 0;
     const uint8_t *props = r + p;
     const int64_t avail = len - (at + p); /* bytes readable from props on */
-    /* string2messageProperties: pieces between \2, the name up to the first \1, the last pair of a
-     * name wins. Only pieces that begin "UNIQ_KEY\1" or "KEYS\1" matter, so only the \2 are found. */
-    int64_t uniq = -1, uniq_end = 0, keys = -1, keys_end = 0, piece = 0;
-#define PIECE(stop)                                                                                                  \
-    if ((stop) - piece > 5) {                                                                                        \
-        const uint64_t head = word(props + piece, 8, avail - piece);                                                 \
-        if (head == UNIQ_KEY_WORD && (stop) - piece > 9 && props[piece + 8] == 1)                                    \
-            uniq = piece + 9, uniq_end = (stop);                                                                     \
-        else if ((head & 0xFFFFFFFFFFull) == KEYS_PAIR_WORD)                                                         \
-            keys = piece + 5, keys_end = (stop);                                                                     \
-    }
-    for (int64_t b = 0; b < props_len; b += BLOCK) {
-        uint64_t seps = matches(props + b, props_len - b, avail - b, 2);
-        while (seps) {
-            const int64_t stop = b + MATCH_AT(seps);
-            seps &= seps - 1;
-            PIECE(stop)
-            piece = stop + 1;
+    /* string2messageProperties' pieces (piece_end), the last pair of a name winning. Only pieces that
+     * begin UNIQ_KEY or KEYS and a NAME_VALUE_SEPARATOR matter: their first bytes are compared. */
+    const int64_t uniq_name = LITERAL_LENGTH(PROPERTY_UNIQ_KEY), keys_pair = LITERAL_LENGTH(PAIR(PROPERTY_KEYS));
+    int64_t uniq = -1, uniq_end = 0, keys = -1, keys_end = 0;
+    for (int64_t piece = 0; piece <= props_len;) {
+        const int64_t stop = piece_end(props, piece, props_len, avail);
+        if (stop - piece > keys_pair) {
+            const uint64_t head = word(props + piece, 8, avail - piece);
+            if (head == UNIQ_KEY_WORD && stop - piece > uniq_name + 1 && props[piece + uniq_name] == NAME_VALUE_SEPARATOR[0])
+                uniq = piece + uniq_name + 1, uniq_end = stop;
+            else if ((head & ((1ull << (8 * keys_pair)) - 1)) == KEYS_PAIR_WORD)
+                keys = piece + keys_pair, keys_end = stop;
         }
+        piece = stop + 1;
     }
-    PIECE(props_len) /* the last piece, without its \2 */
-#undef PIECE
     if (uniq < 0 && keys < 0)
         return 0;
     const int64_t topic_at = sp.topic_pos, topic_len = sp.topic_len;
@@ -232,7 +93,7 @@ static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int
             return -1;
         tc->at = r + topic_at;
         tc->len = topic_len;
-        tc->prefix = h * 31u + '#';
+        tc->prefix = h * 31u + (uint8_t)INDEX_TOPIC_KEY_JOIN[0];
     }
     int64_t count = 0;
     if (uniq >= 0) {
@@ -244,7 +105,7 @@ static inline int64_t record_keys(const uint8_t *d, int64_t len, int64_t at, int
     if (keys >= 0) {
         int64_t token = keys;
         for (int64_t b = keys;; b += BLOCK) {
-            uint64_t spaces = b < keys_end ? matches(props + b, keys_end - b, avail - b, ' ') : 0;
+            uint64_t spaces = b < keys_end ? matches(props + b, keys_end - b, avail - b, (uint8_t)INDEX_KEY_SEPARATOR[0]) : 0;
             const int last = b + BLOCK >= keys_end;
             for (;;) {
                 int64_t stop;

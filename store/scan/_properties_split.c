@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../format/_text.h" /* piece_end, name_end, any_high: string2messageProperties' pieces */
+
 #define PREFETCH_AHEAD 16
 #define PAIRWISE_MAX 16    /* a record with more pairs than this finds repeated names by hashing */
 
@@ -97,33 +99,26 @@ static void drop_repeated(const uint8_t *d, Scratch *s, Py_ssize_t count) {
     }
 }
 
-/* The record's pieces as pairs into s->pairs; the number of pairs. One pass over the bytes (the
- * pieces are a few bytes long: a library search per separator costs more than it saves); *high
- * collects every byte's top bit. */
-static Py_ssize_t pairs_of(const uint8_t *d, int64_t at, int64_t end, Scratch *s, uint8_t *high) {
+/* The record's pieces (piece_end) as pairs into s->pairs; the number of pairs. *high collects
+ * whether a byte of the properties is over 0x7F (``avail`` bytes readable from d + at). */
+static Py_ssize_t pairs_of(const uint8_t *d, int64_t at, int64_t end, int64_t avail, Scratch *s, uint8_t *high) {
     Py_ssize_t count = 0;
-    int64_t piece = at, sep1 = -1;
-    uint8_t seen = 0;
-    for (int64_t i = at;; i++) {
-        if (i == end || d[i] == 0x02) {
-            if (sep1 > piece && sep1 + 1 < i) {
-                /* a piece is at least 3 bytes and its separator 1: (len + 1) / 4 pairs at most */
-                Pair *p = &s->pairs[count++];
-                p->name = piece;
-                p->name_len = sep1 - piece;
-                p->value = sep1 + 1;
-                p->value_len = i - sep1 - 1;
-            }
-            if (i == end)
-                break;
-            piece = i + 1;
-            sep1 = -1;
-        } else if (d[i] == 0x01 && sep1 < 0) {
-            sep1 = i;
+    const uint8_t *p = d + at;
+    const int64_t n = end - at;
+    for (int64_t piece = 0; piece <= n;) {
+        const int64_t stop = piece_end(p, piece, n, avail), sep = name_end(p, piece, stop);
+        if (sep > piece && sep + 1 < stop) {
+            /* a piece is at least 3 bytes and its separator 1: (len + 1) / 4 pairs at most */
+            Pair *q = &s->pairs[count++];
+            q->name = at + piece;
+            q->name_len = sep - piece;
+            q->value = at + sep + 1;
+            q->value_len = stop - sep - 1;
         }
-        seen |= d[i];
+        piece = stop + 1;
     }
-    *high |= seen;
+    if (any_high(p, n, avail))
+        *high = 0x80;
     return count;
 }
 
@@ -202,7 +197,7 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args) {
             PyErr_NoMemory();
             goto done;
         }
-        Py_ssize_t count = pairs_of(d, p[r], p[r] + l[r], &s, &high);
+        Py_ssize_t count = pairs_of(d, p[r], p[r] + l[r], buf.len - p[r], &s, &high);
         if (pairs + count > pair_cap || name_at + l[r] > name_data.len || value_at + l[r] > value_data.len
             || name_at + l[r] > INT32_MAX || value_at + l[r] > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "split: output buffers too small (or over 2 GiB of text)");

@@ -8,7 +8,7 @@
  * scan: a segment walked along TOTALSIZE from a record start and every record checked on the way,
  *   PHYSICALOFFSET included (recovery and verify, store/scan/record_check.py), with the fields verify
  *   needs next: the queue, the topic's place, and from the PROPERTIES the consume-queue tagsCode
- *   (TAGS.hashCode() of an ASCII value; others are marked for the Python way) and whether a
+ *   (TAGS.hashCode(); a value that is not well-formed UTF-8 is marked for the Python way) and whether a
  *   __CRC32# pair is there. tests/test_codec_scan.py runs every scan test with both ways.
  */
 #define PY_SSIZE_T_CLEAN
@@ -19,7 +19,8 @@
 #define AHEAD 4      /* records asked for ahead of the one checked */
 
 #include "../format/_crc32.h"     /* crc_init, crc32_of */
-#include "../format/_layout.h"    /* the record's positions, be32, be64, record_total, record_head, topic_length */
+#include "../format/_layout.h"    /* the record's walk (record_head, record_spans), record_total, the names */
+#include "../format/_text.h"      /* hash_text, piece_end */
 
 typedef struct {
     int64_t min_length;
@@ -93,32 +94,27 @@ done:
 
 #define SCAN_COLUMNS 10 /* start, QUEUEID, QUEUEOFFSET, SYSFLAG, topic position, TOPICLENGTH,
                            PROPERTIESLENGTH, tagsCode, marks, topic id */
-#define MARK_TAGS_SLOW 1   /* a TAGS value that is not ASCII: its tagsCode is left to Python */
+#define MARK_TAGS_SLOW 1   /* a TAGS value that is not well-formed UTF-8: its tagsCode is left to Python */
 #define MARK_PROP_CRC 2    /* a piece named __CRC32#: the whole-record CRC is checked by Python */
 
-/* The tagsCode and marks from the PROPERTIES p[0, n): MessageDecoder.string2messageProperties
- * splits them on \2, a name ends at the first \1, a pair with an empty value does not count and
- * the last pair of a name wins; TAGS.hashCode() is the sum over bytes for ASCII text. */
-static void props_facts(const uint8_t *p, int64_t n, int64_t *tags_code, int64_t *marks) {
-    int64_t tags = -1, tags_end = 0, piece = 0, m = 0;
-    while (piece <= n) {
-        const uint8_t *sep = piece < n ? memchr(p + piece, 2, (size_t)(n - piece)) : NULL;
-        const int64_t stop = sep ? sep - p : n;
-        const int64_t k = stop - piece;
-        if (k > 5 && memcmp(p + piece, "TAGS\1", 5) == 0)
-            tags = piece + 5, tags_end = stop;
-        else if (k >= 9 && memcmp(p + piece, "__CRC32#\1", 9) == 0)
+/* The tagsCode and marks from the PROPERTIES p[0, n) (``avail`` bytes readable from p):
+ * MessageDecoder.string2messageProperties' pieces (piece_end), a pair with an empty value does not
+ * count and the last pair of a name wins; the tagsCode is TAGS.hashCode() (hash_text). */
+static void props_facts(const uint8_t *p, int64_t n, int64_t avail, int64_t *tags_code, int64_t *marks) {
+    const int64_t tags_pair = LITERAL_LENGTH(PAIR(PROPERTY_TAGS)), crc_pair = LITERAL_LENGTH(PAIR(PROPERTY_CRC32));
+    int64_t tags = -1, tags_end = 0, m = 0;
+    for (int64_t piece = 0; piece <= n;) {
+        const int64_t stop = piece_end(p, piece, n, avail), k = stop - piece;
+        if (k > tags_pair && memcmp(p + piece, PAIR(PROPERTY_TAGS), (size_t)tags_pair) == 0)
+            tags = piece + tags_pair, tags_end = stop;
+        else if (k >= crc_pair && memcmp(p + piece, PAIR(PROPERTY_CRC32), (size_t)crc_pair) == 0)
             m |= MARK_PROP_CRC;
         piece = stop + 1;
     }
     uint32_t h = 0;
-    for (int64_t i = tags; i >= 0 && i < tags_end; i++) {
-        if (p[i] >= 0x80) {
-            m |= MARK_TAGS_SLOW;
-            h = 0;
-            break;
-        }
-        h = h * 31u + p[i];
+    if (tags >= 0 && hash_text(p + tags, tags_end - tags, avail - tags, &h) < 0) {
+        m |= MARK_TAGS_SLOW;
+        h = 0;
     }
     *tags_code = (int32_t)h;
     *marks = m;
@@ -225,7 +221,8 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         o[8 * cap + i] = 0;
         o[9 * cap + i] = fields ? topic_id(d, f.topic_pos, f.topic_len, table, most, &last_topic) : 0;
         if (fields && f.props_len > 0)
-            props_facts(d + f.topic_pos + f.topic_len + 2, f.props_len, o + 7 * cap + i, o + 8 * cap + i);
+            props_facts(d + f.topic_pos + f.topic_len + 2, f.props_len, end - (f.topic_pos + f.topic_len + 2),
+                        o + 7 * cap + i, o + 8 * cap + i);
         i++;
         p += total;
     }

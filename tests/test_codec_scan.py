@@ -231,7 +231,7 @@ def test_ipv6_flags_on_a_record_too_short_for_them_are_a_length_error() -> None:
 @settings(max_examples=80, deadline=None)
 @given(flips=st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=6), n=st.integers(1, 12))
 def test_damaged_segments_never_raise_and_both_scans_agree(flips: list[tuple[int, int]], n: int, tmp_path_factory) -> None:
-    from store.tools.report import decode_segment_files
+    from store.tools.dump import decode_segment_files
     buf, _ = build_segment(n, size=4096)
     for at, value in flips:
         buf[at] = value

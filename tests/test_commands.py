@@ -303,7 +303,7 @@ def test_dump_json_of_each_vector_file_is_its_reference_decoding(golden_dir: Pat
 
 def test_dump_of_an_empty_vector_file_is_zero_messages_with_its_eof_and_summary(tmp_path: Path) -> None:
     # a golden vector whose every message was refused (expectReject) has nothing in its .bin
-    from store.tools.report import decode_segment_files
+    from store.tools.dump import decode_segment_files
     empty = tmp_path / "p99_all_rejected.bin"
     empty.write_bytes(b"")
     rc, out, err = run("dump", str(empty), "--json")

@@ -252,7 +252,7 @@ def _report_inputs(golden_dir: Path, case: str) -> list[Path]:
 @pytest.mark.parametrize("case", _params("corrupt"))
 def test_reading_each_corrupt_copy_reports_exactly_its_errors(golden_dir: Path, case: str) -> None:
     from store.scan.record_check import scan_segment
-    from store.tools.report import decode_segment_files
+    from store.tools.dump import decode_segment_files
     expected = [(e["offset"], e["kind"]) for e in _expected_report(golden_dir, case) if e["type"] == "error"]
     assert expected, "a corrupt sample reports errors"
     reported = [(e["offset"], e["kind"]) for e in decode_segment_files(_report_inputs(golden_dir, case))
@@ -271,7 +271,7 @@ def test_reading_each_corrupt_copy_reports_exactly_its_errors(golden_dir: Path, 
 
 @pytest.mark.parametrize("case", _params("decoded"))
 def test_decode_segment_files_equals_each_decoded_jsonl(golden_dir: Path, case: str) -> None:
-    from store.tools.report import decode_segment_files
+    from store.tools.dump import decode_segment_files
     expected = _expected_report(golden_dir, case)
     ours = list(decode_segment_files(_report_inputs(golden_dir, case), _case_config(golden_dir, case)))
     # same objects, same key order, same lines

@@ -12,7 +12,6 @@ are dispatched; flush() makes those of the queues written since the last one dur
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from store.errors import CorruptRecordError
 from store.format.codec import CodecConfig, DecodedMessage, decode_message
-from store.format.constants import BLANK_MAGIC_CODE
+from store.format.constants import BLANK_MAGIC_CODE, FILE_NAME_DIGITS
 from store.scan.record_check import check_record, scan_segment_fast
-from store.read.past_commit import ABOUT, PastCommit, past_commit
+from store.read.past_commit import PastCommit, past_commit
 from store.read.view import LayoutProblem, SegmentFile, StoreView, mapped
 from store.tools.progress import Progress
 
@@ -200,6 +202,30 @@ def _walk_segment(mv: memoryview, seg: SegmentFile, pos: int, end: int, config: 
         yield Finding("message", offset, seg, pos, size=decoded.total_size, decoded=decoded,
                       record=mv[pos:pos + decoded.total_size])
         pos += total
+
+
+def decode_segment_files(paths: Iterable[str | os.PathLike[str]], config: CodecConfig | None = None,
+                         check_physical_offset: bool | None = None) -> Iterator[dict[str, Any]]:
+    """The golden ``*.decoded.jsonl`` objects of segment files read in order, by the same walk as
+    ``commitlog dump --json``: one finding per message, blank, end, eof or error, then the summary.
+    Files named by a 20-digit offset start there; other files (loose ``.bin`` records) follow each
+    other from 0, and their PHYSICALOFFSET is only checked if asked."""
+    config = config or CodecConfig()
+    summary = WalkSummary()
+    base = 0
+    for path in map(Path, paths):
+        stem = path.name.split(".", 1)[0]
+        named = int(stem) if len(stem) == FILE_NAME_DIGITS and stem.isdigit() else None
+        size = path.stat().st_size
+        seg = SegmentFile(path, named if named is not None else base, size,
+                          named is not None if check_physical_offset is None else check_physical_offset)
+        base = seg.end_offset
+        summary.files.append(seg.name)
+        summary.file_bytes += size
+        with mapped(seg) as mv:
+            for f in _walk_segment(mv, seg, 0, size, config, summary):
+                yield finding_to_json(f, config)
+    yield summary.to_json()
 
 
 def finding_to_json(f: Finding, config: CodecConfig | None = None) -> dict[str, Any]:

@@ -41,18 +41,19 @@ def test_walk_refuses_an_end_past_the_buffer_a_negative_pos_and_a_short_min_leng
 # --- the record checks ---------------------------------------------------------------------------
 
 def test_check_refuses_starts_sizes_and_out_of_different_lengths() -> None:
-    assert _record_check.check(SEGMENT, i64(0), i64(N), np.zeros((4, 1), np.int64)) == 1
+    assert _record_check.check(SEGMENT, i64(0), i64(N), 0, False, True, np.zeros((6, 1), np.int64)) == 1
     with pytest.raises(ValueError, match="check: 1 starts, 2 sizes"):
-        _record_check.check(SEGMENT, i64(0), i64(N, N), np.zeros((4, 1), np.int64))
-    with pytest.raises(ValueError, match=r"an out of 3 values \(4 per record\)"):
-        _record_check.check(SEGMENT, i64(0), i64(N), np.zeros(3, np.int64))
+        _record_check.check(SEGMENT, i64(0), i64(N, N), 0, False, True, np.zeros((6, 1), np.int64))
+    with pytest.raises(ValueError, match=r"an out of 5 values \(6 per record\)"):
+        _record_check.check(SEGMENT, i64(0), i64(N), 0, False, True, np.zeros(5, np.int64))
 
 
 def test_check_fails_a_record_whose_size_runs_past_the_buffer_however_large() -> None:
     """start + size past INT64_MAX must not wrap around into the buffer."""
-    out = np.zeros((4, 1), np.int64)
+    out = np.zeros((6, 1), np.int64)
     for start, size in ((0, len(SEGMENT) + 1), (10, 2**63 - 5), (len(SEGMENT) + 1, N), (-1, N)):
-        assert _record_check.check(SEGMENT, i64(start), i64(size), out) == 0
+        for placed in (False, True):
+            assert _record_check.check(SEGMENT, i64(start), i64(size), 0, placed, True, out) == 0
 
 
 def scan(buf: np.ndarray, end: int, out: np.ndarray, topics: np.ndarray, pos: int = 0) -> tuple:
@@ -210,3 +211,13 @@ def test_encode_rows_refuses_row_arrays_shorter_than_starts() -> None:
     assert _direct_encode.encode_rows(*no_rows, *encoder_args(4)[4:]) == (0, 0, 0)
     with pytest.raises(ValueError, match="encode_rows: queue_ids holds 3 rows, starts 4"):
         _direct_encode.encode_rows(*no_rows, *encoder_args(4, queue_ids=3)[4:])
+
+
+def test_check_holds_physicaloffset_only_to_records_of_a_segment() -> None:
+    """placed: the record's PHYSICALOFFSET must be base + its start; an encoded record waiting for
+    its append has none to hold."""
+    out = np.zeros((6, 1), np.int64)
+    physical = int.from_bytes(RECORD[28:36], "big")
+    assert _record_check.check(SEGMENT, i64(0), i64(N), physical, True, True, out) == 1
+    assert _record_check.check(SEGMENT, i64(0), i64(N), physical + 1, True, True, out) == 0
+    assert _record_check.check(SEGMENT, i64(0), i64(N), physical + 1, False, True, out) == 1

@@ -5,7 +5,6 @@ and the numpy walk of tests/oracles/walk.py with those checks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -16,29 +15,14 @@ from store.format.codec import CodecConfig, Message, decode_message, encode_mess
 from store.format.constants import MIN_RECORD_LENGTH
 from store.format.hosts import HostAddress
 from store.scan import record_check as scan
-from store.scan.record_check import RecordCheck, SegmentScan, check_record, scan_segment, scan_segment_fast
+from store.scan.record_check import RecordCheck, check_record, scan_segment, scan_segment_fast
+from tests.oracles import record_spans as record_spans_oracle
 from tests.oracles import walk as oracle_walk
 
 pytestmark = pytest.mark.unit
 
 BASE = 1 << 20
 SEGMENT = 16384
-
-
-@pytest.fixture(autouse=True, params=["c-scan", "c-walk", "numpy"])
-def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param != "c-scan":
-        monkeypatch.setattr(scan, "_scan_c", scan._scan_walked)
-    if request.param == "numpy":
-        monkeypatch.setattr(scan, "walk", oracle_walk.walk)
-    return request.param
-
-
-def numpy_checks(scan_of: Callable[[], SegmentScan]) -> SegmentScan:
-    """``scan_of()`` with the C walk and the numpy checks in place of the C scan."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(scan, "_scan_c", scan._scan_walked)
-        return scan_of()
 
 
 def build_segment(n: int, *, base: int = BASE, size: int = SEGMENT, blank: bool = False,
@@ -167,7 +151,6 @@ def test_scan_in_small_walk_chunks_gives_the_same_result(monkeypatch: pytest.Mon
     victim = starts[len(starts) * 3 // 4]
     buf[victim + 35] ^= 0x55                  # PHYSICALOFFSET
     whole = list(scan_segment(buf, BASE, len(buf)))
-    monkeypatch.setattr(scan, "_WALK_CHUNK_BYTES", 700)
     monkeypatch.setattr(scan, "_SCAN_CHUNK_BYTES", 700)
     assert list(scan_segment(buf, BASE, len(buf))) == whole == slow_scan(buf, BASE, len(buf))
     assert whole[-1].offset == BASE + victim and len(whole) > 20
@@ -242,23 +225,30 @@ def test_damaged_segments_never_raise_and_both_scans_agree(flips: list[tuple[int
     assert report[-1]["type"] == "summary" and report[-1]["fileBytes"] == 4096
 
 
-def test_the_scan_columns_are_the_same_with_and_without_the_c_scan(walk: str) -> None:
-    """What verify reads from the scan (queue, topic place, PROPERTIESLENGTH) is the same both
-    ways, and a paused scan (verify's pieces) pauses at the same record."""
+def test_the_scan_columns_are_each_records_fields_read_field_after_field() -> None:
+    """What verify reads from the scan (queue, topic place, PROPERTIESLENGTH, the topic numbered)
+    is what the record-walk oracle reads from each record, and a paused scan (verify's pieces)
+    pauses at the record after ``until``."""
     buf, starts = build_segment(120, blank=True)
     until = starts[70] + 1
     for kw in ({}, {"until": until}, {"start": starts[33], "until": until}):
         c = scan_segment_fast(buf, BASE, len(buf), columns=True, **kw)
-        numpy = numpy_checks(lambda: scan_segment_fast(buf, BASE, len(buf), columns=True, **kw))
-        assert c.stop == numpy.stop and c.offsets.tolist() == numpy.offsets.tolist()
-        assert c.sizes.tolist() == numpy.sizes.tolist()
-        for name in ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len"):
-            assert getattr(c.columns, name).tolist() == getattr(numpy.columns, name).tolist(), name
-        if walk == "c-scan":            # and each record's topic, numbered by the C scan
-            assert c.columns.topic_id is not None and c.columns.topics is not None
-            mv = memoryview(buf)
-            assert [c.columns.topics[t] for t in c.columns.topic_id.tolist()] == \
-                [bytes(mv[p:p + n]).decode() for p, n in zip(c.columns.topic_pos.tolist(), c.columns.topic_len.tolist())]
+        first = starts.index(kw.get("start", 0))
+        assert c.offsets.tolist() == [BASE + s for s in starts[first:first + len(c.offsets)]]
+        assert c.columns is not None
+        for i, (at, size) in enumerate(zip((c.offsets - BASE).tolist(), c.sizes.tolist())):
+            rec = bytes(buf[at:at + size])
+            fields = record_spans_oracle.walk(rec).fields
+            want = (int.from_bytes(rec[12:16], "big"), int.from_bytes(rec[20:28], "big"),
+                    int.from_bytes(rec[36:40], "big"), at + fields["TOPIC"][0], fields["TOPIC"][1],
+                    fields["PROPERTIES"][1])
+            got = tuple(int(getattr(c.columns, name)[i]) for name in
+                        ("queue_id", "queue_offset", "sys_flag", "topic_pos", "topic_len", "props_len"))
+            assert got == want, i
+        assert c.columns.topic_id is not None and c.columns.topics is not None
+        mv = memoryview(buf)
+        assert [c.columns.topics[t] for t in c.columns.topic_id.tolist()] == \
+            [bytes(mv[p:p + n]).decode() for p, n in zip(c.columns.topic_pos.tolist(), c.columns.topic_len.tolist())]
     assert scan_segment_fast(buf, BASE, len(buf), until=until).stop == RecordCheck("pause", BASE + starts[71], 0)
 
 

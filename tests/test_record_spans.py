@@ -134,8 +134,8 @@ def test_the_c_check_passes_exactly_the_records_whose_lengths_add_up() -> None:
     from store.scan import _record_check
     for name, rec in [(n, r) for n, r, _ in RECORDS] + MUTATED:
         values = np.frombuffer(rec, dtype=np.uint8)
-        passed = _record_check.check(values, np.zeros(1, np.int64), np.array([len(rec)], np.int64),
-                                     np.zeros((4, 1), np.int64)) == 1
+        passed = _record_check.check(values, np.zeros(1, np.int64), np.array([len(rec)], np.int64), 0, False, True,
+                                     np.zeros((6, 1), np.int64)) == 1
         assert passed == oracle.adds_up(rec, oracle.walk(rec)), name
 
 

@@ -1,15 +1,16 @@
-/* RocketMQ's checkMessageAndReturnSize in C (record_check.py's _first_bad is the numpy way), one pass over
- * each record's bytes with the next record asked for ahead, the GIL released:
+/* RocketMQ's checkMessageAndReturnSize in C (record_check.py's check_record is the Python one, which says
+ * why a record fails), one pass over each record's bytes with the next record asked for ahead, the GIL
+ * released:
  *
- * check: records encoded elsewhere and not yet appended (store/scan/encoded_check.py), with
- *   TOTALSIZE against each record's own length and BODYCRC, but no PHYSICALOFFSET to hold them to;
- *   the sink's writer thread runs it while Spark reads the next batch. tests/test_encoded_check.py
- *   runs with both ways.
+ * check: records at known positions: encoded elsewhere and not yet appended
+ *   (store/scan/encoded_check.py: TOTALSIZE against each record's own length and BODYCRC, no
+ *   PHYSICALOFFSET to hold them to; the sink's writer thread runs it while Spark reads the next
+ *   batch), or where the consume queues point (store/scan/record_batch.py, PHYSICALOFFSET too).
  * scan: a segment walked along TOTALSIZE from a record start and every record checked on the way,
  *   PHYSICALOFFSET included (recovery and verify, store/scan/record_check.py), with the fields verify
  *   needs next: the queue, the topic's place, and from the PROPERTIES the consume-queue tagsCode
  *   (TAGS.hashCode(); a value that is not well-formed UTF-8 is marked for the Python way) and whether a
- *   __CRC32# pair is there. tests/test_codec_scan.py runs every scan test with both ways.
+ *   __CRC32# pair is there.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,22 +52,28 @@ static int check_one(const uint8_t *d, int64_t len, int64_t s, int64_t z, const 
     return 1;
 }
 
-/* check(buf, starts, sizes, out)
+/* check(buf, starts, sizes, base, placed, crc, out)
  *     -> the index of the first record that fails (n when none does)
- * starts, sizes: int64; out: a writable (4, n) int64 array of QUEUEID, SYSFLAG, topic position and
- * TOPICLENGTH per record, filled for the records before it. */
+ * starts, sizes: int64 per record; each record checked as check_one does (BODYCRC when ``crc``),
+ * and PHYSICALOFFSET == base + its start when ``placed`` (records of a segment, not yet-to-be-
+ * appended ones). out: a writable (CHECK_COLUMNS, n) int64 array of QUEUEID, QUEUEOFFSET,
+ * SYSFLAG, topic position, TOPICLENGTH and PROPERTIESLENGTH per record, filled for the records
+ * before it. */
+#define CHECK_COLUMNS 6
 static PyObject *check(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf, st, sz, out;
-    if (!PyArg_ParseTuple(args, "y*y*y*w*", &buf, &st, &sz, &out))
+    long long base;
+    int placed, crc;
+    if (!PyArg_ParseTuple(args, "y*y*y*Lppw*", &buf, &st, &sz, &base, &placed, &crc, &out))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = st.len / 8;
-    if (sz.len / 8 != n || out.len / 8 < 4 * n) {
-        PyErr_Format(PyExc_ValueError, "check: %zd starts, %zd sizes and an out of %zd values (4 per record) differ",
-                     n, (Py_ssize_t)(sz.len / 8), (Py_ssize_t)(out.len / 8));
+    if (sz.len / 8 != n || out.len / 8 < CHECK_COLUMNS * n) {
+        PyErr_Format(PyExc_ValueError, "check: %zd starts, %zd sizes and an out of %zd values (%d per record) differ",
+                     n, (Py_ssize_t)(sz.len / 8), (Py_ssize_t)(out.len / 8), CHECK_COLUMNS);
         goto done;
     }
-    const Rules rules = {MIN_RECORD_LENGTH, 1};
+    const Rules rules = {MIN_RECORD_LENGTH, crc};
     const uint8_t *d = buf.buf;
     const int64_t *starts = st.buf, *sizes = sz.buf;
     int64_t *o = out.buf;
@@ -76,9 +83,11 @@ static PyObject *check(PyObject *Py_UNUSED(self), PyObject *args) {
         if (i + AHEAD < n && starts[i + AHEAD] >= 0 && starts[i + AHEAD] < buf.len)
             __builtin_prefetch(d + starts[i + AHEAD]);
         Parsed f;
-        if (!check_one(d, buf.len, starts[i], sizes[i], &rules, &f))
+        if (!check_one(d, buf.len, starts[i], sizes[i], &rules, &f)
+            || (placed && be64(d + starts[i] + POS_PHYSICALOFFSET) != base + starts[i]))
             break;
-        o[i] = f.queue_id, o[n + i] = f.sys_flag, o[2 * n + i] = f.topic_pos, o[3 * n + i] = f.topic_len;
+        o[i] = f.queue_id, o[n + i] = be64(d + starts[i] + POS_QUEUEOFFSET), o[2 * n + i] = f.sys_flag;
+        o[3 * n + i] = f.topic_pos, o[4 * n + i] = f.topic_len, o[5 * n + i] = f.props_len;
     }
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(i);

@@ -19,10 +19,9 @@ from store.errors import InvalidMessageError
 from store.format.batch_columns import binary_parts, int_column
 from store.format.codec import CodecConfig
 from store.format.constants import MIN_RECORD_LENGTH
-from store.scan import _record_check
 from store.format.layout import be_ints
 from store.scan.fields import ScanColumns, rows_at
-from store.scan.record_check import check_record
+from store.scan.record_check import check_record, first_bad
 
 _ROWS_WIDTH = 256       # topics up to this long are compared as rows of a byte matrix
 
@@ -81,13 +80,7 @@ def _check_batch(batch: pa.RecordBatch, first_row: int) -> None:
 
 def _records(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> tuple[int, ScanColumns]:
     """(index of the first record that fails, or len(starts); the fields of those before it)."""
-    n = len(starts)
-    out = np.empty((4, n), np.int64)
-    first = _record_check.check(values, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),
-                                out)
-    queue_id, sys_flag, topic_pos, topic_len = out
-    unused = np.zeros(n, np.int64)
-    return first, ScanColumns(queue_id, unused, sys_flag, topic_pos, topic_len, unused)
+    return first_bad(values, memoryview(values), starts, sizes, 0, CodecConfig(), placed=False)
 
 
 def _first_topic_mismatch(values: np.ndarray, pos: np.ndarray, length: np.ndarray, topics: pa.Array) -> int:

@@ -162,8 +162,7 @@ def check_records(buf: Any, base_offset: int, starts: np.ndarray, sizes: np.ndar
     sizes = np.asarray(sizes, dtype=np.int64)
     fits = (starts >= 0) & (sizes >= MIN_RECORD_LENGTH) & (starts + sizes <= len(arr))
     n = int(np.argmin(fits)) if not fits.all() else len(starts)
-    first, cols = first_bad(arr, mv, starts[:n], sizes[:n], base_offset, config, columns=True)
-    assert cols is not None
+    first, cols = first_bad(arr, mv, starts[:n], sizes[:n], base_offset, config)
     if first < len(starts):
         at = int(starts[first])
         check = check_record(mv, at, min(at + max(int(sizes[first]), 0), len(arr)), base_offset, config) \

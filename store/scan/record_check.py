@@ -1,7 +1,7 @@
 """Record checks over segment bytes: RocketMQ's checkMessageAndReturnSize (FORMAT §11) plus our
-own rule that PHYSICALOFFSET equals the record's real position; the fast scan used by recovery
-and ``commitlog verify``, which walks from record to record with walk.py and checks the records
-it found vectorized."""
+own rule that PHYSICALOFFSET equals the record's real position. check_record checks one record and
+says why it fails; the scan used by recovery and ``commitlog verify`` and the checks of records at
+known positions (first_bad) are the C pass's (_record_check.c), which says only where."""
 
 from __future__ import annotations
 
@@ -22,24 +22,21 @@ from store.format.constants import (
     POS_PHYSICALOFFSET,
     PROPERTY_CRC32,
 )
-from store.format.crc import crc32, crc32_many
+from store.format.crc import crc32
 from store.format.layout import (
     FAULT_BODY,
     FAULT_HOSTS,
     TOTAL_AND_MAGIC,
     message_version,
     record_spans,
-    record_spans_many,
 )
 from store.format.properties import java_string, string_to_properties
 from store.scan import _record_check
 from store.scan.fields import ScanColumns
-from store.scan.walk import walk
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _MASK = 0x7FFFFFFF
-_WALK_CHUNK_BYTES = 1 << 20    # bytes walked, then checked vectorized while still in cache
 _SCAN_CHUNK_BYTES = 4 << 20    # bytes walked and checked by one call of the C scan
 
 
@@ -141,34 +138,25 @@ class SegmentScan:
         return int(self.offsets[-1] + self.sizes[-1]) if len(self.offsets) else self.stop.offset
 
 
-def _first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
-               config: CodecConfig, columns: bool = False, placed: bool = True) -> tuple[int, ScanColumns | None]:
-    """Index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule,
-    or len(starts), and (with ``columns``) the fields read on the way (layout.record_spans_many).
-    ``placed=False``: records not yet appended (no PHYSICALOFFSET to check)."""
-    s = record_spans_many(arr, starts, sizes)
-    ok = s.ok
-    if placed:
-        ok = ok & (s.heads["physical_offset"] == starts + base_offset)
-    bad = np.flatnonzero(~ok)
-    first = int(bad[0]) if len(bad) else len(starts)
-    cols = ScanColumns(s.heads["queue_id"].astype(np.int64), s.heads["queue_offset"].astype(np.int64), s.sys_flag,
-                       s.topic_pos, s.topic_len, s.props_len) if columns else None
-    if not config.check_crc_on_recover:
-        return first, cols
-    if config.force_verify_prop_crc:
-        return _first_prop_crc_failure(mv, starts[:first], sizes[:first], first), cols
-    return _first_crc_mismatch(s.heads["body_crc"][:first], arr, s.body_pos[:first], s.body_len[:first], first), cols
+def first_bad(arr: np.ndarray, mv: memoryview, starts: np.ndarray, sizes: np.ndarray, base_offset: int,
+              config: CodecConfig, placed: bool = True) -> tuple[int, ScanColumns]:
+    """The checks of records at known positions (consume-queue units, records not yet appended):
+    the index of the first record failing checkMessageAndReturnSize or our PHYSICALOFFSET rule, or
+    len(starts), and the fields of the records before it. The C check (_record_check.check), then
+    under forceVerifyPropCRC the whole-record CRC of each record it passed. ``placed=False``:
+    records not yet appended (no PHYSICALOFFSET to check)."""
+    n = len(starts)
+    out = np.empty((_CHECK_COLUMNS, n), dtype=np.int64)
+    body_crc = config.check_crc_on_recover and not config.force_verify_prop_crc
+    first = _record_check.check(arr, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(sizes, np.int64),
+                                base_offset, placed, body_crc, out)
+    if config.check_crc_on_recover and config.force_verify_prop_crc:
+        first = _first_prop_crc_failure(mv, starts[:first], sizes[:first], first)
+    queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len = out[:, :first]
+    return first, ScanColumns(queue_id, queue_offset, sys_flag, topic_pos, topic_len, props_len)
 
 
-first_bad = _first_bad     # public name for the checks of records at known positions (record_batch)
-
-
-def _first_crc_mismatch(stored: np.ndarray, arr: np.ndarray, body_start: np.ndarray, body_len: np.ndarray,
-                        default: int) -> int:
-    computed = crc32_many(arr, body_start, body_len)
-    bad = np.flatnonzero((computed != stored) & (body_len > 0))
-    return int(bad[0]) if len(bad) else default
+_CHECK_COLUMNS = 6      # the rows of _record_check.check's output
 
 
 def _first_prop_crc_failure(mv: memoryview, starts: np.ndarray, sizes: np.ndarray, default: int) -> int:
@@ -191,42 +179,15 @@ def scan_segment_fast(buf: Any, base_offset: int, end: int | None = None, config
     config = config or CodecConfig()
     mv = _as_bytes_view(buf)
     end = len(mv) if end is None else end
-    arr = np.frombuffer(mv, dtype=np.uint8)
-    if config.force_verify_prop_crc:       # the C pass does not read PROPERTIES for their CRC32
-        return _scan_walked(arr, mv, base_offset, end, config, start, until, columns)
-    return _scan_c(arr, mv, base_offset, end, config, start, until, columns)
-
-
-def _scan_walked(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config: CodecConfig, start: int,
-                 until: int | None, columns: bool) -> SegmentScan:
-    """scan_segment_fast for forceVerifyPropCRC: the C walk, then the checks over the records found,
-    vectorized, the property CRC record by record. (Tests run every scan this way too: it must
-    agree with the C pass on every other setting.)"""
-    all_starts: list[np.ndarray] = []
-    all_sizes: list[np.ndarray] = []
-    all_columns: list[ScanColumns] = []
-    pos = start
-    while True:
-        stop_at = pos + _WALK_CHUNK_BYTES if until is None else min(pos + _WALK_CHUNK_BYTES, until - 1)
-        starts, next_pos, more = walk(arr, pos, end, stop_at)
-        if len(starts):
-            sizes = np.diff(starts, append=next_pos)
-            first, cols = _first_bad(arr, mv, starts, sizes, base_offset, config, columns)
-            all_starts.append(starts[:first])
-            all_sizes.append(sizes[:first])
-            if cols is not None:
-                all_columns.append(cols.head(first))
-            if first < len(starts):
-                stop = _stopped(check_record(mv, int(starts[first]), end, base_offset, config))
-                break
-        ended = _where_it_ended(mv, next_pos, end, base_offset, config, more, until)
-        if ended is not None:
-            stop = ended
-            break
-        pos = next_pos
-    offsets = np.concatenate(all_starts) + base_offset if all_starts else np.zeros(0, np.int64)
-    sizes_out = np.concatenate(all_sizes).astype(np.int32) if all_sizes else np.zeros(0, np.int32)
-    return SegmentScan(offsets, sizes_out, stop, ScanColumns.joined(all_columns) if columns else None)
+    scan = _scan_c(np.frombuffer(mv, dtype=np.uint8), mv, base_offset, end, config, start, until, columns)
+    if config.check_crc_on_recover and config.force_verify_prop_crc:       # the C pass reads no __CRC32#
+        starts = scan.offsets - base_offset
+        first = _first_prop_crc_failure(mv, starts, scan.sizes, len(starts))
+        if first < len(starts):
+            return SegmentScan(scan.offsets[:first], scan.sizes[:first],
+                               _stopped(check_record(mv, int(starts[first]), end, base_offset, config)),
+                               scan.columns.head(first) if scan.columns is not None else None)
+    return scan
 
 
 def _where_it_ended(mv: memoryview, next_pos: int, end: int, base_offset: int, config: CodecConfig, more: bool,
@@ -248,7 +209,7 @@ def _stopped(stop: RecordCheck) -> RecordCheck:
 
 def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config: CodecConfig, start: int,
             until: int | None, columns: bool) -> SegmentScan:
-    """scan_segment_fast with the walk and every check of a record in one C pass
+    """The walk and every check of a record but the whole-record CRC in one C pass
     (_record_check.scan), which also reads the PROPERTIES for verify's tagsCode."""
     parts: list[np.ndarray] = []
     topics = np.zeros(1 + 2 * _MOST_TOPICS, dtype=np.int64)      # see topic_id in _record_check.c
@@ -258,7 +219,8 @@ def _scan_c(arr: np.ndarray, mv: memoryview, base_offset: int, end: int, config:
         cap = max(min(end - MIN_RECORD_LENGTH, stop_at) - pos, 0) // MIN_RECORD_LENGTH + 1
         out = np.empty((_SCAN_COLUMNS, cap), dtype=np.int64)
         count, next_pos, more, bad = _record_check.scan(
-            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover, columns, out, topics)
+            arr, pos, end, stop_at, base_offset, config.check_crc_on_recover and not config.force_verify_prop_crc,
+            columns, out, topics)
         if count:
             parts.append(out[:, :count])
         ended = _where_it_ended(mv, next_pos, end, base_offset, config, more and not bad, until)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,8 +40,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput") and config.cache is not None:
-        start_report(Path(config.cache.mkdir("brokers")))
+    # the report of brokers lives in pytest's cache, or with ``-p no:cacheprovider`` in a directory of its own
+    if not hasattr(config, "workerinput"):
+        cache = getattr(config, "cache", None)
+        start_report(Path(cache.mkdir("brokers")) if cache is not None else
+                     Path(tempfile.mkdtemp(prefix="commitlog-brokers-")))
 
 
 def pytest_terminal_summary(terminalreporter: "object", config: pytest.Config) -> None:

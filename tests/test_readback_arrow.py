@@ -14,10 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import CorruptRecordError, StoreReader
-from store.scan import arrow_text
 from store.scan.arrow_text import parse_properties, properties_of
-from store.scan import record_batch
 from store.scan.record_batch import READBACK_SCHEMA
+from tests.oracles import properties_split as split_oracle
 from tests.readback_expect import assert_rows_equal, expected_rows, golden_root, golden_stores
 
 pytestmark = pytest.mark.unit
@@ -25,11 +24,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.mark.parametrize("case", golden_stores())
 @pytest.mark.parametrize("zero_copy", [False, True])
-@pytest.mark.parametrize("columns", ["c", "numpy"])
-def test_each_golden_store_read_as_arrow_is_its_reference_decoding(case: str, zero_copy: bool, columns: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    if columns == "numpy":
-        monkeypatch.setattr(record_batch, "_batch_c", record_batch._batch_numpy)   # the > 2 GiB way
+def test_each_golden_store_read_as_arrow_is_its_reference_decoding(case: str, zero_copy: bool) -> None:
     expected = expected_rows(case)
     with StoreReader.open(golden_root() / case) as reader:
         batches = list(reader.record_batches(batch_size=5, zero_copy=zero_copy))
@@ -64,14 +59,8 @@ def _laid_out(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.frombuffer(buf, np.uint8), np.array(pos, np.int64), np.array([len(b) for b in blobs], np.int64)
 
 
-def split_by(kernel: bool, data: np.ndarray, pos: np.ndarray, length: np.ndarray,
-             wanted: tuple[str, ...] = ()) -> arrow_text.Properties:
-    """The C split (True) or the numpy one (False), whichever parse_properties would take."""
-    return (arrow_text._split_c if kernel else arrow_text._split_numpy)(data, pos, length, wanted)
-
-
-def _split(blobs: list[bytes], kernel: bool) -> list[dict[str, str]]:
-    props = split_by(kernel, *_laid_out(blobs))
+def _split(blobs: list[bytes]) -> list[dict[str, str]]:
+    props = parse_properties(*_laid_out(blobs))
     return [dict(x) for x in props.map.to_pylist()]
 
 
@@ -84,15 +73,14 @@ SPLIT_CASES = [b"", b"a\x01b\x02", b"a\x01b", b"\x01b\x02", b"a\x01\x02", b"nona
                b"abcdefghijklmnop\x01qrstuvwxyz012345\x02ABCDEFGHIJKLMNOP\x01\xe2\x82\xacQRSTUVWXYZ"]
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["c", "numpy"])
-def test_the_properties_split_is_string2messageProperties(kernel: bool) -> None:
-    assert _split(SPLIT_CASES, kernel) == _split_reference(SPLIT_CASES)
+def test_the_properties_split_is_string2messageProperties() -> None:
+    assert _split(SPLIT_CASES) == _split_reference(SPLIT_CASES)
     for blob in SPLIT_CASES:        # alone: no other record's bytes decide whether text is checked
-        assert _split([blob], kernel) == _split_reference([blob]), blob
+        assert _split([blob]) == _split_reference([blob]), blob
     rng = random.Random(28)
     alphabet = [b"a", b"b", b"K", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"TAGS", b"a_long_run_of_text"]
     fuzz = [b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30))) for _ in range(3000)]
-    assert _split(fuzz, kernel) == _split_reference(fuzz)
+    assert _split(fuzz) == _split_reference(fuzz)
 
 
 _PIECES = st.sampled_from([b"a", b"b", b"KEYS", b"TAGS", b"\x01", b"\x02", b"\xc3\xbc", b"\xff", b"\xe2\x82",
@@ -101,12 +89,12 @@ _PIECES = st.sampled_from([b"a", b"b", b"KEYS", b"TAGS", b"\x01", b"\x02", b"\xc
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(_PIECES, max_size=40).map(b"".join), max_size=30))
-def test_the_c_split_gives_the_numpy_split_pair_for_pair(blobs: list[bytes]) -> None:
+def test_the_split_gives_the_oracles_pairs_in_its_order(blobs: list[bytes]) -> None:
     wanted = ("KEYS", "TAGS", "b")
     c = parse_properties(*_laid_out(blobs), wanted)
-    py = split_by(False, *_laid_out(blobs), wanted)
-    assert c.map.equals(py.map)                     # the same pairs, in the same order
-    assert {k: v.to_pylist() for k, v in c.named.items()} == {k: v.to_pylist() for k, v in py.named.items()}
+    assert c.map.to_pylist() == [split_oracle.pairs(b) for b in blobs]      # the same pairs, in the same order
+    assert {k: v.to_pylist() for k, v in c.named.items()} == \
+        {k: [split_oracle.named(b, k) for b in blobs] for k in wanted}
     assert [dict(x) for x in c.map.to_pylist()] == _split_reference(blobs)
 
 
@@ -116,13 +104,13 @@ def test_the_c_split_refuses_properties_outside_its_buffer() -> None:
         parse_properties(data, pos, length + 5)
 
 
-def test_more_named_values_than_the_c_split_picks_out_take_the_numpy_split() -> None:
+def test_sixteen_named_values_are_picked_out_and_more_are_refused() -> None:
     names = tuple(f"n{i}" for i in range(17))
     blobs = [b"\x02".join(b"%s\x01v%d" % (n.encode(), r) for n in names) for r in range(3)]
-    with pytest.raises(ValueError, match="at most 16 wanted names"):
-        split_by(True, *_laid_out(blobs), names)
-    got = parse_properties(*_laid_out(blobs), names)
-    assert got.named["n16"].to_pylist() == ["v0", "v1", "v2"]
+    got = parse_properties(*_laid_out(blobs), names[:16])
+    assert got.named["n15"].to_pylist() == ["v0", "v1", "v2"]
+    with pytest.raises(ValueError, match="17 wanted names, at most 16"):
+        parse_properties(*_laid_out(blobs), names)
 
 
 def _store_with_uncommitted_tail(root: Path) -> tuple[int, list]:

@@ -3,9 +3,9 @@ with no Python step per record.
 
 The walk and the record checks are record_check.py's (the ones recovery and verify use). The fixed
 fields, hosts, topics and bodies then come from one pass over the records: _record_columns.c
-(built by setup.py); numpy gathers (fields.py) build a batch of 2 GiB of records or more, which
-the C pass's int32 body offsets cannot (tests/test_readback_columns.py holds the two to each
-other). Bodies are copied into a plain ``binary`` column, or with ``zero_copy`` are views
+(built by setup.py), a batch of records at most 2 GiB long (its int32 body offsets, and Arrow's
+binary column's), more records in more batches. tests/test_readback_columns.py holds the columns
+to the messages written, tests/test_readback_arrow.py to the golden stores. Bodies are copied into a plain ``binary`` column, or with ``zero_copy`` are views
 (binary_view: pointers into the mapped segment). Properties are split into a map<string, string> the way RocketMQ's
 ``MessageDecoder.string2messageProperties`` does (arrow_text.py).
 """
@@ -26,12 +26,7 @@ from store.format.codec import CodecConfig
 from store.format.constants import (
     IPV4_HOST_LENGTH,
     MIN_RECORD_LENGTH,
-    POS_BODYLENGTH_V4,
     POS_BORNHOST,
-    POS_BORNTIMESTAMP,
-    POS_FLAG,
-    POS_RECONSUMETIMES_V4,
-    POS_STORETIMESTAMP_V4,
     PROPERTY_KAFKA_OFFSET,
     PROPERTY_KAFKA_PARTITION,
     PROPERTY_KAFKA_TOPIC,
@@ -39,7 +34,7 @@ from store.format.constants import (
     PROPERTY_TAGS,
 )
 from store.format.layout import be_ints, host_positions
-from store.scan.fields import byte_rows, fields_from_scan, text_ids
+from store.scan.fields import byte_rows, text_ids
 from store.format.hosts import HostAddress
 from store.format.properties import java_string
 from store.scan import _record_columns as _columns_kernel
@@ -115,10 +110,8 @@ def segment_record_batches(buf: Any, base_offset: int, start: int, end: int, *, 
         starts = scan.offsets - base_offset
         if len(starts):
             for a in range(0, len(starts), batch_size):
-                batch = _batch(arr, base_offset, starts[a:a + batch_size], scan.sizes[a:a + batch_size],
-                               scan.columns.rows(a, a + batch_size), rf, zero_copy)
-                if batch.num_rows:
-                    yield batch
+                yield from _batches(arr, base_offset, starts[a:a + batch_size], scan.sizes[a:a + batch_size],
+                                    scan.columns.rows(a, a + batch_size), rf, zero_copy)
         if stop.kind == "pause":
             pos = stop.offset - base_offset
             continue
@@ -143,9 +136,7 @@ def record_batches_at(buf: Any, base_offset: int, starts: np.ndarray, sizes: np.
     for a in range(0, len(starts), batch_size):
         s, z = starts[a:a + batch_size], sizes[a:a + batch_size]
         bad, cols = check_records(buf, base_offset, s, z, config)
-        batch = _batch(arr, base_offset, s[:len(cols.queue_id)], z[:len(cols.queue_id)], cols, rf, zero_copy)
-        if batch.num_rows:
-            yield batch
+        yield from _batches(arr, base_offset, s[:len(cols.queue_id)], z[:len(cols.queue_id)], cols, rf, zero_copy)
         if bad is not None:
             raise CorruptRecordError(bad.offset, bad.error_kind or "error", bad.detail, segment_name)
 
@@ -177,12 +168,23 @@ def _failure(offset: int, kind: str, detail: str) -> RecordCheck:
     return RecordCheck("error", offset, 0, kind, detail)
 
 
-def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
-           rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
-    # int32 body offsets: a batch of more than 2 GiB of records takes the numpy path (and Arrow's limit)
-    if int(np.sum(sizes)) < 1 << 31:
-        return _batch_c(arr, base_offset, starts, sizes, cols, rf, zero_copy)
-    return _batch_numpy(arr, base_offset, starts, sizes, cols, rf, zero_copy)
+def _batches(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
+             rf: RecordFilter, zero_copy: bool, most_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The READBACK_SCHEMA batches of these records, those the filter keeps: one, or one per run
+    of records of at most ``most_bytes`` (2 GiB: an Arrow binary column's int32 offsets, and the
+    C pass's)."""
+    most_bytes = _MOST_BATCH_BYTES if most_bytes is None else most_bytes
+    ends = np.cumsum(sizes, dtype=np.int64)
+    a = 0
+    while a < len(starts):
+        b = max(a + 1, int(np.searchsorted(ends, (ends[a - 1] if a else 0) + most_bytes, side="right")))
+        batch = _batch(arr, base_offset, starts[a:b], sizes[a:b], cols.rows(a, b), rf, zero_copy)
+        if batch.num_rows:
+            yield batch
+        a = b
+
+
+_MOST_BATCH_BYTES = (1 << 31) - 1
 
 
 def _assemble(arr: np.ndarray, topics: pa.Array, cols: Any, physical_offset: np.ndarray,
@@ -202,7 +204,7 @@ def _assemble(arr: np.ndarray, topics: pa.Array, cols: Any, physical_offset: np.
     return pa.RecordBatch.from_arrays(columns, schema=_schema(zero_copy))
 
 
-def _batch_c(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
+def _batch(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
              rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
     if not rf.everything:   # rows dropped before their columns are built
         idx = np.flatnonzero(_keep_scanned(arr, starts, cols, rf))
@@ -258,29 +260,6 @@ def _schema(zero_copy: bool) -> pa.Schema:
         READBACK_SCHEMA.set(READBACK_SCHEMA.get_field_index("body"), pa.field("body", pa.binary_view(), False))
 
 
-def _batch_numpy(arr: np.ndarray, base_offset: int, starts: np.ndarray, sizes: np.ndarray, cols: ScanColumns,
-                 rf: RecordFilter, zero_copy: bool) -> pa.RecordBatch:
-    f = fields_from_scan(arr, starts, sizes, cols)
-    head = byte_rows(arr, f.starts, POS_BODYLENGTH_V4 + 4)     # TOTALSIZE .. BODYLENGTH of an all-IPv4 record
-    at = host_positions(f.sys_flag)
-    born6, store6 = at.born_host_length != IPV4_HOST_LENGTH, at.store_host_length != IPV4_HOST_LENGTH
-    store_ts = _i64(head, POS_STORETIMESTAMP_V4) if not born6.any() else be_ints(arr, f.starts + at.store_timestamp_pos, 8)
-    keep = _keep(f.topic_id, f.topics, f.queue_id, store_ts, rf)
-    if keep is not None:
-        rows = np.flatnonzero(keep)
-        f, head, born6, store6, store_ts = f.take(rows), head[rows], born6[rows], store6[rows], store_ts[rows]
-        at = host_positions(f.sys_flag)
-    v6 = born6.any() or store6.any()
-    reconsume = be_ints(arr, f.starts + at.reconsume_times_pos, 4) if v6 else _i32(head, POS_RECONSUMETIMES_V4)
-    body_pos = f.starts + at.body_length_pos + 4
-    body_len = be_ints(arr, body_pos - 4, 4) if v6 else _i32(head, POS_BODYLENGTH_V4)
-    body = binary_views(arr, body_pos, body_len)
-    hosts = _hosts(arr, f.starts + POS_BORNHOST, born6), _hosts(arr, f.starts + at.store_host_pos, store6)
-    return _assemble(arr, pa.array(f.topics, pa.string()).take(pa.array(f.topic_id)), f, f.starts + base_offset,
-                     store_ts, _i64(head, POS_BORNTIMESTAMP), *hosts, _i32(head, POS_FLAG), reconsume, f.props_pos,
-                     f.props_len, body if zero_copy else body.cast(pa.binary()), zero_copy)
-
-
 def _keep(topic_id: np.ndarray | None, topics: list[str], queue_id: np.ndarray, store_ts: np.ndarray | None,
           rf: RecordFilter) -> np.ndarray | None:
     """The rows the filter keeps, or None for all (topic ids and store timestamps are only read
@@ -301,14 +280,6 @@ def _keep(topic_id: np.ndarray | None, topics: list[str], queue_id: np.ndarray, 
         assert store_ts is not None
         keep &= store_ts <= rf.max_store_timestamp
     return keep
-
-
-def _i32(head: np.ndarray, at: int) -> np.ndarray:
-    return np.ascontiguousarray(head[:, at:at + 4]).view(">i4")[:, 0].astype(np.int64)
-
-
-def _i64(head: np.ndarray, at: int) -> np.ndarray:
-    return np.ascontiguousarray(head[:, at:at + 8]).view(">i8")[:, 0].astype(np.int64)
 
 
 def _hosts(arr: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:

@@ -1,10 +1,8 @@
-"""The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan,
-every test three ways: the C scan (store/scan/_record_check.c, the walk and the checks in one
-pass), the C walk (store/scan/_scan_walk.c) with the numpy checks (the forceVerifyPropCRC scan),
-and the numpy walk of tests/oracles/walk.py with those checks."""
+"""The record check (checkMessageAndReturnSize + our PHYSICALOFFSET rule) and the fast segment scan
+(store/scan/_record_check.c, the walk and the checks in one pass), held to the record-by-record
+check (slow_scan) and to the oracles of the walk and of a record's fields (tests/oracles/)."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import pytest

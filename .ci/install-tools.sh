@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Debian programs some tests need: Prometheus and promtool (tests/test_metrics_prometheus.py) and
-# strace, which injects I/O errors into a running writer (tests/test_injected_faults.py). Installed once,
+# The Debian programs some tests need: Prometheus and promtool (tests/deploy/test_metrics_prometheus.py) and
+# strace, which injects I/O errors into a running writer (tests/e2e/crash/test_injected_faults.py). Installed once,
 # quietly, where apt-get is and we are root (a fresh CI machine); elsewhere one line says why those tests
 # will skip. Run by `make test` before pytest; does nothing when every program is there.
 #

@@ -4,7 +4,7 @@ after a kill -9.
 
 Apache Kafka 4.1.1 (the embedded broker, KRaft, on disk) holds an 8-partition topic per record size,
 pre-filled with random values and 64 keys. A NameServer and two 5.3.3 brokers on this machine (as
-tests/rocketmq.py starts them, default 1 GiB segments): one ``flushDiskType=SYNC_FLUSH``, one
+tests/helpers/brokers/rocketmq.py starts them, default 1 GiB segments): one ``flushDiskType=SYNC_FLUSH``, one
 ``ASYNC_FLUSH``. Then, taking turns (the order reversed every other round), each side copies the
 whole topic:
 - ``bridge_sync`` / ``bridge_async``: bench/jvm/KafkaRocketBridge.java, the bridge at its best (a

@@ -187,7 +187,7 @@ def rocketmq_brokers(root: Path, topics: dict[str, list[str]]) -> Iterator[tuple
     """A 5.3.3 NameServer and one broker per flush type (``topics``: flush type -> the 8-queue topics
     it serves, made before it starts, as autoCreateTopicEnable is off), default 1 GiB segments."""
     from store.topics import merge_topics
-    from tests.rocketmq import NameServer, RocketBroker
+    from tests.helpers.brokers.rocketmq import NameServer, RocketBroker
 
     # generous start-up bounds: the bench may share its 2 cores with other work
     with NameServer.start(root / "namesrv", "5", timeout_s=300) as ns:

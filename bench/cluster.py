@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import common_stream as cs  # noqa: E402
 
-sys.path.insert(0, str(common.REPO / "tests"))
-from spark_cluster import daemon_env, standalone_cluster  # noqa: E402
+sys.path.insert(0, str(common.REPO))
+from tests.helpers.brokers.spark_cluster import daemon_env, standalone_cluster  # noqa: E402
 
 FULL = {"messages": 1_000_000, "batch": 50_000, "partitions": 2}
 QUICK = {"messages": 20_000, "batch": 5_000, "partitions": 2}

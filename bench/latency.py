@@ -281,7 +281,7 @@ def rocketmq_send(root: Path, n: int) -> np.ndarray:
     """A RocketMQ 5.3.3 broker with SYNC_FLUSH on this disk: each send's time (ms), one at a time."""
     import base64
 
-    from tests.rocketmq import NameServer, RocketBroker, clients
+    from tests.helpers.brokers.rocketmq import NameServer, RocketBroker, clients
 
     body = base64.b64encode(bytes(range(100))).decode()
     props = base64.b64encode(b"").decode()

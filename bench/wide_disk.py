@@ -73,7 +73,7 @@ def broker(work: Path, topics: int, per: int) -> dict[str, int]:
     after it stopped (its shutdown flushes)."""
     from ingest.jvm import classpath, java
     from store.topics import merge_topics
-    from tests.rocketmq import NameServer, RocketBroker
+    from tests.helpers.brokers.rocketmq import NameServer, RocketBroker
 
     source, classes = common.BENCH_DIR / "jvm" / "WideSend.java", Path(common.OUT_DIR) / "wide-send"
     built = classes / "WideSend.class"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The install steps of the image, kept here so a test can run exactly these steps in a fresh
-# virtual environment (tests/test_deploy_install.py) instead of trusting an image nobody built.
+# virtual environment (tests/deploy/test_deploy_install.py) instead of trusting an image nobody built.
 #
 #   deploy/install.sh [--system] [SOURCE_DIR]
 #

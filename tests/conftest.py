@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_report import note_broker, report_lines, start_report
+from tests.helpers.brokers.report import note_broker, report_lines, start_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,9 +103,9 @@ def golden_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def rocketmq_nameservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
-    """One RocketMQ NameServer per version (tests/rocketmq.py), started when a test first asks for
+    """One RocketMQ NameServer per version (tests/helpers/brokers/rocketmq.py), started when a test first asks for
     it: ``rocketmq_nameservers.get("4")``; the brokers of every module register with it."""
-    from tests.rocketmq import NameServers
+    from tests.helpers.brokers.rocketmq import NameServers
 
     servers = NameServers(tmp_path_factory.mktemp("rocketmq-namesrv"))
     yield servers

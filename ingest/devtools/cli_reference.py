@@ -1,7 +1,7 @@
 """The command-line reference page (docs/reference/cli.md), written from the argparse definitions of
 ``commitlog`` (ingest.cli.build_parser), so that the page cannot say what the parsers do not.
 
-``python -m ingest.devtools.cli_reference docs/reference/cli.md`` writes it; tests/test_docs.py fails
+``python -m ingest.devtools.cli_reference docs/reference/cli.md`` writes it; tests/house/test_docs.py fails
 when the page in the repository and the parsers disagree."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 HEADER = """# Command-line reference
 
 Generated from the argument parsers (`python -m ingest.devtools.cli_reference docs/reference/cli.md`);
-`tests/test_docs.py` fails when this page and the parsers disagree. `commitlog COMMAND --help` prints
+`tests/house/test_docs.py` fails when this page and the parsers disagree. `commitlog COMMAND --help` prints
 the same. Every option of `run` and `replay` can also come from a TOML file (`--config job.toml`, keys
 as the long options); the command line wins.
 """

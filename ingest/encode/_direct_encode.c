@@ -16,7 +16,7 @@
  * fails the whole call with a negative code; arrays that disagree with each other (job_holds) raise
  * a ValueError. The property names written here (KEYS, TAGS, DELAY, UNIQ_KEY, KAFKA_VALUE_NULL,
  * KAFKA_VALUE_EMPTY) and the one-byte body of a null or empty value (EMPTY_VALUE_BODY) are
- * store/format/constants.py's; tests/test_direct_encode.py and _rows.py compare every byte with the
+ * store/format/constants.py's; tests/ingest/encode/test_direct_encode.py and _rows.py compare every byte with the
  * Python path, which takes them from there.
  */
 #define PY_SSIZE_T_CLEAN

@@ -10,7 +10,7 @@ born-host or DELAY header, a record over a limit (a dead letter). Those go the g
 (ingest.encode.prepare.map_and_encode: the per-row rules of ingest.encode.mapping, which know every
 rule and every error message, then store.format's batch codec) and are put back in their place, so
 the rows, their order and so their queue offsets are what the general path gives for the whole
-fetch (tests/test_direct_encode.py holds the two equal). A whole fetch goes the general way when a
+fetch (tests/ingest/encode/test_direct_encode.py holds the two equal). A whole fetch goes the general way when a
 batch does not parse, or for settings the kernel does not cover at all (the envelope mode, a target
 topic RocketMQ refuses). With property CRCs the kernel leaves their 20 bytes after each record's
 properties and the CRCs are written over them as the batch codec writes its own (apply_prop_crcs);
@@ -19,7 +19,7 @@ a header named like the CRC property is handed back (the codec drops such a prop
 Kafka rows that are already Arrow columns (Spark's own Kafka source, a replayed export: what
 ingest.encode.prepare.map_and_encode_batches is handed) take the same kernel through
 ``encode_rows``: it reads each row's key, value and headers from the columns' buffers instead of a
-fetch's bytes, and writes the same records (tests/test_direct_encode_rows.py).
+fetch's bytes, and writes the same records (tests/ingest/encode/test_direct_encode_rows.py).
 """
 
 from __future__ import annotations

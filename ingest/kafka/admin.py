@@ -1,7 +1,7 @@
 """Driver-side Kafka lookups: which partitions to read, their earliest and TRUE latest offsets, and
 offsets by timestamp. Never joins a consumer group, never commits.
 
-Broker quirks handled here (pinned in tests/test_kafka_source.py):
+Broker quirks handled here (pinned in tests/ingest/kafka/test_kafka_source.py):
 - Tansu answers ListOffsets "latest" with the base offset of the partition's last record batch + 1,
   not the log end, when producers batch records. A fetch response's high watermark is right on
   both Tansu and Kafka, so ``latest`` fetches once from (reported end - 1) and takes

@@ -3,7 +3,7 @@ most exports hold no bad row, and reading them line by line (ingest.replay.expor
 20 us a row in Python. A piece is taken this way only when every row of it is as the line-by-line
 reading would take it without a reason (its position usable, key, value and header values base64,
 its timestamp ISO-8601 with a zone); anything else, and the piece is read line by line, so that
-every bad row is still named by file and line. tests/test_replay_file_pieces.py holds the two ways
+every bad row is still named by file and line. tests/ingest/replay/test_replay_file_pieces.py holds the two ways
 equal."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ export written as Spark or ``export_records`` write one, a file per partition or
 nothing needs the shuffle: each task reads a piece, sorts its own rows into source order, maps,
 encodes and packs them as the job's own Kafka source does (the spool included), and the tasks'
 order is the batch's. Otherwise the batch takes the general way; both give the same records in the
-same order (tests/test_replay_file_batches.py).
+same order (tests/ingest/replay/test_replay_file_batches.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
  *
  * libdeflate's libdeflate_crc32 (carry-less multiplication) when the machine has the library
  * (Debian's and Ubuntu's libdeflate0), found when the module loads, so that neither building nor
- * running needs it; else a table, sliced by 8. Both give zlib's value (tests/test_crc_library.py). */
+ * running needs it; else a table, sliced by 8. Both give zlib's value (tests/store/format/test_crc_library.py). */
 #ifndef COMMITLOG_CRC32_H
 #define COMMITLOG_CRC32_H
 

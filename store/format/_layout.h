@@ -1,6 +1,6 @@
 /* The CommitLog record and IndexFile layout for every C pass (../shared/golden/FORMAT.md §3-5,
  * INDEX_FORMAT_NOTES.md): the numbers of store/format/constants.py under the same names
- * (tests/test_layout_header.py holds the two equal), and the reads every pass shares: big-endian
+ * (tests/store/format/test_layout_header.py holds the two equal), and the reads every pass shares: big-endian
  * integers, the TOTALSIZE step, the head of a message record and its TOPICLENGTH, read as
  * RocketMQ's MessageVersion reads it (a signed byte in V1, a signed short in V2).
  * Everything is static inline: a module that includes it and leaves a helper unused gets no warning.
@@ -131,7 +131,7 @@ static inline int64_t topic_length(const uint8_t *p, int v2) {
 }
 
 /* --- the walk of a message record: store/format/layout.py's record_spans, in C (every C reader of
- * a record takes its positions from here; tests/test_record_spans.py holds it to the oracle) */
+ * a record takes its positions from here; tests/store/format/test_record_spans.py holds it to the oracle) */
 
 /* What record_spans returns: the record's fields fit, or the first that does not fit in TOTALSIZE */
 enum { SPANS_OK = 0, SPANS_HOSTS, SPANS_BODY, SPANS_TOPIC, SPANS_PROPERTIES };

@@ -1,6 +1,6 @@
 """Every constant of the RocketMQ CommitLog format, in one place (../shared/golden/FORMAT.md).
 The C passes take the layout's numbers and the property names from _layout.h beside this file,
-under the same names (tests/test_layout_header.py holds the two equal).
+under the same names (tests/store/format/test_layout_header.py holds the two equal).
 
 Names follow RocketMQ's so a RocketMQ engineer finds their way.
 """

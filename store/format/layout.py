@@ -7,7 +7,7 @@ Every Python reader of a record takes its positions from here, as RocketMQ's rea
 from MessageDecoder; the C passes take theirs from ``record_spans`` in _layout.h. The walk says
 where a record stops adding up (``RecordSpans.fault``) and leaves what that means to its reader: a
 check reports it, the decoder refuses the record, the index leaves it out.
-tests/test_record_spans.py holds both forms and the C one to an oracle there.
+tests/store/format/test_record_spans.py holds both forms and the C one to an oracle there.
 """
 
 from __future__ import annotations

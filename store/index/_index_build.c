@@ -1,5 +1,5 @@
 /* The index's passes in C, with the GIL released (the numpy oracles of tests/oracles/index_keys.py and
- * index_put.py are what tests/test_index_build.py holds them equal to, byte for byte):
+ * index_put.py are what tests/store/index/test_index_build.py holds them equal to, byte for byte):
  *
  * find_keys: the keys RocketMQ's IndexService puts for each record, hashed (the key finder of
  *   _index_keys.h, which verify's check in _index_check.c shares); records whose keys it cannot

@@ -2,7 +2,7 @@
  * numpy checks there and in store/tools/verify_index.py find and word the faults of every index
  * that is not healthy). Each pass only says whether all is as it should be: the moment
  * anything differs it stops, and the numpy path finds the problems and words them, so what verify
- * reports never depends on this module (tests/test_index_verify_c.py runs both ways).
+ * reports never depends on this module (tests/store/index/test_index_verify_c.py runs both ways).
  *
  * records_match: one walk of a segment along TOTALSIZE (as store/scan/walk.py walks it), the keys
  *   of each message record found by the append's key finder (_index_keys.h) and compared, in order,

@@ -3,7 +3,7 @@ IndexService.buildIndex takes them: for each record its UNIQ_KEY, then each KEYS
 with the record's offset and STORETIMESTAMP. In C (_index_build.c, built by setup.py) one pass
 with the GIL released, so that the index can be built on a thread behind the append while the
 next batch is copied. Text the C pass cannot decode as Java would without a replacement, it leaves
-to store.index.keys record by record (decoded_keys). tests/test_index_build.py holds the pass equal
+to store.index.keys record by record (decoded_keys). tests/store/index/test_index_build.py holds the pass equal
 to the numpy oracle (tests/oracles/index_keys.py)."""
 
 from __future__ import annotations

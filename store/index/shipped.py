@@ -6,7 +6,7 @@ keeps only the puts on its own).
 The keys are those IndexService.buildIndex takes for each record (store.index.build finds them: its
 UNIQ_KEY, then each KEYS token, hashed as Java hashes "topic#key"), found in the record bytes as they
 will be written: the store patches only QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (one per
-append, which the writer gives the puts), none of which a key depends on. tests/test_index_shipped.py
+append, which the writer gives the puts), none of which a key depends on. tests/store/index/test_index_shipped.py
 holds an index built from shipped keys byte-identical to one built from the commit log.
 """
 

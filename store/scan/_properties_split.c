@@ -1,7 +1,7 @@
 /* The PROPERTIES of many records split into (name, value) pairs, as RocketMQ's
  * MessageDecoder.string2messageProperties splits one record's: the C half of
  * store/scan/arrow_text.py, which documents the contract and keeps the numpy path that
- * tests/test_readback_arrow.py compares with this file, pair for pair.
+ * tests/store/scan/test_readback_arrow.py compares with this file, pair for pair.
  *
  * Per record: a piece ends at \x02 or at the record's end; its name ends at the piece's first
  * \x01; a piece without one, or with an empty name or value, is dropped; of pairs with the same

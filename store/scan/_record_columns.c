@@ -1,6 +1,6 @@
 /* The fixed fields, hosts, topics and bodies of many CommitLog records in one pass: the read-back's
- * columns (store/scan/record_batch.py documents the contract; tests/test_readback_columns.py and
- * tests/test_readback_arrow.py hold them to the messages written and to the golden stores).
+ * columns (store/scan/record_batch.py documents the contract; tests/store/scan/test_readback_columns.py and
+ * tests/store/scan/test_readback_arrow.py hold them to the messages written and to the golden stores).
  *
  * The records were walked and checked by store/scan/record_check.py first; this pass still bounds every
  * read by the buffer. Field positions are RocketMQ's (store/format/_layout.h names them):

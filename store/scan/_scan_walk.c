@@ -1,7 +1,7 @@
 /* The segment walk of store/scan/walk.py in C: from a record start, follow TOTALSIZE while it is
  * plausible and the record fits, collecting the record starts. Every other check of a record runs
  * afterwards in record_check.py, vectorized over the starts found, as it does after the numpy walk this
- * replaces (tests/test_codec_scan.py runs with both). It reads each record's first four bytes,
+ * replaces (tests/store/scan/test_codec_scan.py runs with both). It reads each record's first four bytes,
  * where the numpy walk compares every byte of the segment against the magic code.
  */
 #define PY_SSIZE_T_CLEAN

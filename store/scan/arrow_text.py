@@ -4,7 +4,7 @@ property names) told apart once each, and the properties string of every record 
 (record, name, value) pairs the way RocketMQ's MessageDecoder.string2messageProperties does.
 
 The split is store/scan/_properties_split.c's (built by setup.py, one pass per record);
-tests/test_readback_arrow.py holds it to the per-record reference (properties_of) and to the
+tests/store/scan/test_readback_arrow.py holds it to the per-record reference (properties_of) and to the
 oracle of its pairs' order (tests/oracles/properties_split.py)."""
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ with no Python step per record.
 The walk and the record checks are record_check.py's (the ones recovery and verify use). The fixed
 fields, hosts, topics and bodies then come from one pass over the records: _record_columns.c
 (built by setup.py), a batch of records at most 2 GiB long (its int32 body offsets, and Arrow's
-binary column's), more records in more batches. tests/test_readback_columns.py holds the columns
-to the messages written, tests/test_readback_arrow.py to the golden stores. Bodies are copied into a plain ``binary`` column, or with ``zero_copy`` are views
+binary column's), more records in more batches. tests/store/scan/test_readback_columns.py holds the columns
+to the messages written, tests/store/scan/test_readback_arrow.py to the golden stores. Bodies are copied into a plain ``binary`` column, or with ``zero_copy`` are views
 (binary_view: pointers into the mapped segment). Properties are split into a map<string, string> the way RocketMQ's
 ``MessageDecoder.string2messageProperties`` does (arrow_text.py).
 """

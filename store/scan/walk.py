@@ -1,7 +1,7 @@
 """The walk of a segment from record to record: from a record start, follow TOTALSIZE while it is
 plausible and the record fits, collecting the record starts; record_check.py then checks every record
 found, vectorized. In C (_scan_walk.c, built by setup.py): each record's TOTALSIZE is read where it
-is. tests/oracles/walk.py is the numpy walk tests/test_codec_scan.py holds it to."""
+is. tests/oracles/walk.py is the numpy walk tests/store/scan/test_codec_scan.py holds it to."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 /*
- * RocketMQ's own clients, for the tests (tests/rocketmq.py compiles this against each jar set and runs
+ * RocketMQ's own clients, for the tests (tests/helpers/brokers/rocketmq.py compiles this against each jar set and runs
  * one command per JVM). Every command prints what it got as JSON lines; the checks live in Python.
  *
  *   pull  NAMESRV GROUP TOPIC...                  DefaultMQPullConsumer over every queue, offset 0 to the end

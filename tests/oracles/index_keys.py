@@ -8,7 +8,7 @@ hash of "topic#key" is built from the hash of "topic#" and running hashes of the
 (uint32 arithmetic wraps as Java's int does); a non-ASCII value alone is decoded, as Java would,
 before its keys are hashed. A record the fast path cannot be sure of (a name found twice or inside
 another, very long properties or values) is decoded and keyed one at a time by
-store.index.keys: the ways agree byte for byte (tests/test_index_keys.py, tests/test_index_build.py).
+store.index.keys: the ways agree byte for byte (tests/store/index/test_index_keys.py, tests/store/index/test_index_build.py).
 """
 
 from __future__ import annotations

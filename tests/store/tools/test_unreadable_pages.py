@@ -1,0 +1,116 @@
+"""A mapped page that cannot be read arrives as SIGBUS, which ends a Python process: a segment truncated
+under a reader, or a page the disk answers with EIO. Every read of the store checks the pages it is
+about to parse (Segment.check_readable, the C probe store/log/_page_probe.c) and raises one
+UnreadablePageError naming the segment and the offset instead; the process goes on.
+
+Each case runs in a child process: if the check were missing, the SIGBUS would end the child (and
+the test would see the signal), not pytest."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from store import Message, MessageStore, StoreConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+SEG = 1 << 16
+CONFIG = StoreConfig(segment_size=SEG, preallocate=False)
+
+
+def run_child(code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode != -signal.SIGBUS, "the child was killed by SIGBUS"
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def a_store(root: Path, n: int = 300) -> list[int]:
+    with MessageStore.open(root, CONFIG) as store:
+        offsets = store.append([Message("T", b"body-%04d " % i * 10, queue_id=i % 2) for i in range(n)]) \
+            .physical_offsets.tolist()
+        store.commit()
+    return offsets
+
+
+def test_the_probe_finds_the_first_page_past_a_file_truncated_under_its_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * (16 * 4096))
+    found = run_child(f"""
+        import json, mmap, os
+        from store.log.segment import first_unreadable
+        f = open({str(path)!r}, "rb")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        before = first_unreadable(mm, 0, len(mm))
+        os.truncate({str(path)!r}, 5 * 4096 + 100)
+        after = first_unreadable(mm, 4096, len(mm))
+        tail = first_unreadable(mm, 0, 5 * 4096)
+        print(json.dumps({{"before": before, "after": after, "tail": tail}}))
+    """)
+    # the page holding byte 5*4096+100 is still backed by the file; the next one is not
+    assert found == {"before": -1, "after": 6 * 4096, "tail": -1}
+
+
+@pytest.mark.parametrize("read", ["iter_messages", "read", "record_batches", "record_batches_at", "get_by_queue"])
+def test_every_read_of_a_segment_truncated_under_the_reader_is_one_error_naming_segment_and_offset(
+        tmp_path: Path, read: str) -> None:
+    offsets = a_store(tmp_path)
+    segment = tmp_path / "commitlog" / f"{0:020d}"
+    cut = 20_000
+    victim = next(o for o in offsets if o > cut)
+    calls = {
+        "iter_messages": "list(reader.iter_messages())",
+        "read": f"reader.read({victim})",
+        "record_batches": "list(reader.record_batches())",
+        "record_batches_at": "list(reader.record_batches_at(*reader.queue_records(['T'])))",
+        "get_by_queue": f"reader.get_by_queue('T', {offsets.index(victim) % 2}, {offsets.index(victim) // 2}, 4)",
+    }
+    found = run_child(f"""
+        import json, os
+        from store import StoreReader, UnreadablePageError
+        with StoreReader.open({str(tmp_path)!r}) as reader:
+            os.truncate({str(segment)!r}, {cut})
+            try:
+                {calls[read]}
+                print(json.dumps({{"raised": None}}))
+            except UnreadablePageError as exc:
+                print(json.dumps({{"raised": str(exc), "segment": exc.segment, "offset": exc.offset}}))
+    """)
+    assert found["segment"] == segment.name
+    assert cut - 4096 <= found["offset"] <= victim + 4096, found
+    assert "cannot be read" in found["raised"] and f"is {cut} bytes now" in found["raised"]
+    assert "\n" not in found["raised"]
+
+
+def test_the_tools_reading_a_segment_whose_pages_cannot_be_read_say_so_in_one_line(tmp_path: Path) -> None:
+    a_store(tmp_path)
+    segment = tmp_path / "commitlog" / f"{0:020d}"
+    # the tools map a segment at its size when opened; the pages are checked before they are parsed
+    found = run_child(f"""
+        import json, os
+        from store.read.view import SegmentFile, mapped
+        from store import UnreadablePageError
+        seg = SegmentFile(__import__("pathlib").Path({str(segment)!r}), 0, {SEG})
+        real_fstat = os.fstat
+        os.fstat = lambda fd: real_fstat(fd)          # the size taken when the file was opened...
+        import mmap
+        real_mmap = mmap.mmap
+        def mmap_then_truncate(*args, **kwargs):      # ...then the file shrinks under the mapping
+            mm = real_mmap(*args, **kwargs)
+            os.truncate({str(segment)!r}, 8192)
+            return mm
+        mmap.mmap = mmap_then_truncate
+        try:
+            with mapped(seg) as mv:
+                print(json.dumps({{"raised": None}}))
+        except UnreadablePageError as exc:
+            print(json.dumps({{"raised": str(exc), "offset": exc.offset}}))
+    """)
+    assert found["offset"] == 8192 and segment.name in found["raised"]

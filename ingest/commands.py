@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ingest.config import JobConfigError, add_job_arguments, config_from_args
+from ingest.config import JobConfigError
+from ingest.job_arguments import add_job_arguments, config_from_args
 from ingest.redaction import redacted
 
 EXIT_USAGE = 2

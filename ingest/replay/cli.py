@@ -8,7 +8,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from ingest.config import JobConfig, JobConfigError, add_job_arguments, config_from_args
+from ingest.config import JobConfig, JobConfigError
+from ingest.job_arguments import add_job_arguments, config_from_args
 from ingest.redaction import redacted
 from ingest.replay.plan import FILE_FORMATS, Bound, ReplayError, parse_offsets_json
 

@@ -42,7 +42,7 @@ def parse_commitlog(argv: list[str], where: str):  # noqa: ANN201
     except SystemExit:
         pytest.fail(f"{where}: `commitlog {shlex.join(argv)}` is rejected by the parser:\n{err.getvalue()}")
     if args.command in ("run", "replay"):
-        from ingest.config import config_from_args
+        from ingest.job_arguments import config_from_args
 
         try:
             config_from_args(args)

@@ -10,7 +10,8 @@ import pytest
 
 from ingest.broker_groups import BrokerGroup, BrokerGroupError, check_store_group, owned
 from ingest.cli import build_parser
-from ingest.config import JobConfigError, config_from_args
+from ingest.config import JobConfigError
+from ingest.job_arguments import config_from_args
 from ingest.kafka.options import BROKER_GROUP_OPTION, KafkaOptionError, parse_options
 from ingest.kafka.source import _partitions
 from ingest.replay.command import group_plan, remaining

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ingest.client_properties import ENV_PROVIDER, FILE_PROVIDER, DIRECTORY_PROVIDER, read_properties
-from ingest.config import JobConfigError, add_job_arguments, config_from_args
+from ingest.config import JobConfigError
+from ingest.job_arguments import add_job_arguments, config_from_args
 from ingest.reader_options import kafka_reader_options
 from ingest.redaction import REDACTED, Redactor, RedactingFilter, redacted, secrets_of
 from tests.helpers.cli import run

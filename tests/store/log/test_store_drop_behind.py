@@ -62,7 +62,7 @@ def test_a_commit_hands_back_the_pages_it_covers_and_the_records_still_read_back
 
 def test_a_job_setting_reaches_the_store() -> None:
     from ingest.cli import build_parser
-    from ingest.config import config_from_args
+    from ingest.job_arguments import config_from_args
     from ingest.job_settings import store_config
 
     def setting(*extra: str) -> bool:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from store.message_store import AppendResult, MessageStore
     from store.read.reader import StoreReader
     from store.index.service import IndexConfig
+    from store.compaction.files import CompactionConfig
     from store.index.shipped import batch_index_keys
     from store.read.view import segment_size_on_disk
     from store.retention import RetentionConfig
@@ -63,7 +64,7 @@ _LAZY = {
     "MessageStore": "store.message_store", "StoreReader": "store.read.reader", "IndexConfig": "store.index.service",
     "segment_size_on_disk": "store.read.view", "check_encoded": "store.scan.encoded_check",
     "OpenReport": "store.usage", "StoreUsage": "store.usage", "batch_index_keys": "store.index.shipped",
-    "describe_failure": "store.failed_call",
+    "describe_failure": "store.failed_call", "CompactionConfig": "store.compaction.files",
 }
 
 
@@ -78,7 +79,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "describe_failure",
     "AppendResult", "FOREIGN_TAIL_POLICIES", "CodecConfig", "INDEX_KEYS_COLUMN", "CommitPoint", "check_encoded", "DecodedMessage", "EncodedBatch", "HostAddress",
-    "IndexConfig", "Message", "batch_index_keys", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
+    "IndexConfig", "CompactionConfig", "Message", "batch_index_keys", "segment_size_on_disk", "MessageStore", "OpenReport", "StoreUsage", "RetentionConfig", "StoreConfig", "StoreReader", "encode_batch", "read_commit_point",
     "CommitPointError", "CommittedDataCorruptError", "ConsumeQueueError", "ConsumeQueueGapError",
     "CorruptRecordError", "DeadLetterReason", "DiskFullError", "FieldLimitError", "FlushError", "ForeignTailError",
     "InvalidMessageError",

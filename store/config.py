@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from store.compaction.files import CompactionConfig
 from store.format.codec import CodecConfig
 from store.index.service import IndexConfig
 from store.queue.files import DEFAULT_MAX_OPEN_QUEUE_FILES
@@ -45,6 +46,7 @@ class StoreConfig:
     drop_cache_behind: bool = True                       # a commit hands the page cache it covers back
     index: IndexConfig = field(default_factory=IndexConfig)   # messageIndexEnable, maxHashSlotNum, maxIndexNum
     foreign_tail: str = "adopt"                          # one of FOREIGN_TAIL_POLICIES
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)   # RocketMQ 5's compaction topics
 
     def __post_init__(self) -> None:
         if self.segment_size <= 0 or self.segment_size % OS_PAGE_SIZE != 0:

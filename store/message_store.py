@@ -75,7 +75,7 @@ class MessageStore:
         self._reads = RecordReads(root, self._log.queue, self._cq, read_limit=lambda: self._log.max_offset,
                                   index_lookup=self._services.index_lookup,
                                   settle_queues=self._services.settle_queues)
-        self._topics = TopicsPublisher(root)
+        self._topics = TopicsPublisher(root, config.compaction.topics)
         self._commits = StoreCommit(root, config, self._log, self._cq, self._services, self._failed, self._topics)
         self._open_report = OpenReport(False, "empty", 0, 0, 0, 0)
         self._intent = AppendIntentLog(root)     # before an append: which records past the commit point are ours

@@ -5,6 +5,7 @@ once recovery is done, stopped before the files they write are closed."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from store.compaction.service import CompactionService
 from store.config import StoreConfig
 from store.errors import StoreError, StoreReadOnlyError
 from store.index.service import IndexService
@@ -22,6 +24,7 @@ from store.log.flush import FlushService
 from store.queue.consume_queue import ConsumeQueueStore
 from store.retention import RetentionService
 from store.store_failure import StoreFailure
+from store.topics import compaction_topics
 
 
 class StoreServices:
@@ -41,6 +44,9 @@ class StoreServices:
         self.index = IndexWriter(root, config.index, gate, warm_first=config.warm_first_segment) \
             if config.index.enabled else None
         self.dispatcher: DispatchService | None = None
+        # a topic once made a compaction topic stays one: a 5.x broker serves it from its log only
+        compaction = dataclasses.replace(config.compaction, topics=config.compaction.topics | compaction_topics(root))
+        self.compaction = CompactionService(root, compaction, cq, self._record_at) if compaction.topics else None
         self.retention: RetentionService | None = None
         # time the writer spent on index/ since the open (MessageStore.index_seconds)
         self.index_seconds = 0.0
@@ -49,7 +55,16 @@ class StoreServices:
               min_offset: Callable[[], int]) -> None:
         """Start the services once recovery is done; retention deletes a segment under ``put_lock``."""
         executor = self._log.writer.executor
-        self.dispatcher = DispatchService(lambda **units: self._cq.dispatch(**units), self.root.name, executor)
+        compaction = self.compaction
+        if compaction is not None:
+            compaction.recover()        # level with the consume queues recovery left
+
+        def dispatch(**units: Any) -> None:
+            self._cq.dispatch(**units)
+            if compaction is not None:
+                compaction.dispatched(**units)
+
+        self.dispatcher = DispatchService(dispatch, self.root.name, executor)
         if self.index is not None:
             self.index.start(self._log.queue, executor)
         self.flusher.start()
@@ -60,6 +75,13 @@ class StoreServices:
 
             self.retention = RetentionService(self.root, self.config.retention, committed_offset=committed_offset,
                                               consume_queues=self._cq, delete_segment=delete_segment).start()
+
+    def _record_at(self, physical_offset: int, size: int) -> memoryview:
+        seg = self._log.queue.find(physical_offset)
+        if seg is None:
+            raise StoreError(f"no segment holds offset {physical_offset}")
+        pos = physical_offset - seg.base_offset
+        return seg.view[pos:pos + size]
 
     def _delete_oldest_segment(self, path: Path, put_lock: threading.Lock, min_offset: Callable[[], int]) -> None:
         q = self._log.queue
@@ -131,6 +153,8 @@ class StoreServices:
         # written must not land in a file unmapped under it
         if self.dispatcher is not None:
             self.dispatcher.stop()
+        if self.compaction is not None:
+            self.compaction.close()
         if index_too and self.index is not None:
             self.index.close(flush=False)
         self.flusher.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import StoreError
-from store.format.constants import (CONFIG_DIR, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, TOPIC_FILTER_TYPE,
+from store.format.constants import (CLEANUP_POLICY_ATTRIBUTE, CLEANUP_POLICY_COMPACTION, CONFIG_DIR, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, TOPIC_FILTER_TYPE,
                                     TOPIC_PERM_READ_WRITE, TOPICS_FILE)
 from store.log.segment import write_atomically
 
@@ -69,19 +69,42 @@ def known_queue_counts(root: Path) -> dict[str, int]:
     return out
 
 
-def merge_topics(root: Path, needed: Mapping[str, int]) -> dict[str, int]:
-    """Make topics.json cover ``needed`` (topic -> queue count); returns the counts it now gives."""
+def has_compaction_policy(cfg: Any) -> bool:
+    """A topic config that makes a 5.x broker serve the topic from its compaction log."""
+    attributes = cfg.get("attributes") if isinstance(cfg, dict) else None
+    return isinstance(attributes, dict) and \
+        str(attributes.get(CLEANUP_POLICY_ATTRIBUTE, "")).upper() == CLEANUP_POLICY_COMPACTION
+
+
+def compaction_topics(root: Path) -> frozenset[str]:
+    """The topics topics.json makes compaction topics (by us, or by ``mqadmin updateTopic`` on a broker)."""
+    try:
+        table = read_topics(root)["topicConfigTable"]
+    except TopicConfigError:
+        return frozenset()
+    return frozenset(name for name, cfg in table.items() if has_compaction_policy(cfg))
+
+
+def merge_topics(root: Path, needed: Mapping[str, int], compaction: Iterable[str] = ()) -> dict[str, int]:
+    """Make topics.json cover ``needed`` (topic -> queue count), those of ``compaction`` with the
+    ``cleanup.policy`` attribute a 5.x broker writes for ``updateTopic -a +cleanup.policy=COMPACTION``;
+    returns the counts it now gives."""
     obj = read_topics(root)
     table = obj["topicConfigTable"]
     changed = False
+    compaction = frozenset(compaction)
     for topic, count in sorted(needed.items()):
         cfg = table.get(topic)
         if cfg is None:
-            table[topic] = {"topicName": topic, "readQueueNums": count, "writeQueueNums": count,
-                            "perm": TOPIC_PERM_READ_WRITE, "topicFilterType": TOPIC_FILTER_TYPE, "topicSysFlag": 0,
-                            "order": False, "attributes": {}}
+            table[topic] = cfg = {"topicName": topic, "readQueueNums": count, "writeQueueNums": count,
+                                  "perm": TOPIC_PERM_READ_WRITE, "topicFilterType": TOPIC_FILTER_TYPE,
+                                  "topicSysFlag": 0, "order": False, "attributes": {}}
             changed = True
-            continue
+        if topic in compaction and not has_compaction_policy(cfg):
+            attributes = cfg.get("attributes")
+            cfg["attributes"] = dict(attributes if isinstance(attributes, dict) else {},
+                                     **{CLEANUP_POLICY_ATTRIBUTE: CLEANUP_POLICY_COMPACTION})
+            changed = True
         for field in ("readQueueNums", "writeQueueNums"):
             if int(cfg.get(field, 0)) < count:
                 cfg[field] = count
@@ -99,14 +122,18 @@ class TopicsPublisher:
     """The writer's view of config/topics.json: what it gives each topic, read once, written only
     when a commit needs a topic or queue it does not cover yet."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, compaction: Iterable[str] = ()) -> None:
         self.root = root
         self._known: dict[str, int] | None = None
+        self._compaction = frozenset(compaction)
+        self._marked: set[str] = set()      # compaction topics topics.json is known to mark so
 
     def cover(self, queue_keys: Iterable[tuple[str, int]]) -> None:
         """config/topics.json covers every (topic, queueId) of ``queue_keys`` when this returns."""
         needed = queue_counts(queue_keys)
         if self._known is None:
             self._known = known_queue_counts(self.root)
-        if any(self._known.get(t, 0) < n for t, n in needed.items()):
-            self._known = merge_topics(self.root, needed)
+        unmarked = (self._compaction & needed.keys()) - self._marked
+        if any(self._known.get(t, 0) < n for t, n in needed.items()) or unmarked:
+            self._known = merge_topics(self.root, needed, self._compaction)
+            self._marked |= unmarked

@@ -105,6 +105,22 @@ SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
+# --- compaction log (RocketMQ 5.1+: CompactionStore / CompactionLog / SparseConsumeQueue) -----
+# A compaction topic's queue also lives in compaction/compactionLog/<topic>/<queueId>/ (the records'
+# bytes with PHYSICALOFFSET set to their place there) and compaction/compactionCq/<topic>/<queueId>/
+# (BatchConsumeQueue units, files named as the log's); a 5.x broker serves the topic from them only.
+COMPACTION_DIR = "compaction"
+COMPACTION_LOG_DIR = "compactionLog"
+COMPACTION_CQ_DIR = "compactionCq"
+BCQ_STORE_UNIT_SIZE = 46              # phys 8, size 4, tagsCode 8, storeTime 8, msgBaseOffset 8, batchSize 2,
+                                      # compactedOffset 4, reserved 4
+BCQ_INVALID_POS = -1                  # compactedOffset of every unit the broker writes
+COMPACTION_END_FILE_MIN_BLANK_LENGTH = 8   # a log file ends with (its blank length, BLANK_MAGIC_CODE)
+DEFAULT_COMPACTION_MAPPED_FILE_SIZE = 100 * 1024 * 1024      # compactionMappedFileSize
+DEFAULT_COMPACTION_CQ_MAPPED_FILE_SIZE = 10 * 1024 * 1024    # compactionCqMappedFileSize
+CLEANUP_POLICY_ATTRIBUTE = "cleanup.policy"     # TopicAttributes.CLEANUP_POLICY_ATTRIBUTE
+CLEANUP_POLICY_COMPACTION = "COMPACTION"
+
 # --- checkpoint (FORMAT.md §13) -------------------------------------------------------------
 CHECKPOINT_FILE_SIZE = OS_PAGE_SIZE
 CHECKPOINT_POS_PHYSIC_MSG_TIMESTAMP = 0

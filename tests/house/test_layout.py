@@ -29,8 +29,11 @@ ALLOWED = {
     # the store's read-only view and its readers: above the index, whose lookups StoreReader serves
     "store.read": {"store.read", "store.index", "store.log", "store.queue", "store.scan", "store.format",
                    "store.space", "store.errors", "store.failed_call"},
+    # RocketMQ 5's compaction logs, fed from the consume queues behind the appends
+    "store.compaction": {"store.compaction", "store.log", "store.queue", "store.format", "store.errors",
+                         "store.failed_call"},
     "store.tools": {"store"},
-    "store": {"store.format", "store.scan", "store.queue", "store.log", "store.index", "store.errors",
+    "store": {"store.format", "store.scan", "store.queue", "store.log", "store.index", "store.compaction", "store.errors",
               "store.failed_call", "store.config", "store.retention", "store.message_store", "store.read", "store.topics",
               "store.usage", "store.space", "store.store_open", "store.store_failure", "store.store_services",
               "store.store_commit", "store!"},

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingest.broker_groups import BrokerGroup, BrokerGroupError
-from store import FOREIGN_TAIL_POLICIES
-from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
+from store import FOREIGN_TAIL_POLICIES, CompactionConfig
+from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_COMPACTION_CQ_MAPPED_FILE_SIZE,
+                          DEFAULT_COMPACTION_MAPPED_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM,
                           DEFAULT_MAX_MESSAGE_SIZE, END_FILE_MIN_BLANK_LENGTH)
 
 # What a record holds beside its body, at most, for the start check: the fixed fields with IPv6
@@ -16,10 +17,9 @@ from store.format import (DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_MAX_HASH_SLOT_NUM
 RECORD_OVERHEAD_ALLOWANCE = 1024
 
 
-# --topic-cleanup-policy's values. Only "delete" (an ordinary RocketMQ topic) can be stored today: a
-# RocketMQ 5 broker serves a compaction topic from its own compaction log only, which it never builds
-# from a store it did not write (docs/kafka-lag-and-compaction.md)
-CLEANUP_POLICIES = ("delete",)
+# --topic-cleanup-policy's values: an ordinary RocketMQ topic, or a RocketMQ 5 compaction topic (the
+# store writes its compaction log: docs/kafka-lag-and-compaction.md)
+CLEANUP_POLICIES = ("delete", "compaction")
 
 
 class JobConfigError(ValueError):
@@ -44,6 +44,8 @@ class JobConfig:
     flush: str = "sync"                      # "sync" | "async"
     segment_size: int = DEFAULT_COMMITLOG_FILE_SIZE
     consume_queue_units: int = 300_000
+    compaction_file_size: int = DEFAULT_COMPACTION_MAPPED_FILE_SIZE        # the broker's compactionMappedFileSize
+    compaction_queue_file_size: int = DEFAULT_COMPACTION_CQ_MAPPED_FILE_SIZE  # its compactionCqMappedFileSize
     max_message_size: int | None = None      # None: 4 MiB, or what a smaller segment leaves room for
     master: str | None = "local[*]"          # None: leave it to spark-submit
     shuffle_partitions: int = 4
@@ -137,14 +139,14 @@ class JobConfig:
         if not self.metrics_host.strip():
             raise JobConfigError("--metrics-host '': give an address to bind, e.g. 127.0.0.1 or 0.0.0.0")
         self._validate_broker_group()
+        try:
+            CompactionConfig(mapped_file_size=self.compaction_file_size, cq_mapped_file_size=self.compaction_queue_file_size)
+        except ValueError as exc:
+            raise JobConfigError(f"--compaction-file-size {self.compaction_file_size} / --compaction-queue-file-size "
+                                 f"{self.compaction_queue_file_size}: {exc}") from None
         if self.commit_group is not None and not self.commit_group.strip():
             raise JobConfigError("--commit-group '': give the name of a Kafka consumer group")
         for topic, policy in self.topic_cleanup_policy.items():
-            if policy == "compaction":
-                raise JobConfigError(f"--topic-cleanup-policy {topic}=compaction: not possible yet: a RocketMQ 5 broker "
-                                     "serves a compaction topic only from a compaction log it builds from messages it "
-                                     "dispatches itself, and this store's messages are dispatched already; give "
-                                     f"{topic}=delete (an ordinary topic, every record) or leave it out")
             if policy not in CLEANUP_POLICIES:
                 raise JobConfigError(f"--topic-cleanup-policy {topic}={policy}: use {' or '.join(CLEANUP_POLICIES)}")
         from ingest.encode.mapping import topic_problem

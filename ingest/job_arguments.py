@@ -45,6 +45,10 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                    help="SYNC_FLUSH (each batch durable before commit; default) or ASYNC_FLUSH")
     p.add_argument("--segment-size", type=_size, default=S, help="commit-log segment size (default 1g)")
     p.add_argument("--consume-queue-units", type=int, default=S, help="units per consume-queue file")
+    p.add_argument("--compaction-file-size", type=_size, default=S, metavar="SIZE",
+                   help="compaction topics: the broker's compactionMappedFileSize (default 100m; give the broker the same)")
+    p.add_argument("--compaction-queue-file-size", type=_size, default=S, metavar="SIZE",
+                   help="compaction topics: the broker's compactionCqMappedFileSize (default 10m; give the broker the same)")
     p.add_argument("--max-message-size", type=_size, default=S,
                    help="largest body, bytes or 512k (default 4m, less when --segment-size leaves less room)")
     p.add_argument("--max-offsets-per-trigger", type=int, default=S, help="records per micro-batch, at most")
@@ -111,9 +115,9 @@ def add_job_arguments(p: argparse.ArgumentParser, streaming: bool = True) -> Non
                         "consumer group, for Kafka's own lag tools (never read back; see "
                         "docs/kafka-lag-and-compaction.md)")
     p.add_argument("--topic-cleanup-policy", action="append", type=_key_value, default=S,
-                   metavar="TOPIC=delete",
-                   help="a compacted Kafka topic is meant to be stored as an ordinary RocketMQ topic: no warning "
-                        "for it (repeatable; compaction topics: docs/kafka-lag-and-compaction.md)")
+                   metavar="TOPIC=delete|compaction",
+                   help="overrides the Kafka topic's cleanup.policy: delete stores it as an ordinary RocketMQ topic, "
+                        "compaction as a RocketMQ 5 compaction topic (repeatable; docs/kafka-lag-and-compaction.md)")
     p.add_argument("--skip-preflight", action="store_true", default=S,
                    help="do not check that the store path is persistent and lockable")
     if streaming:
@@ -146,8 +150,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
             values[flag] = values[flag] == "true"
     if values.get("master") in ("none", ""):
         values["master"] = None
-    if isinstance(values.get("segment_size"), str):
-        values["segment_size"] = _size(values["segment_size"])
+    for name in ("segment_size", "compaction_file_size", "compaction_queue_file_size"):
+        if isinstance(values.get(name), str):
+            values[name] = _size(values[name])
     known = {f.name: f for f in fields(JobConfig)}
     unknown = sorted(set(values) - set(known))
     if unknown:

@@ -4,18 +4,21 @@ same settings write the same bytes whichever command takes them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ingest.config import JobConfig
 from ingest.encode.mapping import MappingConfig
 from store import IndexConfig, RetentionConfig, StoreConfig
+from store import CompactionConfig
 from store.format import END_FILE_MIN_BLANK_LENGTH, CodecConfig
 
 if TYPE_CHECKING:
     from sink.handover.spool import Spool
 
 
-def store_config(cfg: JobConfig) -> StoreConfig:
+def store_config(cfg: JobConfig, compaction_topics: Iterable[str] = ()) -> StoreConfig:
+    """The store's settings; ``compaction_topics``: the RocketMQ topics to write as compaction topics."""
     retention = None
     if cfg.retention_hours is not None:
         retention = RetentionConfig(file_reserved_time_h=cfg.retention_hours, delete_when=cfg.delete_when,
@@ -25,7 +28,9 @@ def store_config(cfg: JobConfig) -> StoreConfig:
     return StoreConfig(segment_size=cfg.segment_size, flush_mode=cfg.flush,
                        consume_queue_units=cfg.consume_queue_units, retention=retention,
                        codec=codec_config(cfg), drop_cache_behind=cfg.drop_cache_behind,
-                       foreign_tail=cfg.foreign_tail, index=IndexConfig(cfg.message_index, cfg.max_hash_slot_num, cfg.max_index_num))
+                       foreign_tail=cfg.foreign_tail, index=IndexConfig(cfg.message_index, cfg.max_hash_slot_num, cfg.max_index_num),
+                       compaction=CompactionConfig(frozenset(compaction_topics), cfg.compaction_file_size,
+                                                   cfg.compaction_queue_file_size))
 
 
 def mapping_config(cfg: JobConfig) -> MappingConfig:

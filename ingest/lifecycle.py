@@ -123,7 +123,7 @@ def compacted_topics(cfg: JobConfig) -> list[str]:
     from ingest.kafka.topic_configs import COMPACTION, cleanup_policies
 
     if not cfg.bootstrap_servers or cfg.bootstrap_servers.startswith("(unused"):
-        return []
+        return sorted(t for t, policy in cfg.topic_cleanup_policy.items() if policy == COMPACTION)
     from ingest.reader_options import kafka_reader_options
     from ingest.kafka.options import kafka_client_params
 
@@ -140,22 +140,23 @@ def compacted_topics(cfg: JobConfig) -> list[str]:
     return sorted(t for t, policy in policies.items() if policy == COMPACTION)
 
 
-def say_compacted_topics(cfg: JobConfig) -> None:
-    """One line at start naming the compacted Kafka topics, which the store holds as ordinary
-    RocketMQ topics, every record of them (docs/kafka-lag-and-compaction.md: a RocketMQ 5.3.3
-    broker serves a compaction topic only from the compaction log it builds from the messages it
-    dispatches itself, and it never dispatches what a store already holds in its consume queues)."""
+def compaction_targets(cfg: JobConfig) -> list[str]:
+    """The RocketMQ topics to store as compaction topics: the job's compacted Kafka topics (and
+    those --topic-cleanup-policy makes so), as --topic-map names them, said in one line. A failed
+    question to the brokers is a warning: the store goes on with the compaction topics it has."""
     from ingest.kafka.topic_configs import TopicConfigError
 
     try:
         found = compacted_topics(cfg)
-    except TopicConfigError as exc:   # a name in a log line is not worth a stopped job
+    except TopicConfigError as exc:   # the store keeps the compaction topics it has; those named still count
         log.warning("%s", exc)
-        return
+        found = sorted(t for t, policy in cfg.topic_cleanup_policy.items() if policy == "compaction")
+    targets = sorted({cfg.topic_map.get(t, t) for t in found})
     if found:
-        log.warning("Kafka topics %s are compacted (cleanup.policy compact): stored as ordinary RocketMQ topics, "
-                    "every record kept; --topic-cleanup-policy T=delete for each says it is meant",
-                    ", ".join(found))
+        log.info("Kafka topics %s are compacted (cleanup.policy compact): stored as RocketMQ compaction topics "
+                 "(cleanup.policy COMPACTION, a compaction log per queue; --topic-cleanup-policy T=delete for an "
+                 "ordinary topic)", ", ".join(found))
+    return targets
 
 
 class StopSignal:
@@ -224,8 +225,7 @@ class JobLifecycle:
         is checked again under the lock: a job of another group may have committed since
         check_settings read the commit point."""
         cfg = self.cfg
-        say_compacted_topics(cfg)
-        writer = CommitLogWriter(cfg.store, store_config(cfg), truncate_on_corruption=cfg.truncate_on_corruption,
+        writer = CommitLogWriter(cfg.store, store_config(cfg, compaction_targets(cfg)), truncate_on_corruption=cfg.truncate_on_corruption,
                                  broker_group=cfg.broker_group)
         try:
             check_store_group(cfg.store, cfg.group, writer.state)

@@ -2,9 +2,8 @@
 --describe, from the `make jvm` jars) shows the job's lag, 0 once ``run`` has caught up and the
 produced count while it is stopped; offsets moved by someone else change nothing the job reads; a
 group a live consumer is a member of is refused in one line (exit 2); a commit the coordinator
-refuses is one warning, not a stopped stream. And part 2 as far as it goes: a compacted topic is
-found at start from the brokers' configs, and a RocketMQ compaction topic is refused in one line
-(docs/kafka-lag-and-compaction.md says why).
+refuses is one warning, not a stopped stream. And part 2's start: a compacted topic is found from
+the brokers' configs and named as the store names it.
 
 Apache Kafka itself (the group coordinator and the tool are Kafka's own): the session's broker
 where it is one, else the module's own."""
@@ -164,24 +163,26 @@ def test_a_group_with_a_live_member_is_refused_and_a_refused_commit_is_one_warni
     assert describe(bootstrap, group)[1] == {0: (3, 3, 0)}
 
 
-def test_a_compacted_topic_is_named_at_start_and_a_compaction_topic_is_refused(
+def test_a_compacted_topic_is_found_at_start_and_named_as_the_store_names_it(
         kafka: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Part 2 as far as it goes (docs/kafka-lag-and-compaction.md): the brokers' cleanup.policy is
-    read at start, a compacted topic named in one warning and stored as an ordinary topic; asking for
-    a RocketMQ compaction topic is refused in one line."""
+    """Part 2's start (tests/e2e/brokers/test_compaction_topics.py has the rest): the brokers'
+    cleanup.policy is read at start and a compacted topic becomes a compaction topic under its
+    --topic-map name; --topic-cleanup-policy overrides either way, and a policy that is neither
+    is refused in one line."""
     from ingest.cli import main
-    from ingest.lifecycle import compacted_topics
+    from ingest.lifecycle import compacted_topics, compaction_targets
 
     bootstrap = kafka.bootstrap_servers
     compacted = new_topic(bootstrap, "table", 1, cleanup_policy="compact,delete")
     plain = new_topic(bootstrap, "events", 1)
     cfg = job_config(bootstrap, [compacted, plain], tmp_path)
     assert compacted_topics(cfg) == [compacted]
-    cfg.topic_cleanup_policy = {compacted: "delete"}
-    assert compacted_topics(cfg) == []
-    for value, says in (("compaction", "compaction log"), ("kept", "use delete")):
-        code = main(["run", "--bootstrap-servers", bootstrap, "--subscribe", compacted, "--store", str(tmp_path / "s"),
-                     "--topic-cleanup-policy", f"{compacted}={value}"])
-        err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and f"--topic-cleanup-policy {compacted}={value}" in err[0] \
-            and says in err[0], err
+    cfg.topic_map = {compacted: "Table"}
+    assert compaction_targets(cfg) == ["Table"]
+    cfg.topic_cleanup_policy = {compacted: "delete", plain: "compaction"}
+    assert compacted_topics(cfg) == [plain]
+    code = main(["run", "--bootstrap-servers", bootstrap, "--subscribe", compacted, "--store", str(tmp_path / "s"),
+                 "--topic-cleanup-policy", f"{compacted}=kept"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"--topic-cleanup-policy {compacted}=kept" in err[0] \
+        and "use delete or compaction" in err[0], err

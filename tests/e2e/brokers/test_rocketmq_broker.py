@@ -182,3 +182,22 @@ def test_the_broker_rewrites_nothing_of_ours(served: Served) -> None:
     added = sorted(set(after) - set(served.before))
     ours = [n for n in added if n.split("/")[0] in ("commitlog", "consumequeue", "index")]
     assert not ours, f"the broker added files to our store's own directories: {ours[:10]}"
+
+
+def test_a_nameserver_whose_port_is_taken_meanwhile_starts_on_another(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from tests.helpers.brokers import rocketmq
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(rocketmq, "free_port_block", lambda *a: next(ports, None) or free_port_block(*a))
+        server = rocketmq.NameServer.start(tmp_path / "namesrv", "4")
+        try:
+            assert server.port != taken.getsockname()[1]
+            assert "BindException" in (tmp_path / "namesrv" / "namesrv.log").read_text(errors="replace")
+        finally:
+            server.stop()

@@ -125,6 +125,16 @@ def free_port_block(offsets: Sequence[int] = (0,)) -> int:
     raise RocketMQError("no free block of loopback ports")
 
 
+# A free port found by binding port 0 can be taken (by any process's outgoing connection) before the
+# server binds it; starting again on other ports is what a user would do.
+PORT_ATTEMPTS = 3
+
+
+def lost_port_race(exc: RocketMQError) -> bool:
+    """Whether a server failed to start because a port it was given was taken meanwhile."""
+    return "java.net.BindException: Address already in use" in str(exc)
+
+
 def _start(proc: ServerProcess, what: str, timeout_s: float, ready: bytes = b"boot success") -> None:
     """Start and wait until the startup class prints ``ready`` ("boot success": a broker has registered
     with its NameServer by then) in what the process logs from now on."""
@@ -175,12 +185,19 @@ class NameServer:
         home = Path(home)
         log = home / "namesrv.log"
         _prepare_home(home, home / "namesrv-logback.log")
-        port = free_port_block()
         conf = home / "namesrv.conf"
-        conf.write_text(f"listenPort={port}\nkvConfigPath={home / 'kvConfig.json'}\n")
-        proc = ServerProcess(_server_argv(version, home, "org.apache.rocketmq.namesrv.NamesrvStartup", conf), log)
-        _start(proc, f"the RocketMQ {version} NameServer", timeout_s)
-        return cls(version, home, port, proc)
+        for attempt in range(PORT_ATTEMPTS):
+            port = free_port_block()
+            conf.write_text(f"listenPort={port}\nkvConfigPath={home / 'kvConfig.json'}\n")
+            proc = ServerProcess(_server_argv(version, home, "org.apache.rocketmq.namesrv.NamesrvStartup", conf), log)
+            try:
+                _start(proc, f"the RocketMQ {version} NameServer", timeout_s)
+            except RocketMQError as exc:
+                if not lost_port_race(exc) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                continue
+            return cls(version, home, port, proc)
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         self.process.stop()
@@ -256,7 +273,14 @@ class RocketBroker:
         home = Path(home) if home else store.parent / f"{store.name}-{name}-rocketmq{version}"
         home.mkdir(parents=True, exist_ok=True)
         _prepare_home(home, home / "broker-logback.log")
-        port = port or free_port_block(BROKER_PORTS)
+        if port is None:     # ports of our choosing: another process may take one before the broker binds it
+            for attempt in range(PORT_ATTEMPTS):
+                try:
+                    return cls.start(store, nameserver, version, name=name, home=home, config=config,
+                                     port=free_port_block(BROKER_PORTS), timeout_s=timeout_s)
+                except RocketMQError as exc:
+                    if not lost_port_race(exc) or attempt == PORT_ATTEMPTS - 1:
+                        raise
         conf = {
             "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
             "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",

@@ -121,6 +121,11 @@ def test_a_compacted_kafka_topic_is_served_compacted_by_rocketmq5_and_whole_by_4
     assert older and len(older) == len(set(older))
     print(f"\n[RocketMQ 5.3.3 served {len(served)} of {len(changes)} messages after compaction; "
           f"{sum(v is None for v in newest(served_rows(served)).values())} keys deleted]")
+    table = newest(served_rows(served))
+    for q in range(PARTITIONS):      # the keys as served, for a reader of the run
+        print(f"[queue {q}: " + ", ".join(f"{k}={'(deleted)' if v is None else v.decode()}"
+                                          for (qq, k), v in sorted(table.items(), key=lambda i: int(i[0][1][1:]))
+                                          if qq == q) + "]")
 
     ns4 = rocketmq_nameservers.get("4")  # type: ignore[attr-defined]
     with RocketBroker.start(whole, ns4, "4"):

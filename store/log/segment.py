@@ -23,7 +23,7 @@ import numpy as np
 from store.errors import UnreadablePageError
 from store.format.constants import FILE_NAME_DIGITS, OS_PAGE_SIZE
 from store.log._page_probe import probe as _probe
-from store.space import create_reserved, reserve
+from store.space import create_reserved, data_extents, reserve
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,24 @@ def write_atomically(path: Path, data: bytes) -> None:
 def first_unreadable(mm: mmap.mmap, start: int, end: int) -> int:
     """The first offset in [start, end) of ``mm`` whose page cannot be read (SIGBUS caught), or -1."""
     return _probe(mm, start, end) if end > start else -1
+
+
+def first_unreadable_data(mm: mmap.mmap, path: Path, start: int, end: int) -> int:
+    """first_unreadable over the parts of [start, end) that hold data on disk. Only a page backed by
+    blocks can fail to be read (EIO); a hole, or blocks reserved and never written, read as zeros
+    without touching the disk, and faulting them in would only fill memory with zero pages (the 1 GiB
+    file behind a few MB of records)."""
+    extents = data_extents(path, start, end)
+    if extents is None:
+        return first_unreadable(mm, start, end)
+    actual = os.stat(path).st_size
+    if actual < end:                     # cut under the mapping: its pages past the end are not data
+        extents.append((max(start, actual), end))
+    for lo, hi in extents:
+        bad = first_unreadable(mm, lo, hi)
+        if bad >= 0:
+            return bad
+    return -1
 
 
 def _mapping_address(mm: mmap.mmap) -> int:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from store.errors import StoreError, UnreadablePageError
 from store.format.constants import CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR
-from store.log.segment import first_unreadable
+from store.log.segment import first_unreadable_data
 from store.queue.units import is_file_name
 
 if TYPE_CHECKING:
@@ -277,7 +277,7 @@ def mapped(seg: SegmentFile) -> Iterator[memoryview]:
             return
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     # a page the disk cannot give (EIO) would arrive as SIGBUS while it is read, and end the process
-    bad = first_unreadable(mm, 0, size)
+    bad = first_unreadable_data(mm, seg.path, 0, size)
     if bad >= 0:
         mm.close()
         raise UnreadablePageError(seg.base_offset + bad, seg.path.name)

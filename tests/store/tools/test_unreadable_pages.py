@@ -58,6 +58,51 @@ def test_the_probe_finds_the_first_page_past_a_file_truncated_under_its_mapping(
     assert found == {"before": -1, "after": 6 * 4096, "tail": -1}
 
 
+def test_the_data_probe_finds_the_same_first_page_past_a_truncated_file(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * (16 * 4096))
+    found = run_child(f"""
+        import json, mmap, os
+        from pathlib import Path
+        from store.log.segment import first_unreadable_data
+        f = open({str(path)!r}, "rb")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        before = first_unreadable_data(mm, Path({str(path)!r}), 0, len(mm))
+        os.truncate({str(path)!r}, 5 * 4096 + 100)
+        after = first_unreadable_data(mm, Path({str(path)!r}), 4096, len(mm))
+        print(json.dumps({{"before": before, "after": after}}))
+    """)
+    assert found == {"before": -1, "after": 6 * 4096}
+
+
+def test_the_data_probe_leaves_reserved_blocks_never_written_out_of_memory(tmp_path: Path) -> None:
+    """A segment is reserved whole (1 GiB by default) but written as records come: its unwritten
+    blocks cannot fail to read, and faulting them in would fill memory with zero pages."""
+    import ctypes
+    import mmap
+    import os
+
+    from store.log.segment import first_unreadable_data
+
+    path, size = tmp_path / "segment", 256 << 20
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    os.posix_fallocate(fd, 0, size)
+    os.pwrite(fd, b"r" * 8192, 0)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)    # the page cache as a fresh reader finds it
+    mm = mmap.mmap(fd, size)          # writable only so that ctypes can give mincore its address
+    os.close(fd)
+    assert first_unreadable_data(mm, path, 0, size) == -1
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = size // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vec) == 0
+    resident = sum(v & 1 for v in vec)
+    # the kernel reads ahead of the 2 written pages (8 MiB here), not through the whole reservation
+    assert resident < pages // 8, f"{resident} of {pages} pages faulted in for 2 pages of data"
+
+
 @pytest.mark.parametrize("read", ["iter_messages", "read", "record_batches", "record_batches_at", "get_by_queue"])
 def test_every_read_of_a_segment_truncated_under_the_reader_is_one_error_naming_segment_and_offset(
         tmp_path: Path, read: str) -> None:

@@ -40,39 +40,29 @@ def a_store(root: Path, n: int = 300) -> list[int]:
     return offsets
 
 
-def test_the_probe_finds_the_first_page_past_a_file_truncated_under_its_mapping(tmp_path: Path) -> None:
+@pytest.mark.parametrize("probe", ["first_unreadable(mm, {start}, {end})",
+                                   "first_unreadable_data(mm, Path({path!r}), {start}, {end})"])
+def test_the_probe_finds_the_first_page_past_a_file_truncated_under_its_mapping(tmp_path: Path, probe: str) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x" * (16 * 4096))
+
+    def call(start: object, end: object) -> str:
+        return probe.format(path=str(path), start=start, end=end)
+
     found = run_child(f"""
         import json, mmap, os
-        from store.log.segment import first_unreadable
+        from pathlib import Path
+        from store.log.segment import first_unreadable, first_unreadable_data
         f = open({str(path)!r}, "rb")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        before = first_unreadable(mm, 0, len(mm))
+        before = {call(0, "len(mm)")}
         os.truncate({str(path)!r}, 5 * 4096 + 100)
-        after = first_unreadable(mm, 4096, len(mm))
-        tail = first_unreadable(mm, 0, 5 * 4096)
+        after = {call(4096, "len(mm)")}
+        tail = {call(0, 5 * 4096)}
         print(json.dumps({{"before": before, "after": after, "tail": tail}}))
     """)
     # the page holding byte 5*4096+100 is still backed by the file; the next one is not
     assert found == {"before": -1, "after": 6 * 4096, "tail": -1}
-
-
-def test_the_data_probe_finds_the_same_first_page_past_a_truncated_file(tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(b"x" * (16 * 4096))
-    found = run_child(f"""
-        import json, mmap, os
-        from pathlib import Path
-        from store.log.segment import first_unreadable_data
-        f = open({str(path)!r}, "rb")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        before = first_unreadable_data(mm, Path({str(path)!r}), 0, len(mm))
-        os.truncate({str(path)!r}, 5 * 4096 + 100)
-        after = first_unreadable_data(mm, Path({str(path)!r}), 4096, len(mm))
-        print(json.dumps({{"before": before, "after": after}}))
-    """)
-    assert found == {"before": -1, "after": 6 * 4096}
 
 
 def test_the_data_probe_leaves_reserved_blocks_never_written_out_of_memory(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import StoreError
-from store.format.codec import body_crc, decode_message
 from store.format.constants import BCQ_STORE_UNIT_SIZE, BLANK_MAGIC_CODE, POS_PHYSICALOFFSET, POS_QUEUEOFFSET
 from store.format.layout import TOTAL_AND_MAGIC
 from store.compaction.files import BCQ_UNIT_DTYPE, CompactionConfig, cq_dir, end_unit, log_dir, unit, valid_count
 from store.log.segment import fsync_dir
+from store.scan.record_check import check_record
 from store.queue.units import file_name, list_unit_files
 
 _I64 = struct.Struct(">q")
@@ -87,15 +87,10 @@ class CompactionLog:
             data = f.read()
         for i, u in enumerate(units):
             pos, size = int(u["phys"]) - base, int(u["size"])
-            try:
-                total = TOTAL_AND_MAGIC.unpack_from(data, pos)[0] if pos + size <= len(data) else -1
-                if total != size or _I64.unpack_from(data, pos + POS_PHYSICALOFFSET)[0] != int(u["phys"]) \
-                        or _I64.unpack_from(data, pos + POS_QUEUEOFFSET)[0] != int(u["base"]):
-                    return i
-                msg = decode_message(data, pos)
-            except (StoreError, struct.error):
-                return i
-            if msg.body_crc != body_crc(msg.body):
+            # the commit log's record check (its PHYSICALOFFSET is its place in this log), then the unit's
+            checked = check_record(data, pos, pos + size, base) if 0 <= pos <= len(data) - size else None
+            if checked is None or checked.kind != "message" or checked.size != size \
+                    or _I64.unpack_from(data, pos + POS_QUEUEOFFSET)[0] != int(u["base"]):
                 return i
         return len(units)
 

@@ -30,7 +30,7 @@ ALLOWED = {
     "store.read": {"store.read", "store.index", "store.log", "store.queue", "store.scan", "store.format",
                    "store.space", "store.errors", "store.failed_call"},
     # RocketMQ 5's compaction logs, fed from the consume queues behind the appends
-    "store.compaction": {"store.compaction", "store.log", "store.queue", "store.format", "store.errors",
+    "store.compaction": {"store.compaction", "store.log", "store.queue", "store.scan", "store.format", "store.errors",
                          "store.failed_call"},
     "store.tools": {"store"},
     "store": {"store.format", "store.scan", "store.queue", "store.log", "store.index", "store.compaction", "store.errors",

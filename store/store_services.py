@@ -81,6 +81,7 @@ class StoreServices:
         if seg is None:
             raise StoreError(f"no segment holds offset {physical_offset}")
         pos = physical_offset - seg.base_offset
+        seg.check_readable(pos, pos + size)      # a page the disk cannot give: an error, not SIGBUS
         return seg.view[pos:pos + size]
 
     def _delete_oldest_segment(self, path: Path, put_lock: threading.Lock, min_offset: Callable[[], int]) -> None:

@@ -116,6 +116,13 @@ def open_commit_group(cfg: JobConfig) -> GroupCommitter | None:
     return GroupCommitter(kafka_client_params(kafka_reader_options(cfg, "earliest")), cfg.commit_group)
 
 
+def _named_compaction_topics(cfg: JobConfig) -> list[str]:
+    """The topics --topic-cleanup-policy makes compaction topics, whatever the brokers say."""
+    from ingest.kafka.topic_configs import COMPACTION
+
+    return sorted(t for t, policy in cfg.topic_cleanup_policy.items() if policy == COMPACTION)
+
+
 def compacted_topics(cfg: JobConfig) -> list[str]:
     """The Kafka topics of the job whose cleanup.policy compacts (asked of the brokers now; a topic
     a pattern finds later is not asked), less those --topic-cleanup-policy names. A replay of files
@@ -123,7 +130,7 @@ def compacted_topics(cfg: JobConfig) -> list[str]:
     from ingest.kafka.topic_configs import COMPACTION, cleanup_policies
 
     if not cfg.bootstrap_servers or cfg.bootstrap_servers.startswith("(unused"):
-        return sorted(t for t, policy in cfg.topic_cleanup_policy.items() if policy == COMPACTION)
+        return _named_compaction_topics(cfg)
     from ingest.reader_options import kafka_reader_options
     from ingest.kafka.options import kafka_client_params
 
@@ -150,7 +157,7 @@ def compaction_targets(cfg: JobConfig) -> list[str]:
         found = compacted_topics(cfg)
     except TopicConfigError as exc:   # the store keeps the compaction topics it has; those named still count
         log.warning("%s", exc)
-        found = sorted(t for t, policy in cfg.topic_cleanup_policy.items() if policy == "compaction")
+        found = _named_compaction_topics(cfg)
     targets = sorted({cfg.topic_map.get(t, t) for t in found})
     if found:
         log.info("Kafka topics %s are compacted (cleanup.policy compact): stored as RocketMQ compaction topics "

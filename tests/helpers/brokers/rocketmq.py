@@ -24,7 +24,8 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,11 +129,23 @@ def free_port_block(offsets: Sequence[int] = (0,)) -> int:
 # A free port found by binding port 0 can be taken (by any process's outgoing connection) before the
 # server binds it; starting again on other ports is what a user would do.
 PORT_ATTEMPTS = 3
+T = TypeVar("T")
 
 
 def lost_port_race(exc: RocketMQError) -> bool:
     """Whether a server failed to start because a port it was given was taken meanwhile."""
     return "java.net.BindException: Address already in use" in str(exc)
+
+
+def on_free_ports(start: Callable[[], T]) -> T:
+    """``start()`` (which picks its ports), again on a lost port race, up to PORT_ATTEMPTS times."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return start()
+        except RocketMQError as exc:
+            if not lost_port_race(exc) or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _start(proc: ServerProcess, what: str, timeout_s: float, ready: bytes = b"boot success") -> None:
@@ -186,18 +199,15 @@ class NameServer:
         log = home / "namesrv.log"
         _prepare_home(home, home / "namesrv-logback.log")
         conf = home / "namesrv.conf"
-        for attempt in range(PORT_ATTEMPTS):
+
+        def start() -> NameServer:
             port = free_port_block()
             conf.write_text(f"listenPort={port}\nkvConfigPath={home / 'kvConfig.json'}\n")
             proc = ServerProcess(_server_argv(version, home, "org.apache.rocketmq.namesrv.NamesrvStartup", conf), log)
-            try:
-                _start(proc, f"the RocketMQ {version} NameServer", timeout_s)
-            except RocketMQError as exc:
-                if not lost_port_race(exc) or attempt == PORT_ATTEMPTS - 1:
-                    raise
-                continue
+            _start(proc, f"the RocketMQ {version} NameServer", timeout_s)
             return cls(version, home, port, proc)
-        raise AssertionError("unreachable")
+
+        return on_free_ports(start)
 
     def stop(self) -> None:
         self.process.stop()
@@ -274,13 +284,8 @@ class RocketBroker:
         home.mkdir(parents=True, exist_ok=True)
         _prepare_home(home, home / "broker-logback.log")
         if port is None:     # ports of our choosing: another process may take one before the broker binds it
-            for attempt in range(PORT_ATTEMPTS):
-                try:
-                    return cls.start(store, nameserver, version, name=name, home=home, config=config,
-                                     port=free_port_block(BROKER_PORTS), timeout_s=timeout_s)
-                except RocketMQError as exc:
-                    if not lost_port_race(exc) or attempt == PORT_ATTEMPTS - 1:
-                        raise
+            return on_free_ports(lambda: cls.start(store, nameserver, version, name=name, home=home, config=config,
+                                                   port=free_port_block(BROKER_PORTS), timeout_s=timeout_s))
         conf = {
             "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
             "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",

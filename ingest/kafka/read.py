@@ -11,6 +11,7 @@ Measured on 200k records of ~130 bytes: about 2-3x the rows/s of a plain kafka-p
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ READ_TUNING: dict[str, Any] = {
 TOGETHER_MAX_RECORDS = 20_000
 
 SHORT_LOG_GRACE_S = 3.0  # a high watermark below the plan for this long is not a leader-change blip
+LOG_END_ASK_MS = 5_000   # how long a task waits for the ListOffsets answer that confirms a short log
 
 
 class BatchMaker(Protocol):
@@ -112,6 +114,7 @@ class _Reading:
     position: int
     idle_since: float
     pending: list[list[Any]]
+    log_end_asked_at: float = -math.inf   # when the broker was last asked where the log ends
 
     @property
     def done(self) -> bool:
@@ -225,16 +228,36 @@ def _check_idle(consumer: Any, reading: _Reading, now: float, fail_on_data_loss:
     rng = reading.rng
     idle_s = now - reading.idle_since
     high_watermark = consumer.highwater(reading.part)
-    if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= reading.position:
-        # The log ends before the planned range does (topic re-created, an in-memory broker
-        # restarted). Kafka answers OffsetOutOfRange then, Tansu just returns nothing.
-        _skip(consumer, reading, fail_on_data_loss)
-        reading.idle_since = time.monotonic()
-    elif idle_s * 1000 > poll_timeout_ms:
+    if idle_s > SHORT_LOG_GRACE_S and high_watermark is not None and high_watermark <= reading.position \
+            and now - reading.log_end_asked_at > SHORT_LOG_GRACE_S:
+        # The log may end before the planned range does (topic re-created, a broker restarted
+        # without its log): Kafka answers OffsetOutOfRange then, Tansu just returns nothing. But the
+        # high watermark is the last fetch's, and a pooled consumer's may be older than the plan
+        # (a broker that stopped answering after the batch was planned): the broker's own answer,
+        # asked now, decides.
+        reading.log_end_asked_at = now
+        if _log_end_now(consumer, reading.part) <= reading.position:
+            _skip(consumer, reading, fail_on_data_loss)
+            reading.idle_since = time.monotonic()
+            return
+    if idle_s * 1000 > poll_timeout_ms:
         raise KafkaFetchTimeoutError(
             f"task for {rng.topic}-{rng.partition} read up to offset {reading.position} of the planned "
             f"[{rng.from_offset}, {rng.until_offset}) and got no records for {poll_timeout_ms} ms "
             "(kafkaConsumer.pollTimeoutMs); is the broker reachable and the partition led?")
+
+
+def _log_end_now(consumer: Any, part: Any) -> float:
+    """The partition's end by the broker's ListOffsets answer now (Tansu's is short of the end, never
+    past it); infinite when no broker answers, since an unreachable log is not a short one."""
+    from kafka.errors import KafkaError
+
+    try:
+        return int(consumer.end_offsets([part], timeout_ms=LOG_END_ASK_MS)[part])
+    except KafkaError as exc:
+        if unreachable(exc):
+            return math.inf
+        raise
 
 
 def _skip(consumer: Any, reading: _Reading, fail: bool) -> None:

@@ -321,6 +321,34 @@ def test_a_deleted_topic_is_data_loss_unless_fail_on_data_loss_is_false(bootstra
         lenient.stop()
 
 
+def test_a_broker_silent_past_the_grace_after_the_plan_is_waited_for_not_taken_for_data_loss(
+        bootstrap_servers: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pooled consumer's high watermark is its last fetch's, older than the plan made since; a
+    # broker that then answers no fetch for a while (restarting) has not lost the planned records.
+    from kafka import KafkaConsumer
+
+    from ingest.kafka.read import SHORT_LOG_GRACE_S
+
+    topic = new_topic(bootstrap_servers, "silent", partitions=1)
+    produce(bootstrap_servers, topic, 10, partitions=1)
+    reader = stream_reader(bootstrap_servers, subscribe=topic)
+    assert len(read_all(reader, [KafkaOffsetRange(topic, 0, 0, 10)])) == 10   # its last high watermark: 10
+    produce(bootstrap_servers, topic, 5, first=10, partitions=1)
+
+    answering_poll = KafkaConsumer.poll
+    silent_until = time.monotonic() + SHORT_LOG_GRACE_S + 2
+
+    def silent_poll(self: KafkaConsumer, *args: object, **kwargs: object) -> dict:
+        if time.monotonic() < silent_until:
+            time.sleep(0.5)
+            return {}
+        return answering_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(KafkaConsumer, "poll", silent_poll)
+    read = read_all(reader, [KafkaOffsetRange(topic, 0, 10, 15)])
+    assert [offset for _, offset, _ in read] == list(range(10, 15))
+
+
 def test_a_task_whose_planned_range_is_past_the_log_end_reports_data_loss(bootstrap_servers: str) -> None:
     # e.g. the topic was re-created after the batch was planned: Kafka answers OffsetOutOfRange,
     # Tansu answers nothing; either way the task must not wait for records that will never come

@@ -136,6 +136,30 @@ def _resolve(spec: OffsetSpec, tps: Sequence[TopicPartitionKey], earliest: Offse
     return out
 
 
+def _given_offsets(o: KafkaSourceOptions) -> tuple[Offsets, Offsets] | None:
+    """A batch read's (start, end) when the options leave nothing to ask the brokers: ``assign``ed
+    partitions with both ends as offsets (no -2/-1 marker) for each of them, as a replay's batches
+    are planned. Spark's connector takes specific offsets as given too; records deleted below a
+    start, or a log cut short of an end, are then found by the task that reads the range
+    (ingest.kafka.read: failOnDataLoss as ever), not by a round of ListOffsets in each batch's planner."""
+    if o.assign is None or o.starting.kind != "offsets" or o.ending.kind != "offsets":
+        return None
+    tps = owned(sorted(o.assign), o.broker_group)
+    if not tps:
+        return None
+    start, end = o.starting.offsets, o.ending.offsets
+    if any(tp not in spec or spec[tp] < 0 for spec in (start, end) for tp in tps):
+        return None
+    return {tp: start[tp] for tp in tps}, {tp: end[tp] for tp in tps}
+
+
+def _check_forwards(start: Offsets, end: Offsets) -> None:
+    backwards = {tp: (start[tp], end[tp]) for tp in start if start[tp] > end[tp]}
+    if backwards:
+        raise KafkaOptionError(f"starting offset is after the ending offset for {backwards}; "
+                               "check startingOffsets/endingOffsets")
+
+
 def _partitions(reader: OffsetReader, opts: KafkaSourceOptions) -> list[TopicPartitionKey]:
     """The partitions to read now: those of the topics asked for, or assigned, and of the broker
     group if one is given (a partition added later is read once it is there, by its group only)."""
@@ -176,6 +200,11 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
     def plan(self) -> tuple[Offsets, Offsets]:
         """The (start, end) offsets of the read."""
         o = self.options
+        given = _given_offsets(o)
+        if given is not None:
+            start, end = given
+            _check_forwards(start, end)
+            return start, end
         with OffsetReader(o.client_params) as reader:
             tps = _partitions(reader, o)
             if not tps:
@@ -186,10 +215,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
             start = _resolve(o.starting, tps, earliest, latest, reader, "starting", o.timestamp_strategy)
             end = _resolve(o.ending, tps, earliest, latest, reader, "ending")
         start = check_data_loss(start, earliest, o.fail_on_data_loss)
-        backwards = {tp: (start[tp], end[tp]) for tp in tps if start[tp] > end[tp]}
-        if backwards:
-            raise KafkaOptionError(f"starting offset is after the ending offset for {backwards}; "
-                                   "check startingOffsets/endingOffsets")
+        _check_forwards(start, end)
         return start, end
 
     def partitions(self) -> Sequence[InputPartition]:

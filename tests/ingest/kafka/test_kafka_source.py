@@ -361,3 +361,27 @@ def test_a_task_whose_planned_range_is_past_the_log_end_reports_data_loss(bootst
         read_all(strict, [planned])
     lenient = stream_reader(bootstrap_servers, subscribe=topic, failOnDataLoss="false")
     assert read_all(lenient, [planned]) == [(0, 8, b"value-8value-8value-8"), (0, 9, b"value-9")]
+
+
+def test_records_deleted_below_a_given_start_are_found_by_the_read_task(kafka_broker, bootstrap_servers: str) -> None:
+    # a replay's batches give both ends of every range, planned without asking the brokers: what
+    # retention deleted since is the task's to report (or skip, with failOnDataLoss=false)
+    from kafka.structs import TopicPartition
+
+    if kafka_broker.kind != "apache-kafka":
+        pytest.skip(f"DeleteRecords needs Apache Kafka; this broker is {kafka_broker.kind}")
+    topic = new_topic(bootstrap_servers, "trimmed", partitions=1)
+    produce(bootstrap_servers, topic, 10, partitions=1)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        admin.delete_records({TopicPartition(topic, 0): 4})
+    finally:
+        admin.close()
+    given = {"kafka.bootstrap.servers": bootstrap_servers, "assign": json.dumps({topic: [0]}),
+             "startingOffsets": json.dumps({topic: {"0": 2}}), "endingOffsets": json.dumps({topic: {"0": 6}})}
+
+    strict = KafkaDataSource(given).reader(kafka_schema())
+    with pytest.raises(DataLossError, match=f"{topic}-0: offsets 2..3 were deleted"):
+        read_all(strict, strict.partitions())
+    lenient = KafkaDataSource({**given, "failOnDataLoss": "false"}).reader(kafka_schema())
+    assert [offset for _, offset, _ in read_all(lenient, lenient.partitions())] == [4, 5]

@@ -317,3 +317,29 @@ def test_per_partition_json_markers_and_round_trip() -> None:
     with pytest.raises(KafkaOptionError, match="t-2"):
         resolve_markers({("t", 0): 1, ("t", 1): 1}, tps, {}, {}, "startingOffsets")
     assert offsets_from_json(json.loads(json.dumps(offsets_to_json(got)))) == got
+
+
+def _given(start: dict[int, int], end: dict[int, int], **more: str) -> dict[str, str]:
+    # a broker nobody listens on: a plan that asked it anything would fail or wait, not return
+    return {"kafka.bootstrap.servers": "127.0.0.1:9", "assign": json.dumps({"t": sorted(start)}),
+            "startingOffsets": json.dumps({"t": {str(p): o for p, o in start.items()}}),
+            "endingOffsets": json.dumps({"t": {str(p): o for p, o in end.items()}}), **more}
+
+
+def test_a_batch_of_assigned_partitions_with_both_ends_given_is_planned_without_the_brokers() -> None:
+    from ingest.kafka.source import KafkaDataSource
+
+    reader = KafkaDataSource(_given({0: 5, 1: 0}, {0: 9, 1: 3})).reader(kafka_schema())
+    tasks = reader.partitions()
+    planned = sorted((r.partition, r.from_offset, r.until_offset) for t in tasks
+                     for r in (t.ranges if isinstance(t, KafkaOffsetRanges) else (t,)))
+    assert planned == [(0, 5, 9), (1, 0, 3)]
+    # the records below a given start that retention deleted are the read task's to find (failOnDataLoss)
+    assert reader.plan() == ({("t", 0): 5, ("t", 1): 0}, {("t", 0): 9, ("t", 1): 3})
+
+
+def test_given_offsets_that_run_backwards_are_refused_without_the_brokers() -> None:
+    from ingest.kafka.source import KafkaDataSource
+
+    with pytest.raises(KafkaOptionError, match="starting offset is after the ending offset"):
+        KafkaDataSource(_given({0: 9}, {0: 5})).reader(kafka_schema()).partitions()

@@ -27,8 +27,9 @@ deploy/jvm/lib/%/.resolved: deploy/jvm/pom.xml
 
 jvm: $(JVM_STAMPS)
 
-# The driver JVM's class archive (ingest/spark_archive.py): made once per java and Spark, mapped by
-# every local job's driver, which then starts on less CPU; a job without it starts as before.
+# The driver JVM's class archive and a Spark home whose pyspark.zip carries its bytecode
+# (ingest/spark_archive.py): made once per java, Python and Spark, used by every local job's driver
+# and its Python workers, which then start on less CPU; a job without them starts as before.
 spark-archive: $(STAMP)
 	$(PY) -m ingest.spark_archive
 

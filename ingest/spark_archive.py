@@ -1,27 +1,44 @@
-"""A class-data-sharing archive for the driver JVM: the classes a local Spark driver loads at start,
-parsed and verified once (``make spark-archive``) and mapped by every later start, as the JDK's own archive
-does for its core classes. A job's start then spends less CPU loading Spark's classes, which is most
-of what a fresh driver does before its first batch.
+"""What a local Spark start maps instead of redoing, made once by ``make spark-archive``:
 
-The archive is only good for the java and the Spark jars it was made with, so its name carries
-both; a JVM that still finds it does not fit maps nothing and starts as it would without (its CDS
-log lines are switched off: a job's output is ours). Under spark-submit (``master=None``) the
-submitter's JVM options stand and no archive is used.
+- a class-data-sharing archive for the driver JVM: the classes a local Spark driver loads at start,
+  parsed and verified once and mapped by every later start, as the JDK's own archive does for its
+  core classes. A job's start then spends less CPU loading Spark's classes, which is most of what a
+  fresh driver does before its first batch.
+- a Spark home whose ``python/lib/pyspark.zip`` holds compiled bytecode beside each module. Spark
+  puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it starts
+  (each planner runner's daemon, the executors' workers), and Python compiles a module imported from
+  a zip from its source every time, since it cannot cache bytecode there: pyspark's daemon and
+  worker modules cost each of those processes ~0.5 s of CPU, and a job's first batch starts four of
+  them in a row. The home is pip's pyspark directory, linked entry by entry, with that one zip
+  replaced by the same sources plus their compiled bytecode.
 
-    python -m ingest.spark_archive          # make it (make spark-archive does)
+Both are only good for what they were made with: the archive's name carries the java and the Spark
+jars, the home's the Python and the pyspark; a JVM that finds an archive that does not fit maps
+nothing and starts as it would without (its CDS log lines are switched off: a job's output is ours),
+and a home for another Python or pyspark is not used. Under spark-submit (``master=None``) the
+submitter's JVM options and Spark home stand, and neither is used.
+
+    python -m ingest.spark_archive          # make them (make spark-archive does)
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import py_compile
+import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from ingest.jvm import JvmJarsMissing, java, lib_dir
 
 ARCHIVE_DIR = "spark-cds"
+ZIP = Path("python", "lib", "pyspark.zip")
+# written last: a home without it was cut short and is made again
+HOME_DONE = ".complete"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
@@ -41,7 +58,9 @@ def archive_path() -> Path | None:
         return None
     import pyspark
 
-    tag = hashlib.sha256(f"{runtime}\0{pyspark.__version__}\0{Path(pyspark.__file__).parent}".encode()).hexdigest()[:16]
+    # the jars' paths, which the archive records, run through the Spark home the driver starts from
+    home = os.environ.get("SPARK_HOME") or spark_home() or _pyspark_dir()
+    tag = hashlib.sha256(f"{runtime}\0{pyspark.__version__}\0{home}".encode()).hexdigest()[:16]
     return lib_dir() / ARCHIVE_DIR / f"driver-{pyspark.__version__}-{tag}.jsa"
 
 
@@ -51,6 +70,61 @@ def driver_java_options() -> str | None:
     if path is None or not path.is_file():
         return None
     return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+def _pyspark_dir() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def home_path() -> Path:
+    """Where the Spark home for this Python and this pyspark lies (whether or not it exists)."""
+    import pyspark
+
+    source = _pyspark_dir()
+    tag = hashlib.sha256(f"{sys.version}\0{pyspark.__version__}\0{source}".encode()).hexdigest()[:16]
+    return lib_dir() / ARCHIVE_DIR / f"home-{pyspark.__version__}-{tag}"
+
+
+def spark_home() -> Path | None:
+    """The Spark home to launch a local driver with, or None when ``make spark-archive`` has made
+    none for this Python and pyspark (Spark's own is used then)."""
+    home = home_path()
+    return home if (home / HOME_DONE).is_file() else None
+
+
+def build_home(home: Path) -> Path:
+    """Link pip's pyspark directory into ``home`` entry by entry, except ``python/lib/pyspark.zip``:
+    the same sources there, each with its bytecode beside it (the layout zipimport reads), compiled
+    under the name a traceback shows for the module as imported from the zip."""
+    source = _pyspark_dir()
+    partial = home.with_name(home.name + ".part")
+    shutil.rmtree(partial, ignore_errors=True)
+    for folder in (Path("."), ZIP.parent.parent, ZIP.parent):
+        (partial / folder).mkdir(parents=True, exist_ok=True)
+        for entry in (source / folder).iterdir():
+            if (folder / entry.name) not in (ZIP.parent.parent, ZIP.parent, ZIP):
+                (partial / folder / entry.name).symlink_to(entry)
+    with tempfile.TemporaryDirectory(prefix="pyspark-zip-") as scratch, \
+            zipfile.ZipFile(source / ZIP) as original, \
+            zipfile.ZipFile(partial / ZIP, "w", zipfile.ZIP_DEFLATED) as compiled:
+        for info in original.infolist():
+            data = original.read(info)
+            compiled.writestr(info, data)
+            if not info.filename.endswith(".py"):
+                continue
+            src = Path(scratch, info.filename)
+            src.parent.mkdir(parents=True, exist_ok=True)
+            src.write_bytes(data)
+            # unchecked: the zip's sources never change under its bytecode (the home's name carries the version)
+            pyc = py_compile.compile(str(src), cfile=str(src) + "c", dfile=str(home / ZIP / info.filename),
+                                     doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            compiled.write(pyc, info.filename + "c")
+    (partial / HOME_DONE).write_text("")
+    shutil.rmtree(home, ignore_errors=True)
+    partial.replace(home)
+    return home
 
 
 # What the archive's JVM runs: a local session, a DataFrame through Arrow, our Python data sources
@@ -88,11 +162,30 @@ def build(path: Path) -> Path:
     return path
 
 
+def _made_home() -> None:
+    """Make the Spark home if it is not there."""
+    home = home_path()
+    if spark_home() is not None:
+        print(f"spark home: {home} is there")
+        return
+    for old in home.parent.glob("home-*"):
+        shutil.rmtree(old, ignore_errors=True)      # made for another Python or pyspark
+    try:
+        build_home(home)
+    except (OSError, zipfile.BadZipFile, py_compile.PyCompileError) as exc:
+        # Spark's own home is used then: start time, not correctness
+        print(f"spark home: not made ({exc}); Python workers import pyspark from its source", file=sys.stderr)
+        return
+    print(f"spark home: {home} (pyspark.zip with its bytecode)")
+
+
 def main() -> int:
     path = archive_path()
     if path is None:
         print("spark archive: no java on PATH and no JAVA_HOME; nothing made", file=sys.stderr)
         return 0
+    _made_home()
+    path = archive_path() or path     # for the home now there
     if path.is_file():
         print(f"spark archive: {path} is there")
         return 0

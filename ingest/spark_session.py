@@ -56,7 +56,7 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
     # for a shell); a command that installed its own stop-after-the-batch handler keeps it
     main = threading.current_thread() is threading.main_thread()
     ours = signal.getsignal(signal.SIGINT) if main else None
-    with _jvm_environment(SAFE_PATH):
+    with _jvm_environment({**SAFE_PATH, **(spark_home_environment() if master else {})}):
         if master and SparkSession.getActiveSession() is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
             _start_jvm_in_its_own_session(master, app_name, conf)
         session = builder.getOrCreate()
@@ -144,6 +144,15 @@ def archive_options(conf: Mapping[str, str]) -> dict[str, str]:
         return {}
     options = driver_java_options()
     return {"spark.driver.extraJavaOptions": options} if options else {}
+
+
+def spark_home_environment() -> dict[str, str]:
+    """SPARK_HOME for a local driver launched here: the home ``make spark-archive`` made, whose
+    pyspark.zip carries its bytecode (ingest.spark_archive), unless the user chose a Spark home."""
+    from ingest.spark_archive import spark_home
+
+    home = None if "SPARK_HOME" in os.environ else spark_home()
+    return {} if home is None else {"SPARK_HOME": str(home)}
 
 
 def _start_jvm_in_its_own_session(master: str, app_name: str, conf: Mapping[str, str]) -> None:

@@ -368,8 +368,8 @@ def test_records_deleted_below_a_given_start_are_found_by_the_read_task(kafka_br
     # retention deleted since is the task's to report (or skip, with failOnDataLoss=false)
     from kafka.structs import TopicPartition
 
-    if kafka_broker.kind != "apache-kafka":
-        pytest.skip(f"DeleteRecords needs Apache Kafka; this broker is {kafka_broker.kind}")
+    if kafka_broker.kind == "tansu":
+        pytest.skip("Tansu answers no DeleteRecords; Apache Kafka (in a container or from `make jvm`) does")
     topic = new_topic(bootstrap_servers, "trimmed", partitions=1)
     produce(bootstrap_servers, topic, 10, partitions=1)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)

@@ -11,9 +11,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import InputPartition
 
 from ingest.kafka.options import DataLossError, KafkaOptionError
+
+if TYPE_CHECKING:
+    from ingest.kafka.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -146,3 +151,45 @@ def resolve_markers(spec: Mapping[TopicPartitionKey, int], partitions: Sequence[
         off = spec[tp]
         out[tp] = earliest[tp] if off == -2 else latest[tp] if off == -1 else off
     return out
+
+
+def given_offsets(o: "KafkaSourceOptions", tps: Sequence[TopicPartitionKey]) -> tuple[Offsets, Offsets] | None:
+    """A batch read's (start, end) over ``tps`` when the options leave nothing to ask the brokers:
+    ``assign``ed partitions with both ends as offsets (no -2/-1 marker) for each of them, as a replay's
+    batches are planned. Spark's connector takes specific offsets as given too; records deleted below a
+    start, or a log cut short of an end, are then found by the task that reads the range
+    (ingest.kafka.read: failOnDataLoss as ever), not by a round of ListOffsets in each batch's planner."""
+    if o.assign is None or o.starting.kind != "offsets" or o.ending.kind != "offsets":
+        return None
+    start, end = o.starting.offsets, o.ending.offsets
+    if any(tp not in spec or spec[tp] < 0 for spec in (start, end) for tp in tps):
+        return None
+    return {tp: start[tp] for tp in tps}, {tp: end[tp] for tp in tps}
+
+
+def check_forwards(start: Offsets, end: Offsets) -> None:
+    """Refuse a read whose start is past its end for a partition."""
+    backwards = {tp: (start[tp], end[tp]) for tp in start if start[tp] > end[tp]}
+    if backwards:
+        raise KafkaOptionError(f"starting offset is after the ending offset for {backwards}; "
+                               "check startingOffsets/endingOffsets")
+
+
+def plan_tasks(start: Offsets, end: Offsets, o: "KafkaSourceOptions") -> list[InputPartition]:
+    """The read tasks of a batch: its ranges (plan_ranges), the small ones read together."""
+    return list(group_ranges(plan_ranges(start, end, o.max_records_per_task, o.min_partitions),
+                             o.min_records_per_task, o.min_partitions))
+
+
+def report_lost(message: str, fail: bool) -> None:
+    """Records the read cannot have: an error with failOnDataLoss, else a warning."""
+    if fail:
+        raise DataLossError(f"{message}. Set failOnDataLoss=false to continue without those records.")
+    log.warning("data loss: %s", message)
+
+
+def check_gone(begin: Offsets, tps: Sequence[TopicPartitionKey], fail: bool) -> None:
+    """Partitions a stream had that the brokers no longer list (a deleted topic) are lost."""
+    gone = sorted(set(begin) - set(tps))
+    if gone:
+        report_lost(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} no longer exist (topic deleted?)", fail)

@@ -39,16 +39,18 @@ from ingest.kafka.offsets import (
     Offsets,
     TopicPartitionKey,
     check_data_loss,
-    group_ranges,
+    check_forwards,
+    check_gone,
+    given_offsets,
     offsets_from_json,
     offsets_to_json,
-    plan_ranges,
+    plan_tasks,
     rate_limit,
+    report_lost,
     resolve_markers,
 )
 from ingest.kafka.groups import owned
 from ingest.kafka.options import (
-    DataLossError,
     KafkaOptionError,
     KafkaSourceError,
     KafkaSourceOptions,
@@ -136,30 +138,6 @@ def _resolve(spec: OffsetSpec, tps: Sequence[TopicPartitionKey], earliest: Offse
     return out
 
 
-def _given_offsets(o: KafkaSourceOptions) -> tuple[Offsets, Offsets] | None:
-    """A batch read's (start, end) when the options leave nothing to ask the brokers: ``assign``ed
-    partitions with both ends as offsets (no -2/-1 marker) for each of them, as a replay's batches
-    are planned. Spark's connector takes specific offsets as given too; records deleted below a
-    start, or a log cut short of an end, are then found by the task that reads the range
-    (ingest.kafka.read: failOnDataLoss as ever), not by a round of ListOffsets in each batch's planner."""
-    if o.assign is None or o.starting.kind != "offsets" or o.ending.kind != "offsets":
-        return None
-    tps = owned(sorted(o.assign), o.broker_group)
-    if not tps:
-        return None
-    start, end = o.starting.offsets, o.ending.offsets
-    if any(tp not in spec or spec[tp] < 0 for spec in (start, end) for tp in tps):
-        return None
-    return {tp: start[tp] for tp in tps}, {tp: end[tp] for tp in tps}
-
-
-def _check_forwards(start: Offsets, end: Offsets) -> None:
-    backwards = {tp: (start[tp], end[tp]) for tp in start if start[tp] > end[tp]}
-    if backwards:
-        raise KafkaOptionError(f"starting offset is after the ending offset for {backwards}; "
-                               "check startingOffsets/endingOffsets")
-
-
 def _partitions(reader: OffsetReader, opts: KafkaSourceOptions) -> list[TopicPartitionKey]:
     """The partitions to read now: those of the topics asked for, or assigned, and of the broker
     group if one is given (a partition added later is read once it is there, by its group only)."""
@@ -200,27 +178,27 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
     def plan(self) -> tuple[Offsets, Offsets]:
         """The (start, end) offsets of the read."""
         o = self.options
-        given = _given_offsets(o)
-        if given is not None:
-            start, end = given
-            _check_forwards(start, end)
-            return start, end
+        # the reader's clients connect on first use: assigned partitions with both ends given need none
         with OffsetReader(o.client_params) as reader:
             tps = _partitions(reader, o)
             if not tps:
                 raise KafkaSourceError(f"no partition to read: no topic matches {_describe(o)} "
                                        f"on {o.bootstrap_servers}")
-            earliest = reader.earliest(tps)
-            latest = reader.latest(tps, earliest)
-            start = _resolve(o.starting, tps, earliest, latest, reader, "starting", o.timestamp_strategy)
-            end = _resolve(o.ending, tps, earliest, latest, reader, "ending")
-        start = check_data_loss(start, earliest, o.fail_on_data_loss)
-        _check_forwards(start, end)
+            given = given_offsets(o, tps)
+            if given is None:
+                earliest = reader.earliest(tps)
+                latest = reader.latest(tps, earliest)
+                start = _resolve(o.starting, tps, earliest, latest, reader, "starting", o.timestamp_strategy)
+                end = _resolve(o.ending, tps, earliest, latest, reader, "ending")
+                start = check_data_loss(start, earliest, o.fail_on_data_loss)
+            else:
+                start, end = given
+        check_forwards(start, end)
         return start, end
 
     def partitions(self) -> Sequence[InputPartition]:
         start, end = self.plan()
-        return _tasks(start, end, self.options)
+        return plan_tasks(start, end, self.options)
 
 
 class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -336,7 +314,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
         self._latest = latest
-        _check_gone(begin, tps, o.fail_on_data_loss)
+        check_gone(begin, tps, o.fail_on_data_loss)
         known = {tp: off for tp, off in begin.items() if tp in latest}
         if earliest is not None:
             check_data_loss(known, earliest, o.fail_on_data_loss)  # raises early; tasks skip otherwise
@@ -348,7 +326,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 assert earliest is not None     # _wants_earliest: a partition new to the stream
                 end[tp] = earliest[tp]
             elif latest[tp] < begin[tp]:
-                _lost(f"{tp[0]}-{tp[1]}: latest offset {latest[tp]} is below the offset {begin[tp]} "
+                report_lost(f"{tp[0]}-{tp[1]}: latest offset {latest[tp]} is below the offset {begin[tp]} "
                       "already read (topic deleted and re-created?)", o.fail_on_data_loss)
                 end[tp] = begin[tp]
             else:
@@ -363,7 +341,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return offsets_to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return _tasks(offsets_from_json(start), offsets_from_json(end), self.options)
+        return plan_tasks(offsets_from_json(start), offsets_from_json(end), self.options)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the source keeps no state in Kafka (no consumer group)."""
@@ -373,24 +351,6 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             self._reader.close()
             self._reader = None
         leave_if_spark_hung_up()
-
-
-def _tasks(start: Offsets, end: Offsets, o: KafkaSourceOptions) -> list[InputPartition]:
-    """The read tasks of a batch: its ranges (plan_ranges), the small ones read together."""
-    return list(group_ranges(plan_ranges(start, end, o.max_records_per_task, o.min_partitions),
-                             o.min_records_per_task, o.min_partitions))
-
-
-def _lost(message: str, fail: bool) -> None:
-    if fail:
-        raise DataLossError(f"{message}. Set failOnDataLoss=false to continue without those records.")
-    log.warning("data loss: %s", message)
-
-
-def _check_gone(begin: Offsets, tps: Sequence[TopicPartitionKey], fail: bool) -> None:
-    gone = sorted(set(begin) - set(tps))
-    if gone:
-        _lost(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} no longer exist (topic deleted?)", fail)
 
 
 def _describe(o: KafkaSourceOptions) -> str:

@@ -59,7 +59,7 @@ def archive_path() -> Path | None:
     import pyspark
 
     # the jars' paths, which the archive records, run through the Spark home the driver starts from
-    home = os.environ.get("SPARK_HOME") or spark_home() or _pyspark_dir()
+    home = spark_home() or os.environ.get("SPARK_HOME") or _pyspark_dir()
     tag = hashlib.sha256(f"{runtime}\0{pyspark.__version__}\0{home}".encode()).hexdigest()[:16]
     return lib_dir() / ARCHIVE_DIR / f"driver-{pyspark.__version__}-{tag}.jsa"
 
@@ -87,11 +87,15 @@ def home_path() -> Path:
     return lib_dir() / ARCHIVE_DIR / f"home-{pyspark.__version__}-{tag}"
 
 
+def _complete(home: Path) -> bool:
+    return (home / HOME_DONE).is_file()
+
+
 def spark_home() -> Path | None:
-    """The Spark home to launch a local driver with, or None when ``make spark-archive`` has made
-    none for this Python and pyspark (Spark's own is used then)."""
+    """The Spark home to launch a local driver with, or None: the user chose one (SPARK_HOME), or
+    ``make spark-archive`` has made none for this Python and pyspark (Spark's own is used then)."""
     home = home_path()
-    return home if (home / HOME_DONE).is_file() else None
+    return home if "SPARK_HOME" not in os.environ and _complete(home) else None
 
 
 def build_home(home: Path) -> Path:
@@ -162,10 +166,10 @@ def build(path: Path) -> Path:
     return path
 
 
-def _made_home() -> None:
+def _make_home() -> None:
     """Make the Spark home if it is not there."""
     home = home_path()
-    if spark_home() is not None:
+    if _complete(home):
         print(f"spark home: {home} is there")
         return
     for old in home.parent.glob("home-*"):
@@ -180,12 +184,11 @@ def _made_home() -> None:
 
 
 def main() -> int:
-    path = archive_path()
+    _make_home()
+    path = archive_path()           # named for the home made just now
     if path is None:
-        print("spark archive: no java on PATH and no JAVA_HOME; nothing made", file=sys.stderr)
+        print("spark archive: no java on PATH and no JAVA_HOME; no class archive made", file=sys.stderr)
         return 0
-    _made_home()
-    path = archive_path() or path     # for the home now there
     if path.is_file():
         print(f"spark archive: {path} is there")
         return 0

@@ -151,7 +151,7 @@ def spark_home_environment() -> dict[str, str]:
     pyspark.zip carries its bytecode (ingest.spark_archive), unless the user chose a Spark home."""
     from ingest.spark_archive import spark_home
 
-    home = None if "SPARK_HOME" in os.environ else spark_home()
+    home = spark_home()
     return {} if home is None else {"SPARK_HOME": str(home)}
 
 

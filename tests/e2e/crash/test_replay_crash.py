@@ -20,7 +20,9 @@ from tests.helpers.waiting import wait_until
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration, pytest.mark.slow(minutes=1.6)]
 
-RECORDS, PARTITIONS, BATCH = 30_000, 3, 2_500
+# enough batches that a kill up to 1.5 s after a commit still lands inside the replay: a batch of
+# 1,000 takes ~0.1 s here, so each random kill uses up at most ~16 of the 60
+RECORDS, PARTITIONS, BATCH = 60_000, 3, 1_000
 # (crash point inside the sink, or None: an outside SIGKILL at a random moment after a commit)
 KILLS = [None, "after-flush:2", None, "after-append:1"]
 

@@ -195,7 +195,6 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     """Run one replay; see the module docstring. ``spark``: an existing session (tests), else one is
     built from ``cfg`` and stopped at the end."""
     from ingest.lifecycle import JobLifecycle
-    from store.tools import verify_store
 
     started = time.monotonic()
     pieces = None
@@ -208,17 +207,49 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     batch_log = logging.getLogger("commitlog.batch")
     batch_log_level = batch_log.level
     job.closing(lambda: batch_log.setLevel(batch_log_level))
-    with job:
+    verify = _ClosingVerify(str(cfg.store))
+    with verify, job:
         summary = _replay(job, opts, pieces, stop or threading.Event(), batch_log)
         summary.elapsed_s = time.monotonic() - started
+        if opts.verify:
+            # once the writer has closed the store, while Spark stops (most of that a wait on PySpark's
+            # accumulator server, which polls for its shutdown once a second)
+            job.closed(verify.start)
     if opts.verify:
-        log.info("verifying: commitlog verify %s", cfg.store)
-        try:
-            summary.verified = verify_store(cfg.store) == 0
-        except (StoreError, OSError) as exc:    # the store could not be read: not a verdict on it
-            raise ReplayError(f"verifying {cfg.store} failed: {describe_failure(exc)}; what the replay stored "
-                              f"is committed: run `commitlog verify {cfg.store}` once the disk answers") from exc
+        summary.verified = verify.result()
     return summary
+
+
+class _ClosingVerify:
+    """The replay's closing `commitlog verify`, on a thread of its own from ``start`` to ``result``."""
+
+    def __init__(self, store: str) -> None:
+        self.store = store
+        self._pool: ThreadPoolExecutor | None = None
+        self._verdict: Future[int] | None = None
+
+    def __enter__(self) -> _ClosingVerify:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def start(self) -> None:
+        from store.tools import verify_store
+
+        log.info("verifying: commitlog verify %s", self.store)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-verify")
+        self._verdict = self._pool.submit(verify_store, self.store)
+
+    def result(self) -> bool:
+        """True: the store verified; False: problems (reported on stdout)."""
+        assert self._verdict is not None, "the verify starts when the job closes its writer"
+        try:
+            return self._verdict.result() == 0
+        except (StoreError, OSError) as exc:    # the store could not be read: not a verdict on it
+            raise ReplayError(f"verifying {self.store} failed: {describe_failure(exc)}; what the replay stored "
+                              f"is committed: run `commitlog verify {self.store}` once the disk answers") from exc
 
 
 def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading.Event,

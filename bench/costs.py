@@ -6,7 +6,7 @@ CPU time of each thread (its own clock, nanoseconds), not wall time: a figure th
 on what else the machine runs. The phases run outside Spark, in this process, on the same code the
 job runs, over topics of the pipeline's workloads (bench/workloads.py) on the embedded broker:
 - read tasks, one partition range after another (ingest.kafka.read.read_range with the job's
-  encoder, ingest.encode.message_source.EncodedBatches): ``fetch`` (kafka-python's poll and the
+  encoder, ingest.encode.message_reader.EncodedBatches): ``fetch`` (kafka-python's poll and the
   fetch response cut into record-batch sections), ``decode+encode`` (the C pass from fetched bytes to
   CommitLog records, or Kafka columns and the mapping for what it hands back), ``index_keys`` (each
   record's index keys found and hashed for the batch, ingest.encode.index_keys, the index being on),
@@ -145,7 +145,7 @@ def read_tasks(bootstrap: str, topic: str, partitions: int, n: int, target: Any)
     """The read tasks' phases over the whole topic; returns (their CPU and faults, spool rows in order)."""
     from ingest.config import JobConfig
     from ingest.encode.index_keys import add_index_keys
-    from ingest.encode.message_source import EncodedBatches
+    from ingest.encode.message_reader import EncodedBatches
     from ingest.job_settings import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange
     from ingest.kafka.options import kafka_client_params

@@ -97,7 +97,7 @@ def direct_share(bootstrap: str, topic: str, partitions: int, n: int, cfg: objec
     by reason), found by reading the topic as a task does, here in the driver: Spark's Python
     workers keep their counts to themselves."""
     from ingest.reader_options import kafka_reader_options
-    from ingest.encode.message_source import EncodedBatches
+    from ingest.encode.message_reader import EncodedBatches
     from ingest.job_settings import codec_config, mapping_config
     from ingest.kafka.offsets import KafkaOffsetRange
     from ingest.kafka.options import parse_options

@@ -23,7 +23,7 @@ from ingest.broker_groups import owned
 from ingest.config import JobConfig, spark_interval
 from ingest.reader_options import kafka_reader_options
 from ingest.encode.prepare import collect_packed
-from ingest.job_settings import codec_config, mapping_config, source_reader
+from ingest.job_settings import codec_config, load_source, mapping_config, source_reader
 from ingest.kafka.admin import earliest_offsets
 from ingest.kafka.options import DataLossError
 from ingest.lag import LagLog
@@ -161,7 +161,7 @@ def run_stream(cfg: JobConfig, stop: threading.Event | None = None, spark: Any |
         options = kafka_reader_options(cfg, start)
         spool = job.open_spool()
         fmt, reader_options = source_reader(cfg, spark, options, spool)
-        df = observe_batches(spark.readStream.format(fmt).options(**reader_options).load())
+        df = observe_batches(load_source(spark.readStream, fmt, reader_options))
         sink = ForeachBatchSink(writer, partial(collect_packed, mapping=mapping_config(cfg), codec=codec_config(cfg),
                                                 spool=spool, index_keys=cfg.message_index),
                                 checkpoint_dir=cfg.checkpoint or None, on_batch=_both(job.batch_committed, on_batch),

@@ -51,7 +51,7 @@ def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str],
     """(format, options) to read with. Ours (``kafka-python``) reads through the message source, which
     maps and encodes in its read tasks; Spark's own, only when its package is on the classpath, gives
     Kafka columns that ingest.encode.prepare maps with mapInArrow."""
-    from ingest.encode.message_source import SHORT_NAME, source_options
+    from ingest.encode.message_options import SHORT_NAME, source_options
     from ingest.kafka.source import source_format, spark_kafka_available
 
     fmt = source_format(cfg.source)
@@ -62,3 +62,17 @@ def source_reader(cfg: JobConfig, spark: Any, kafka_options: dict[str, str],
         return fmt, kafka_options
     return SHORT_NAME, source_options(kafka_options, mapping_config(cfg), codec_config(cfg),
                                       None if spool is None else spool.target, index_keys=cfg.message_index)
+
+
+def load_source(reader: Any, fmt: str, options: dict[str, str]) -> Any:
+    """``reader`` (spark.read or spark.readStream) loaded from the source ``source_reader`` chose. Ours
+    is given its schema: Spark then takes it as it is, and the Python process that creates the source
+    for each read need not load what computes it (ingest.encode.message_source)."""
+    from ingest.encode.message_options import SHORT_NAME
+
+    reader = reader.format(fmt).options(**options)
+    if fmt == SHORT_NAME:
+        from sink.handover.packed import packed_spark_schema
+
+        reader = reader.schema(packed_spark_schema())
+    return reader.load()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.broker_groups import BrokerGroup
 from ingest.config import JobConfig
 from ingest.reader_options import kafka_reader_options
-from ingest.job_settings import codec_config, mapping_config, source_reader
+from ingest.job_settings import codec_config, load_source, mapping_config, source_reader
 from ingest.replay.plan import (
     Bound,
     ReplayError,
@@ -162,7 +162,7 @@ def kafka_batch_loader(cfg: JobConfig, spark: Any, spool: Spool | None = None
         opts = dict(base, assign=json.dumps(assign),
                     startingOffsets=json.dumps(offsets_to_json({tp: a for tp, (a, _) in ranges.items()})),
                     endingOffsets=json.dumps(offsets_to_json({tp: b for tp, (_, b) in ranges.items()})))
-        return spark.read.format(fmt).options(**opts).load()
+        return load_source(spark.read, fmt, opts)
 
     return load
 

@@ -106,7 +106,7 @@ PROBE = textwrap.dedent('''
         from kafka.structs import TopicPartition
         from ingest.encode import direct_encode
         from ingest.encode.mapping import MappingConfig
-        from ingest.encode.message_source import EncodedBatches
+        from ingest.encode.message_reader import EncodedBatches
         from ingest.kafka.fetch import fast_partition_records
         from ingest.kafka.offsets import KafkaOffsetRange
         from ingest.kafka.read import KafkaColumns

@@ -99,7 +99,7 @@ def test_a_tampered_spool_file_fails_its_batch_and_the_store_ends_with_what_kafk
 
 
 def test_the_runs_key_is_redacted_wherever_spark_prints_the_sources_options(spark: object, tmp_path: Path) -> None:
-    from ingest.encode.message_source import SHORT_NAME, source_options
+    from ingest.encode.message_options import SHORT_NAME, source_options
     from sink.handover.spool_task import SpoolTarget
 
     key = os.urandom(32)

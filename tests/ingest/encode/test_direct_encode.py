@@ -220,7 +220,7 @@ def test_a_damaged_batch_is_left_to_the_general_path_which_reports_it() -> None:
 
 
 def test_a_task_encodes_what_the_kernel_covers_and_the_rest_the_general_way() -> None:
-    from ingest.encode.message_source import EncodedBatches
+    from ingest.encode.message_reader import EncodedBatches
     from ingest.kafka.read import KafkaColumns
 
     maker = EncodedBatches(KafkaColumns(SCHEMA), MappingConfig(), CodecConfig())

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 import pytest
 
 from ingest.encode.mapping import MappingConfig
-from ingest.encode.message_source import SHORT_NAME, source_options
+from ingest.encode.message_options import SHORT_NAME, source_options
 from ingest.encode.prepare import collect_packed
 from sink.batch import prepare
 from store.format.codec import CodecConfig, decode_message
@@ -42,3 +42,17 @@ def test_a_batch_read_in_many_tasks_comes_back_in_source_order_and_numbered_per_
     dead = table.filter(pc.is_valid(table.column("dead_reason"))).to_pylist()
     assert [(d["kafka_partition"], d["raw_value"], d["raw_headers"]) for d in dead] == \
         [(1, values[9], [{"key": "h", "value": b"1"}])]
+
+
+@pytest.mark.unit
+def test_creating_the_source_loads_neither_its_readers_nor_their_libraries() -> None:
+    # Spark creates the source in a Python process of its own for every read it plans
+    import subprocess
+    import sys
+
+    probe = ("import sys, pyspark.sql.worker.create_data_source, ingest.encode.message_source as m; "
+             "m.KafkaMessageSource({}); "
+             "print(sorted(n for n in ('pyarrow', 'numpy', 'kafka', 'ingest.encode.message_reader', 'sink.handover.packed')"
+             " if n in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

@@ -48,7 +48,7 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
         # under spark-submit the submitter's --jars and JVM options stand (deploy/spark-submit.sh
         # passes the same jars)
         conf.update(connector_jars(conf.get("spark.jars", "")))
-        conf.update(archive_options(conf))
+        conf.update(driver_java_options(conf))
         conf.update(quiet_start_options(conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -135,15 +135,20 @@ def connector_jars(jars: str) -> dict[str, str]:
     return {"spark.jars": ",".join(listed + [str(j) for j in jar_set("spark-kafka") if str(j) not in listed])}
 
 
-def archive_options(conf: Mapping[str, str]) -> dict[str, str]:
-    """The driver JVM maps the class archive ``make spark-archive`` made (ingest.spark_archive), unless the
-    caller set the driver's JVM options itself."""
-    from ingest.spark_archive import driver_java_options
+# The driver JVM compiles with C1 alone. Its part of the job is planning each batch and handing packed
+# batches on (Python and the C passes read, encode and write the records): C2 would pay back only
+# after many batches, and its compiler threads take the cores the read tasks are using meanwhile.
+DRIVER_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def driver_java_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """The local driver JVM's options: the class archive ``make spark-archive`` made (ingest.spark_archive),
+    when there is one, and DRIVER_JIT; nothing when the caller set the driver's JVM options itself."""
+    from ingest.spark_archive import driver_java_options as archive_options
 
     if "spark.driver.extraJavaOptions" in conf:
         return {}
-    options = driver_java_options()
-    return {"spark.driver.extraJavaOptions": options} if options else {}
+    return {"spark.driver.extraJavaOptions": " ".join(o for o in (archive_options(), DRIVER_JIT) if o)}
 
 
 def spark_home_environment() -> dict[str, str]:

@@ -1,5 +1,5 @@
 """What ``make spark-archive`` makes (ingest/spark_archive.py): the driver JVM's class archive, mapped by
-a local driver, left alone when the caller sets the driver's JVM options or when there is none; and the
+a local driver (compiled with C1 alone), left alone when the caller sets the driver's JVM options or when there is none; and the
 Spark home whose pyspark.zip carries its bytecode, which a local driver starts from unless the user
 set SPARK_HOME, and whose Python workers import pyspark from it."""
 
@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from ingest import spark_archive
-from ingest.spark_session import archive_options, spark_home_environment
+from ingest.spark_session import DRIVER_JIT, driver_java_options, spark_home_environment
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.unit
-def test_no_archive_for_this_java_means_no_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_archive_for_this_java_leaves_the_jit_choice_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMMITLOG_JVM_LIB", str(tmp_path))
     assert spark_archive.driver_java_options() is None
-    assert archive_options({}) == {}
+    assert driver_java_options({}) == {"spark.driver.extraJavaOptions": DRIVER_JIT}
 
 
 @pytest.mark.unit
@@ -32,8 +32,16 @@ def test_the_callers_driver_options_stand(tmp_path: Path, monkeypatch: pytest.Mo
     assert path is not None and path.is_relative_to(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"")
-    assert archive_options({})["spark.driver.extraJavaOptions"].startswith(f"-XX:SharedArchiveFile={path} ")
-    assert archive_options({"spark.driver.extraJavaOptions": "-Dmine=1"}) == {}
+    options = driver_java_options({})["spark.driver.extraJavaOptions"]
+    assert options.startswith(f"-XX:SharedArchiveFile={path} ") and options.endswith(f" {DRIVER_JIT}")
+    assert driver_java_options({"spark.driver.extraJavaOptions": "-Dmine=1"}) == {}
+
+
+@pytest.mark.integration
+def test_the_local_driver_compiles_with_c1_alone(spark) -> None:
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert DRIVER_JIT in arguments
 
 
 _LOADS = """

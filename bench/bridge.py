@@ -2,8 +2,10 @@
 side by side with `commitlog replay` and `commitlog run` on the same topic, and what each keeps
 after a kill -9.
 
-Apache Kafka 4.1.1 (the embedded broker, KRaft, on disk) holds an 8-partition topic per record size,
-pre-filled with random values and 64 keys. A NameServer and two 5.3.3 brokers on this machine (as
+Apache Kafka 4.1.1 (the embedded broker, KRaft, on disk) holds an 8-partition topic per copy, pre-filled
+with random values and 64 keys: full mode 1,000,000 x 100 B and 300,000 x 1 KiB (every side), and
+10,000,000 x 100 B (``bridge_sync`` and ``replay_sync`` only: the copy long enough for the fixed costs
+to fade); quick mode 10,000 x 100 B. A NameServer and two 5.3.3 brokers on this machine (as
 tests/helpers/brokers/rocketmq.py starts them, default 1 GiB segments): one ``flushDiskType=SYNC_FLUSH``, one
 ``ASYNC_FLUSH``. Then, taking turns (the order reversed every other round), each side copies the
 whole topic:
@@ -46,39 +48,46 @@ import common  # noqa: E402
 import common_stream as cs  # noqa: E402
 
 PARTITIONS = 8
-FULL = {"sizes": [(100, 1_000_000), (1024, 300_000)], "crash": 1_000_000}
-QUICK = {"sizes": [(100, 10_000)], "crash": 20_000}
+# (record size, records, the sides that copy it): the long copy is where the fixed costs no longer count
+FULL = {"sizes": [(100, 1_000_000, None), (1024, 300_000, None), (100, 10_000_000, ("bridge_sync", "replay_sync"))],
+        "crash": 1_000_000}
+QUICK = {"sizes": [(100, 10_000, None)], "crash": 20_000}
 SIDES = ("bridge_sync", "bridge_async", "replay_sync", "replay_async", "run_sync")
 FLUSH_TYPES = {"sync": "SYNC_FLUSH", "async": "ASYNC_FLUSH"}
 CLOCKS = ("whole", "own", "first")
 CRASH_AT = 0.4
 
 
-def rocket_topic(body: int, flush: str, r: int) -> str:
-    return f"Bridge{body}{flush.capitalize()}{r}"
+def rocket_topic(body: int, n: int, flush: str, r: int) -> str:
+    return f"Bridge{body}x{n}{flush.capitalize()}{r}"
+
+
+def size_tag(body: int, n: int) -> str:
+    """The figures' prefix: ``body100`` for the first size of each record size, ``body100x10000000`` else."""
+    return f"body{body}" if n <= 1_000_000 else f"body{body}x{n}"
 
 
 def one_side(side: str, body: int, r: int, n: int, ctx: dict) -> bp.Timed:
     kind, flush = side.split("_")
-    topic = ctx["topics"][body]
+    topic = ctx["topics"][(body, n)]
     if kind == "bridge":
         broker = ctx["brokers"][FLUSH_TYPES[flush]]
-        argv = bp.bridge_argv(ctx["classes"], ctx["bootstrap"], topic, ctx["namesrv"], rocket_topic(body, flush, r),
+        argv = bp.bridge_argv(ctx["classes"], ctx["bootstrap"], topic, ctx["namesrv"], rocket_topic(body, n, flush, r),
                               broker.name, f"bridge-{uuid.uuid4().hex[:8]}")
         return bp.run_bridge(argv, n, broker.process.pid)
     with common.scratch(ctx["args"], f"bridge/{side}") as root:
         return bp.run_commitlog(bp.commitlog_argv(kind, ctx["bootstrap"], topic, root / "store", flush), n)
 
 
-def measure(rep: common.Report, body: int, n: int, runs: int, ctx: dict) -> None:
-    got: dict[str, list[bp.Timed]] = {s: [] for s in SIDES}
+def measure(rep: common.Report, body: int, n: int, runs: int, ctx: dict, sides: tuple[str, ...] = SIDES) -> None:
+    got: dict[str, list[bp.Timed]] = {s: [] for s in sides}
+    tag = size_tag(body, n)
     for r in range(runs):
-        for side in (SIDES if r % 2 == 0 else SIDES[::-1]):
+        for side in (sides if r % 2 == 0 else sides[::-1]):
             t = one_side(side, body, r, n, ctx)
             got[side].append(t)
-            rep.log(f"body{body} round {r} {side}: whole {t.whole_s:.1f} s, own {t.own_s or 0:.1f} s, "
+            rep.log(f"{tag} round {r} {side}: whole {t.whole_s:.1f} s, own {t.own_s or 0:.1f} s, "
                     f"first {t.first_s or 0:.1f} s, cpu {t.cpu_s:.1f} s, broker cpu {t.broker_cpu_s or 0:.1f} s")
-    tag = f"body{body}"
     for side, timed in got.items():
         for clock in CLOCKS:
             secs = [getattr(t, f"{clock}_s") for t in timed]
@@ -204,19 +213,19 @@ def main(argv: list[str] | None = None) -> int:
         with kafka_broker(args.bootstrap_servers, out / "kafka") as bootstrap:
             run_id = uuid.uuid4().hex[:6]     # a running Kafka may hold an earlier run's topics
             ctx = {"args": args, "bootstrap": bootstrap, "classes": classes, "run_id": run_id,
-                   "topics": {body: f"bridge-body{body}-{run_id}" for body, _ in p["sizes"]}}
+                   "topics": {(body, n): f"bridge-body{body}x{n}-{run_id}" for body, n, _ in p["sizes"]}}
             if args.crash:
                 crash(rep, p["crash"], ctx, out)
             else:
-                for body, n in p["sizes"]:
-                    secs = cs.prefill_topic(ctx["bootstrap"], ctx["topics"][body], PARTITIONS, n, value_size=body)
-                    rep.log(f"pre-filled {ctx['topics'][body]} with {n:,} records in {secs:.1f} s")
-                topics = {FLUSH_TYPES[f]: [rocket_topic(b, f, r) for b, _ in p["sizes"] for r in range(runs)]
+                for body, n, _ in p["sizes"]:
+                    secs = cs.prefill_topic(ctx["bootstrap"], ctx["topics"][(body, n)], PARTITIONS, n, value_size=body)
+                    rep.log(f"pre-filled {ctx['topics'][(body, n)]} with {n:,} records in {secs:.1f} s")
+                topics = {FLUSH_TYPES[f]: [rocket_topic(b, n, f, r) for b, n, _ in p["sizes"] for r in range(runs)]
                           for f in FLUSH_TYPES}
                 with bp.rocketmq_brokers(out / "rocketmq", topics) as (ns, brokers):
                     ctx.update(namesrv=ns.address, brokers=brokers)
-                    for body, n in p["sizes"]:
-                        measure(rep, body, n, runs, ctx)
+                    for body, n, sides in p["sizes"]:
+                        measure(rep, body, n, runs, ctx, sides or SIDES)
     rep.finish()
     return 0
 

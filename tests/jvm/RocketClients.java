@@ -122,6 +122,17 @@ public class RocketClients {
         consumer.shutdown();
     }
 
+    // How long a subscribing consumer waits with nothing new before it stops: idleMs once it has every
+    // message, four times that while some are missing, and while it has none at all a whole rebalance
+    // interval more (a first rebalance that finds the group's heartbeat not yet taken comes again only
+    // after RebalanceService's 20 s).
+    static long patience(long got, long expected, long idleMs) {
+        if (got >= expected) return idleMs;
+        return got == 0 ? Math.max(idleMs * 4, FIRST_REBALANCE_MS + idleMs) : idleMs * 4;
+    }
+
+    static final long FIRST_REBALANCE_MS = 20_000;
+
     static void lite(String namesrv, String group, long expected, long idleMs, String[] topics) throws Exception {
         DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
         consumer.setNamesrvAddr(namesrv);
@@ -137,7 +148,7 @@ public class RocketClients {
                 for (MessageExt m : batch) emit("lite", m);
                 got += batch.size();
                 last = now;
-            } else if (now - last > (got >= expected ? idleMs : idleMs * 4)) {
+            } else if (now - last > patience(got, expected, idleMs)) {
                 break;
             }
         }
@@ -163,7 +174,7 @@ public class RocketClients {
         while (true) {
             Thread.sleep(200);
             long idle = System.currentTimeMillis() - last.get();
-            if (idle > (got.get() >= expected ? idleMs : idleMs * 4)) break;
+            if (idle > patience(got.get(), expected, idleMs)) break;
         }
         consumer.shutdown();
     }

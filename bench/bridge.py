@@ -63,7 +63,8 @@ def rocket_topic(body: int, n: int, flush: str, r: int) -> str:
 
 
 def size_tag(body: int, n: int) -> str:
-    """The figures' prefix: ``body100`` for the first size of each record size, ``body100x10000000`` else."""
+    """The figures' prefix: ``body100`` for a copy of up to 1,000,000 records (the names earlier results
+    use), ``body100x10000000`` for a longer one."""
     return f"body{body}" if n <= 1_000_000 else f"body{body}x{n}"
 
 

@@ -48,7 +48,7 @@ def build_session(master: str | None = "local[*]", app_name: str = "commitlog-in
         # under spark-submit the submitter's --jars and JVM options stand (deploy/spark-submit.sh
         # passes the same jars)
         conf.update(connector_jars(conf.get("spark.jars", "")))
-        conf.update(driver_java_options(conf))
+        conf.update(driver_options(conf))
         conf.update(quiet_start_options(conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -141,7 +141,7 @@ def connector_jars(jars: str) -> dict[str, str]:
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
 
-def driver_java_options(conf: Mapping[str, str]) -> dict[str, str]:
+def driver_options(conf: Mapping[str, str]) -> dict[str, str]:
     """The local driver JVM's options: the class archive ``make spark-archive`` made (ingest.spark_archive),
     when there is one, and DRIVER_JIT; nothing when the caller set the driver's JVM options itself."""
     from ingest.spark_archive import driver_java_options as archive_options

@@ -225,21 +225,19 @@ class _ClosingVerify:
 
     def __init__(self, store: str) -> None:
         self.store = store
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-verify")    # no thread before start
         self._verdict: Future[int] | None = None
 
     def __enter__(self) -> _ClosingVerify:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
 
     def start(self) -> None:
         from store.tools import verify_store
 
         log.info("verifying: commitlog verify %s", self.store)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-verify")
         self._verdict = self._pool.submit(verify_store, self.store)
 
     def result(self) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ingest import spark_archive
-from ingest.spark_session import DRIVER_JIT, driver_java_options, spark_home_environment
+from ingest.spark_session import DRIVER_JIT, driver_options, spark_home_environment
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_no_archive_for_this_java_leaves_the_jit_choice_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMMITLOG_JVM_LIB", str(tmp_path))
     assert spark_archive.driver_java_options() is None
-    assert driver_java_options({}) == {"spark.driver.extraJavaOptions": DRIVER_JIT}
+    assert driver_options({}) == {"spark.driver.extraJavaOptions": DRIVER_JIT}
 
 
 @pytest.mark.unit
@@ -32,9 +32,9 @@ def test_the_callers_driver_options_stand(tmp_path: Path, monkeypatch: pytest.Mo
     assert path is not None and path.is_relative_to(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"")
-    options = driver_java_options({})["spark.driver.extraJavaOptions"]
+    options = driver_options({})["spark.driver.extraJavaOptions"]
     assert options.startswith(f"-XX:SharedArchiveFile={path} ") and options.endswith(f" {DRIVER_JIT}")
-    assert driver_java_options({"spark.driver.extraJavaOptions": "-Dmine=1"}) == {}
+    assert driver_options({"spark.driver.extraJavaOptions": "-Dmine=1"}) == {}
 
 
 @pytest.mark.integration

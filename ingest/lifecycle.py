@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
 
@@ -205,6 +206,7 @@ class JobLifecycle:
         self.cfg, self.command = cfg, command
         self.spark = spark
         self._own_spark = spark is None
+        self._starting: Future[Any] | None = None
         self.metrics = JobMetrics(command, os.path.abspath(cfg.store), cfg.broker_group)
         self.server: MetricsServer | None = None
         self.writer: CommitLogWriter | None = None
@@ -221,10 +223,29 @@ class JobLifecycle:
             self.server = MetricsServer(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
         return self
 
+    def start_session(self) -> None:
+        """Start building the job's Spark session on a thread of its own, so that the command can do
+        what needs no Spark meanwhile (a replay's plan from the brokers); ``session`` then waits for
+        it. A command that fails before it asks for the session does not wait for Spark: the JVM goes
+        with our process, when its stdin pipe from us closes."""
+        if self.spark is not None or self._starting is not None:
+            return
+        starting: Future[Any] = Future()
+
+        def build() -> None:
+            try:
+                starting.set_result(spark_session(self.cfg))
+            except Exception as exc:      # raised by ``session``, in the command's thread
+                starting.set_exception(exc)
+
+        self._starting = starting
+        threading.Thread(target=build, name="spark-start", daemon=True).start()
+
     def session(self) -> Any:
-        """The job's Spark session, built on first use."""
+        """The job's Spark session, built on first use (or by ``start_session``)."""
         if self.spark is None:
-            self.spark = spark_session(self.cfg)
+            starting, self._starting = self._starting, None
+            self.spark = starting.result() if starting is not None else spark_session(self.cfg)
         return self.spark
 
     def open_writer(self) -> CommitLogWriter:

@@ -257,9 +257,12 @@ def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading
     from sink.foreach_batch import ForeachBatchSink
 
     cfg, metrics = job.cfg, job.metrics
-    spark = job.session()
     export = None
     plan_file = None
+    if pieces is None:
+        job.start_session()        # the JVM starts while the brokers are asked for the plan
+        plan, notes, plan_file = _kafka_plan(cfg, opts)
+    spark = job.session()
     if pieces is not None:
         from ingest.replay.file_batches import file_batch
         from ingest.replay.file_pieces import scan_export
@@ -273,9 +276,7 @@ def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading
         else:
             plan = group_plan(resolve_file_plan(export, opts.begin, opts.finish, opts.topics, opts.topic_pattern),
                               cfg.group)
-        notes: list[str] = []
-    else:
-        plan, notes, plan_file = _kafka_plan(cfg, opts)
+        notes = []
     writer = job.open_writer()
     spool = job.open_spool()
     if export is None:

@@ -3,11 +3,13 @@ anything starts, and what it opened closes in one order, whatever ends the job."
 
 from __future__ import annotations
 
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
+from ingest import lifecycle
 from ingest.config import JobConfig
 from ingest.lifecycle import JobLifecycle
 from sink.handover.trust import UntrustedPathError
@@ -53,6 +55,48 @@ def test_a_session_the_caller_gave_is_left_running(tmp_path: Path) -> None:
     with JobLifecycle(_config(tmp_path), "replay", spark=_Spark(events)) as job:
         job.open_writer()
     assert events == []
+
+
+def test_a_session_started_early_is_built_beside_the_command_and_stopped_at_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    may_finish = threading.Event()
+
+    def build(cfg: JobConfig) -> _Spark:
+        may_finish.wait(10)
+        events.append(f"built on {threading.current_thread().name}")
+        return _Spark(events)
+
+    monkeypatch.setattr(lifecycle, "spark_session", build)
+    with JobLifecycle(_config(tmp_path), "replay") as job:
+        job.start_session()
+        events.append("the command goes on")       # while the session is being built
+        may_finish.set()
+        assert job.session() is job.session()
+    assert events == ["the command goes on", "built on spark-start", "spark stopped"]
+
+
+def test_a_session_that_failed_to_start_fails_where_the_command_asks_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def build(cfg: JobConfig) -> _Spark:
+        raise RuntimeError("no java")
+
+    monkeypatch.setattr(lifecycle, "spark_session", build)
+    with JobLifecycle(_config(tmp_path), "replay") as job:
+        job.start_session()
+        with pytest.raises(RuntimeError, match="no java"):
+            job.session()
+
+
+def test_a_job_that_fails_before_it_asks_for_its_session_does_not_wait_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    never = threading.Event()
+    monkeypatch.setattr(lifecycle, "spark_session", lambda cfg: never.wait(30))
+    with pytest.raises(RuntimeError, match="the plan failed"):
+        with JobLifecycle(_config(tmp_path), "replay") as job:
+            job.start_session()
+            raise RuntimeError("the plan failed")       # back at once: the JVM goes with the process
+    never.set()
 
 
 def test_a_spool_directory_another_user_can_write_is_refused_before_anything_opens(tmp_path: Path) -> None:

@@ -123,12 +123,11 @@ public class RocketClients {
     }
 
     // How long a subscribing consumer waits with nothing new before it stops: idleMs once it has every
-    // message, four times that while some are missing, and while it has none at all a whole rebalance
-    // interval more (a first rebalance that finds the group's heartbeat not yet taken comes again only
-    // after RebalanceService's 20 s).
+    // message; while some are missing, a whole rebalance interval more. Each topic is rebalanced on its
+    // own, and one whose first rebalance finds the group's heartbeat not yet taken comes again only after
+    // RebalanceService's 20 s, however many messages the other topics have given.
     static long patience(long got, long expected, long idleMs) {
-        if (got >= expected) return idleMs;
-        return got == 0 ? Math.max(idleMs * 4, FIRST_REBALANCE_MS + idleMs) : idleMs * 4;
+        return got >= expected ? idleMs : Math.max(idleMs * 4, FIRST_REBALANCE_MS + idleMs);
     }
 
     static final long FIRST_REBALANCE_MS = 20_000;

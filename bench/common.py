@@ -280,7 +280,11 @@ def child_pids(pid: int | None = None) -> list[int]:
     """Direct children of a process (Linux /proc)."""
     pid = pid or os.getpid()
     out = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:         # the process has exited since it was listed
+        return []
+    for task in tasks:
         try:
             out += [int(c) for c in (task / "children").read_text().split()]
         except OSError:

@@ -262,12 +262,13 @@ def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading
     if pieces is None:
         job.start_session()        # the JVM starts while the brokers are asked for the plan
         plan, notes, plan_file = _kafka_plan(cfg, opts)
-    spark = job.session()
-    if pieces is not None:
+        spark = job.session()
+    else:
         from ingest.replay.file_batches import file_batch
         from ingest.replay.file_pieces import scan_export
         from ingest.replay.files import resolve_file_plan
 
+        spark = job.session()
         # the executors scan the files before anything is written: a piece that cannot be read stops here
         export = scan_export(spark, pieces, opts.begin.timestamp if opts.begin.kind == "timestamp" else None,
                              opts.finish.timestamp if opts.finish.kind == "timestamp" else None)

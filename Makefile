@@ -27,7 +27,7 @@ deploy/jvm/lib/%/.resolved: deploy/jvm/pom.xml
 
 jvm: $(JVM_STAMPS)
 
-# The driver JVM's class archive and a Spark home whose pyspark.zip carries its bytecode
+# The driver JVM's class archive and a Spark home without pyspark.zip (pip's pyspark is imported instead)
 # (ingest/spark_archive.py): made once per java, Python and Spark, used by every local job's driver
 # and its Python workers, which then start on less CPU; a job without them starts as before.
 spark-archive: $(STAMP)

@@ -1,6 +1,6 @@
-"""PySpark's daemon for the job's Python workers (`spark.python.daemon.module`), with two changes: a
-worker's TCP socket to its executor acknowledges and sends at once, and the garbage collection PySpark
-runs after every task looks only at what the task made.
+"""PySpark's daemon for the job's Python workers (`spark.python.daemon.module`), with three changes: a
+worker's TCP socket to its executor acknowledges and sends at once, the garbage collection PySpark
+runs after every task looks only at what the task made, and Spark's jar is off the workers' path.
 
 Over loopback TCP an executor's small writes to its Python worker wait for the worker's ACK (Nagle's
 algorithm), and Linux holds that ACK back up to 40 ms once the connection looks interactive (a
@@ -17,6 +17,12 @@ tasks: before the next task it is moved to the permanent generation (``gc.freeze
 after it covers the task's own objects. Once a minute nothing is frozen for a task, so an object held
 across tasks that has since become cyclic garbage is still collected.
 
+Spark puts its core jar on every Python worker's path (PythonUtils.sparkPythonPath), and a zip importer
+for it lands in the path's importer cache once any import looks there. PySpark's worker calls
+``importlib.invalidate_caches()`` before each task, and Python's zip importer answers by reading the
+jar's whole directory again: ~6,000 entries, tens of milliseconds of CPU a task. The jar holds no
+Python module, so the daemon takes it off the path before it forks its workers.
+
 Started by Spark as ``python -m ingest.python_daemon``, in Python's safe-path mode (ingest.spark_session,
 SAFE_PATH: the working directory, where ``-m`` would look first, is not on its path); it imports
 nothing of ours, so nothing starts a thread before the daemon forks its workers."""
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import socket
+import sys
 import time
 from collections.abc import Callable
 
@@ -70,7 +77,19 @@ def settled(worker: Worker, every_s: float = FULL_COLLECTION_EVERY_S) -> Worker:
     return run
 
 
+def without_jars(path: list[str], importers: dict[str, object]) -> None:
+    """Take the jars off ``path`` (a worker's sys.path) and their importers out of ``importers``
+    (its sys.path_importer_cache, where an entry inside a jar has one of its own)."""
+    def in_jar(entry: str) -> bool:
+        return entry.endswith(".jar") or ".jar/" in entry
+
+    path[:] = [p for p in path if not in_jar(p)]
+    for key in [k for k in importers if in_jar(k)]:
+        del importers[key]
+
+
 def main() -> None:
+    without_jars(sys.path, sys.path_importer_cache)     # type: ignore[arg-type]
     # the daemon's manager looks its worker function up in its own module before each task
     pyspark.daemon.worker = settled(prompt(pyspark.daemon.worker))
     pyspark.daemon.manager()

@@ -4,13 +4,14 @@
   parsed and verified once and mapped by every later start, as the JDK's own archive does for its
   core classes. A job's start then spends less CPU loading Spark's classes, which is most of what a
   fresh driver does before its first batch.
-- a Spark home whose ``python/lib/pyspark.zip`` holds compiled bytecode beside each module. Spark
-  puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it starts
-  (each planner runner's daemon, the executors' workers), and Python compiles a module imported from
-  a zip from its source every time, since it cannot cache bytecode there: pyspark's daemon and
-  worker modules cost each of those processes ~0.5 s of CPU, and a job's first batch starts four of
-  them in a row. The home is pip's pyspark directory, linked entry by entry, with that one zip
-  replaced by the same sources plus their compiled bytecode.
+- a Spark home without ``python/lib/pyspark.zip``. Spark puts ``$SPARK_HOME/python/lib/pyspark.zip``
+  first on the path of every Python process it starts (each planner runner's daemon, the executors'
+  workers), and from a zip Python compiles each module from its source on every import (it caches no
+  bytecode there), and PySpark's worker has each zip importer read its archive's directory again before
+  every task (``importlib.invalidate_caches``: a zip importer per package imported from the zip, each
+  ~2,600 entries). Without the zip those processes import the same pyspark from where pip installed it,
+  with the bytecode pip compiled. The home is pip's pyspark directory, linked entry by entry but for
+  that one zip.
 
 Both are only good for what they were made with: the archive's name carries the java and the Spark
 jars, the home's the Python and the pyspark; a JVM that finds an archive that does not fit maps
@@ -25,12 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import py_compile
 import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from ingest.jvm import JvmJarsMissing, java, lib_dir
@@ -39,6 +38,7 @@ ARCHIVE_DIR = "spark-cds"
 ZIP = Path("python", "lib", "pyspark.zip")
 # written last: a home without it was cut short and is made again
 HOME_DONE = ".complete"
+HOME_LAYOUT = "without pyspark.zip"     # in the home's name: a home of another layout is made again
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
@@ -83,7 +83,7 @@ def home_path() -> Path:
     import pyspark
 
     source = _pyspark_dir()
-    tag = hashlib.sha256(f"{sys.version}\0{pyspark.__version__}\0{source}".encode()).hexdigest()[:16]
+    tag = hashlib.sha256(f"{sys.version}\0{pyspark.__version__}\0{source}\0{HOME_LAYOUT}".encode()).hexdigest()[:16]
     return lib_dir() / ARCHIVE_DIR / f"home-{pyspark.__version__}-{tag}"
 
 
@@ -99,9 +99,7 @@ def spark_home() -> Path | None:
 
 
 def build_home(home: Path) -> Path:
-    """Link pip's pyspark directory into ``home`` entry by entry, except ``python/lib/pyspark.zip``:
-    the same sources there, each with its bytecode beside it (the layout zipimport reads), compiled
-    under the name a traceback shows for the module as imported from the zip."""
+    """Link pip's pyspark directory into ``home`` entry by entry, except ``python/lib/pyspark.zip``."""
     source = _pyspark_dir()
     partial = home.with_name(home.name + ".part")
     shutil.rmtree(partial, ignore_errors=True)
@@ -110,21 +108,6 @@ def build_home(home: Path) -> Path:
         for entry in (source / folder).iterdir():
             if (folder / entry.name) not in (ZIP.parent.parent, ZIP.parent, ZIP):
                 (partial / folder / entry.name).symlink_to(entry)
-    with tempfile.TemporaryDirectory(prefix="pyspark-zip-") as scratch, \
-            zipfile.ZipFile(source / ZIP) as original, \
-            zipfile.ZipFile(partial / ZIP, "w", zipfile.ZIP_DEFLATED) as compiled:
-        for info in original.infolist():
-            data = original.read(info)
-            compiled.writestr(info, data)
-            if not info.filename.endswith(".py"):
-                continue
-            src = Path(scratch, info.filename)
-            src.parent.mkdir(parents=True, exist_ok=True)
-            src.write_bytes(data)
-            # unchecked: the zip's sources never change under its bytecode (the home's name carries the version)
-            pyc = py_compile.compile(str(src), cfile=str(src) + "c", dfile=str(home / ZIP / info.filename),
-                                     doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-            compiled.write(pyc, info.filename + "c")
     (partial / HOME_DONE).write_text("")
     shutil.rmtree(home, ignore_errors=True)
     partial.replace(home)
@@ -176,11 +159,11 @@ def _make_home() -> None:
         shutil.rmtree(old, ignore_errors=True)      # made for another Python or pyspark
     try:
         build_home(home)
-    except (OSError, zipfile.BadZipFile, py_compile.PyCompileError) as exc:
+    except OSError as exc:
         # Spark's own home is used then: start time, not correctness
-        print(f"spark home: not made ({exc}); Python workers import pyspark from its source", file=sys.stderr)
+        print(f"spark home: not made ({exc}); Python workers import pyspark from its zip", file=sys.stderr)
         return
-    print(f"spark home: {home} (pyspark.zip with its bytecode)")
+    print(f"spark home: {home} (without pyspark.zip: Python workers import pip's pyspark)")
 
 
 def main() -> int:

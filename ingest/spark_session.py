@@ -152,8 +152,8 @@ def driver_options(conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def spark_home_environment() -> dict[str, str]:
-    """SPARK_HOME for a local driver launched here: the home ``make spark-archive`` made, whose
-    pyspark.zip carries its bytecode (ingest.spark_archive), unless the user chose a Spark home."""
+    """SPARK_HOME for a local driver launched here: the home ``make spark-archive`` made, without the
+    pyspark.zip Python would import from (ingest.spark_archive), unless the user chose a Spark home."""
     from ingest.spark_archive import spark_home
 
     home = spark_home()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.python_daemon import prompt, settled
+from ingest.python_daemon import prompt, settled, without_jars
 
 pytestmark = pytest.mark.integration
 
@@ -30,9 +30,12 @@ cfg = JobConfig(store=sys.argv[1], master="local[1]", skip_preflight=True,
 spark = spark_session(cfg)
 
 def where_the_task_runs(batches):
-    import gc, os, socket
+    import gc, os, socket, sys, zipimport
     for _ in batches:
         pass
+    # what each task's importlib.invalidate_caches() has read again
+    archives = sorted({os.path.basename(v.archive) for v in sys.path_importer_cache.values()
+                       if isinstance(v, zipimport.zipimporter)})
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:   # the daemon that forked the worker
         daemon = cmdline.read().split(b"\0")[2].decode()
     nodelay = []                                                  # of the worker's TCP sockets
@@ -48,18 +51,21 @@ def where_the_task_runs(batches):
             sock.close()
     yield pa.RecordBatch.from_pydict({"unix": [os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false").lower()],
                                       "daemon": [daemon], "nodelay": [json.dumps(sorted(set(nodelay)))],
-                                      "frozen": [gc.get_freeze_count() > 0]})
+                                      "frozen": [gc.get_freeze_count() > 0], "archives": [json.dumps(archives)]})
 
-row = spark.range(1).mapInArrow(where_the_task_runs, "unix string, daemon string, nodelay string, frozen boolean") \
+row = spark.range(1).mapInArrow(where_the_task_runs,
+                                "unix string, daemon string, nodelay string, frozen boolean, archives string") \
     .collect()[0]
-print(json.dumps({"unix": row.unix, "daemon": row.daemon, "nodelay": json.loads(row.nodelay), "frozen": row.frozen}))
+print(json.dumps({"unix": row.unix, "daemon": row.daemon, "nodelay": json.loads(row.nodelay), "frozen": row.frozen,
+                  "archives": json.loads(row.archives)}))
 spark.stop()
 """
 
 
 def python_task(tmp_path: Path, *spark_conf: str) -> dict:
     """How the job's executor talks to a Python task's worker: over a Unix socket or not, from which
-    daemon, TCP_NODELAY on its TCP sockets; whether the worker's long-lived objects are frozen."""
+    daemon, TCP_NODELAY on its TCP sockets; whether the worker's long-lived objects are frozen; the
+    archives its zip importers read."""
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "store"), *spark_conf],
                           capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[3])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -70,11 +76,35 @@ def test_python_tasks_talk_to_their_executor_over_prompt_tcp_through_our_daemon_
         tmp_path: Path) -> None:
     # over TCP, a worker that waits to acknowledge costs every task ~40 ms; a Unix socket is the
     # user's choice (PySpark's daemon prints a traceback when an executor closes one at stop)
-    assert python_task(tmp_path) == {"unix": "false", "daemon": "ingest.python_daemon", "nodelay": [1],
-                                     "frozen": True}
-    assert python_task(tmp_path, "spark.python.daemon.module=pyspark.daemon") == \
-        {"unix": "false", "daemon": "pyspark.daemon", "nodelay": [0], "frozen": False}
+    ours = python_task(tmp_path)
+    ours.pop("archives")
+    assert ours == {"unix": "false", "daemon": "ingest.python_daemon", "nodelay": [1], "frozen": True}
+    theirs = python_task(tmp_path, "spark.python.daemon.module=pyspark.daemon")
+    theirs.pop("archives")
+    assert theirs == {"unix": "false", "daemon": "pyspark.daemon", "nodelay": [0], "frozen": False}
     assert python_task(tmp_path, "spark.python.unix.domain.socket.enabled=true")["unix"] == "true"
+
+
+def test_python_tasks_read_no_jar_before_each_task_and_no_pyspark_zip_from_our_home(tmp_path: Path) -> None:
+    # PySpark's worker has every zip importer read its archive's directory again before each task:
+    # Spark's core jar (~6,000 entries) and pyspark.zip (~2,600) cost tens of milliseconds a task
+    from ingest.spark_archive import spark_home
+
+    assert spark_home() is not None, "no Spark home for this Python and pyspark: `make spark-archive` makes it"
+    assert python_task(tmp_path)["archives"] == ["py4j-0.10.9.9-src.zip"]
+    assert any(a.startswith("spark-core") and a.endswith(".jar")
+               for a in python_task(tmp_path, "spark.python.daemon.module=pyspark.daemon")["archives"])
+
+
+def test_our_daemon_takes_jars_and_the_importers_inside_them_off_the_path() -> None:
+    jar = "/spark/jars/spark-core_2.13-4.2.0.jar"
+    path = ["/home/python/lib/py4j-src.zip", jar, "/venv/site-packages"]
+    importers: dict[str, object] = {p: object() for p in path}
+    importers[jar + "/org"] = object()
+    importers["/data/jarvis"] = object()
+    without_jars(path, importers)
+    assert path == ["/home/python/lib/py4j-src.zip", "/venv/site-packages"]
+    assert sorted(importers) == ["/data/jarvis", "/home/python/lib/py4j-src.zip", "/venv/site-packages"]
 
 
 def connected_pair() -> tuple[socket.socket, socket.socket]:

@@ -1,13 +1,12 @@
 """What ``make spark-archive`` makes (ingest/spark_archive.py): the driver JVM's class archive, mapped by
 a local driver (compiled with C1 alone), left alone when the caller sets the driver's JVM options or when there is none; and the
-Spark home whose pyspark.zip carries its bytecode, which a local driver starts from unless the user
-set SPARK_HOME, and whose Python workers import pyspark from it."""
+Spark home without pyspark.zip, which a local driver starts from unless the user set SPARK_HOME, and
+whose Python workers import pip's pyspark, with its bytecode."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,8 +70,7 @@ def test_a_local_driver_loads_sparks_classes_from_the_archive(tmp_path: Path) ->
 
 
 @pytest.mark.unit
-def test_the_home_links_pips_pyspark_and_its_zip_carries_bytecode_beside_each_source(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_home_links_all_of_pips_pyspark_but_its_zip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMMITLOG_JVM_LIB", str(tmp_path))
     monkeypatch.delenv("SPARK_HOME", raising=False)
     assert spark_archive.spark_home() is None and spark_home_environment() == {}
@@ -82,14 +80,11 @@ def test_the_home_links_pips_pyspark_and_its_zip_carries_bytecode_beside_each_so
     pip = spark_archive._pyspark_dir()
     assert (home / "jars").resolve() == pip / "jars" and (home / "bin" / "spark-submit").is_file()
     assert (home / "python" / "lib" / "py4j-0.10.9.9-src.zip").resolve().parent == pip / "python" / "lib"
-    with zipfile.ZipFile(pip / spark_archive.ZIP) as original, zipfile.ZipFile(home / spark_archive.ZIP) as compiled:
-        sources = {i.filename: original.read(i) for i in original.infolist()}
-        names = set(compiled.namelist())
-        assert {n: compiled.read(n) for n in sources} == sources
-        assert names - set(sources) == {n + "c" for n in sources if n.endswith(".py")}
-        pyc = compiled.read("pyspark/daemon.pyc")
-    import importlib.util
-    assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0b01  # unchecked hash
+    assert (pip / spark_archive.ZIP).is_file() and not (home / spark_archive.ZIP).exists()
+    linked = {p.relative_to(home) for p in home.rglob("*") if p.is_symlink()}
+    assert linked == {p.relative_to(pip) for p in pip.iterdir()} - {Path("python")} \
+        | {Path("python", p.name) for p in (pip / "python").iterdir()} - {Path("python/lib")} \
+        | {Path("python/lib", p.name) for p in (pip / "python" / "lib").iterdir()} - {spark_archive.ZIP}
     # the archive's name follows the home the driver starts from: its jars' paths run through it
     assert spark_archive.archive_path() != (monkeypatch.setenv("SPARK_HOME", str(pip)) or spark_archive.archive_path())
     assert spark_home_environment() == {}
@@ -101,18 +96,18 @@ from ingest.spark_session import build_session
 spark = build_session("local[1]", "home-check", {"spark.ui.enabled": "false"})
 def where(_):
     import os, pyspark, pyspark.daemon
-    yield (pyspark.__file__, os.environ.get("SPARK_HOME", ""))
+    yield (pyspark.__file__, pyspark.__spec__.cached, os.environ.get("SPARK_HOME", ""))
 print(spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()[0])
 spark.stop()
 """
 
 
 @pytest.mark.integration
-def test_a_local_drivers_python_workers_import_pyspark_from_the_homes_zip(tmp_path: Path) -> None:
+def test_a_local_drivers_python_workers_import_pips_pyspark_with_its_bytecode(tmp_path: Path) -> None:
     home = spark_archive.spark_home()
     assert home is not None, "no Spark home for this Python and pyspark: `make spark-archive` makes it"
     done = subprocess.run([sys.executable, "-c", _WORKERS], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    module, spark_home = eval(done.stdout.strip().splitlines()[-1])
-    # zipimport names a module by the file it took: the bytecode, not the source to compile
-    assert module == str(home / spark_archive.ZIP / "pyspark" / "__init__.pyc") and spark_home == str(home)
+    module, cached, spark_home = eval(done.stdout.strip().splitlines()[-1])
+    assert module == str(spark_archive._pyspark_dir() / "__init__.py") and spark_home == str(home)
+    assert Path(cached).is_file()           # the bytecode pip compiled, not a compile from source

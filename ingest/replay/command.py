@@ -50,6 +50,7 @@ from store import DeadLetterReason, StoreError, describe_failure
 if TYPE_CHECKING:
     from ingest.lifecycle import JobLifecycle
     from sink.handover.spool import Spool
+    from store.tools import VerifyBehind
 
 log = logging.getLogger("commitlog.replay")
 
@@ -207,9 +208,9 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
     batch_log = logging.getLogger("commitlog.batch")
     batch_log_level = batch_log.level
     job.closing(lambda: batch_log.setLevel(batch_log_level))
-    verify = _ClosingVerify(str(cfg.store))
+    verify = _ClosingVerify(str(cfg.store), behind=opts.verify)
     with verify, job:
-        summary = _replay(job, opts, pieces, stop or threading.Event(), batch_log)
+        summary = _replay(job, opts, pieces, stop or threading.Event(), batch_log, verify.committed)
         summary.elapsed_s = time.monotonic() - started
         if opts.verify:
             # once the writer has closed the store, while Spark stops (most of that a wait on PySpark's
@@ -221,24 +222,41 @@ def replay(cfg: JobConfig, opts: ReplayOptions, spark: Any | None = None,
 
 
 class _ClosingVerify:
-    """The replay's closing `commitlog verify`, on a thread of its own from ``start`` to ``result``."""
+    """The replay's closing `commitlog verify`, on a thread of its own from ``start`` to ``result``.
+    With ``behind``, the records each batch committed are checked while the next batches are written
+    (store.tools.VerifyBehind, fed by ``committed``), and the closing verify does not read them again."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, behind: bool = False) -> None:
         self.store = store
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-verify")    # no thread before start
         self._verdict: Future[int] | None = None
+        self._behind_wanted = behind
+        self._behind: VerifyBehind | None = None
 
     def __enter__(self) -> _ClosingVerify:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._behind is not None:
+            self._behind.abandon()
         self._pool.shutdown(wait=True)
+
+    def committed(self, offset: int) -> None:
+        """A batch was committed: the store's commit point is now ``offset``."""
+        if not self._behind_wanted:
+            return
+        if self._behind is None:
+            from store.tools import VerifyBehind
+
+            self._behind = VerifyBehind(self.store)
+        self._behind.committed(offset)
 
     def start(self) -> None:
         from store.tools import verify_store
 
+        checked = self._behind.close() if self._behind is not None else None
         log.info("verifying: commitlog verify %s", self.store)
-        self._verdict = self._pool.submit(verify_store, self.store)
+        self._verdict = self._pool.submit(verify_store, self.store, checked)
 
     def result(self) -> bool:
         """True: the store verified; False: problems (reported on stdout)."""
@@ -251,8 +269,9 @@ class _ClosingVerify:
 
 
 def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading.Event,
-            batch_log: logging.Logger) -> ReplaySummary:
-    """The replay's work inside its lifecycle: plan, open the store, write the batches."""
+            batch_log: logging.Logger, committed: Callable[[int], None]) -> ReplaySummary:
+    """The replay's work inside its lifecycle: plan, open the store, write the batches (``committed``:
+    told the store's commit point after each)."""
     from ingest.encode.prepare import collect_packed
     from sink.foreach_batch import ForeachBatchSink
 
@@ -313,6 +332,7 @@ def _replay(job: JobLifecycle, opts: ReplayOptions, pieces: Any, stop: threading
         log.warning("nothing to replay: the store already holds the whole range")
 
     def after_batch(stats: BatchStats) -> None:
+        committed(writer.store.committed_offset)
         job.batch_committed(stats)
         metrics.kafka_lag(remaining(plan, writer.state.kafka_offsets))
         progress.update(writer.state.kafka_offsets)

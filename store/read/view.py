@@ -268,8 +268,9 @@ def _check_loose_records(p: Path) -> None:
 
 
 @contextmanager
-def mapped(seg: SegmentFile) -> Iterator[memoryview]:
-    """The segment's bytes, memory-mapped read-only (zero-copy)."""
+def mapped(seg: SegmentFile, probe: tuple[int, int] | None = None) -> Iterator[memoryview]:
+    """The segment's bytes, memory-mapped read-only (zero-copy). ``probe``: the only part the caller
+    reads (default: all of it)."""
     with open(seg.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -277,7 +278,8 @@ def mapped(seg: SegmentFile) -> Iterator[memoryview]:
             return
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     # a page the disk cannot give (EIO) would arrive as SIGBUS while it is read, and end the process
-    bad = first_unreadable_data(mm, seg.path, 0, size)
+    lo, hi = (0, size) if probe is None else (max(probe[0], 0), min(probe[1], size))
+    bad = first_unreadable_data(mm, seg.path, lo, hi)
     if bad >= 0:
         mm.close()
         raise UnreadablePageError(seg.base_offset + bad, seg.path.name)

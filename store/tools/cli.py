@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from store.errors import StoreError
 from store.failed_call import describe_failure
 from store.format.constants import DEFAULT_MAX_HASH_SLOT_NUM, DEFAULT_MAX_INDEX_NUM
+
+if TYPE_CHECKING:
+    from store.tools.verify_behind import CheckedSegment
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
 
@@ -72,20 +76,22 @@ def _verify(args: argparse.Namespace) -> int:
     return _verify_report(args)
 
 
-def verify_store(path: str | os.PathLike[str]) -> int:
+def verify_store(path: str | os.PathLike[str], checked: Mapping[str, CheckedSegment] | None = None) -> int:
     """``commitlog verify PATH`` in this process (a command that goes on afterwards, as replay does):
     the same report on stdout and the same exit status; a store that cannot be read raises its
-    StoreError or OSError to the caller, whose one line it becomes."""
+    StoreError or OSError to the caller, whose one line it becomes. ``checked``: what a VerifyBehind
+    checked while the store was written (store.tools.verify_behind), not read again; what is read
+    is handed back to the kernel behind the check, as the writer handed back its pages."""
     args = argparse.Namespace(command="verify", path=os.fspath(path), base=None, json=False, jobs=None)
-    return _verify_report(args)
+    return _verify_report(args, checked)
 
 
-def _verify_report(args: argparse.Namespace) -> int:
+def _verify_report(args: argparse.Namespace, checked: Mapping[str, CheckedSegment] | None = None) -> int:
     from store.read.view import open_view
     from store.tools.verify import print_report, verify_source
 
     src = open_view(args.path, base=args.base)
-    report = verify_source(src, jobs=args.jobs)
+    report = verify_source(src, jobs=args.jobs, checked=checked, hand_back=checked is not None)
     print_report(report, sys.stdout, as_json=args.json)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 

@@ -14,6 +14,7 @@ item pointing at one is in order, one pointing past them is not.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import json
 import multiprocessing
@@ -21,7 +22,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -33,6 +34,7 @@ from store.log.checkpoint import checkpoint_damage
 from store.read.past_commit import PastCommit, past_commit
 from store.read.view import StoreView
 from store.tools.progress import Progress
+from store.tools.verify_behind import CheckedSegment
 from store.tools.verify_index import index_problems
 from store.tools.queues import Problem, QueueSpan, QueueUnits, dangling_units, join_spans
 from store.tools.verify_segment import SegmentResult, SegmentTask, check_piece, join_pieces, plan_pieces, \
@@ -113,7 +115,12 @@ def default_jobs(src: StoreView) -> int:
 
 
 def verify_source(src: StoreView, config: CodecConfig | None = None, progress: bool | None = None,
-                  jobs: int | None = None) -> VerifyReport:
+                  jobs: int | None = None, checked: Mapping[str, CheckedSegment] | None = None,
+                  hand_back: bool = False) -> VerifyReport:
+    """``checked``: segments whose records were checked already (store.tools.verify_behind), by file
+    name; each is taken for a segment checked up to the same end, and its records are not read again.
+    ``hand_back``: the index check hands each segment's pages back once done with it (for a store whose
+    writer handed back its own, as replay's does)."""
     config = config or CodecConfig()
     t0 = time.perf_counter()
     report = VerifyReport(str(src.path), src.kind, segments=len(src.segments), committed_offset=src.committed_offset)
@@ -127,15 +134,21 @@ def verify_source(src: StoreView, config: CodecConfig | None = None, progress: b
             break    # nothing committed here (a writer's newest segment)
         end = src.segment_end(seg)
         tasks.append(SegmentTask(seg, end, expected, i == len(src.segments) - 1 or end < seg.size, units, config))
-    jobs = default_jobs(src) if jobs is None else max(1, jobs)
-    pieces = plan_pieces(tasks, PIECE_BYTES if jobs > 1 else 0, jobs)
-    work = [(tasks[p.task], p) for p in pieces]
+    reused = {i: copy.deepcopy(checked[t.seg.name].result) for i, t in enumerate(tasks)
+              if checked and t.seg.name in checked and checked[t.seg.name].end == t.end}
+    todo = [t for i, t in enumerate(tasks) if i not in reused]
+    if jobs is None:
+        # what is left to read decides: checked segments are not read again
+        jobs = default_jobs(src) if sum(t.end for t in todo) >= PARALLEL_MIN_BYTES else 1
+    jobs = max(1, jobs)
+    pieces = plan_pieces(todo, PIECE_BYTES if jobs > 1 else 0, jobs)
+    work = [(todo[p.task], p) for p in pieces]
     with Progress(src.total_bytes, "verify", enabled=progress) as bar, \
             _pool(jobs) as pool:
         results = pool.map(check_piece, work) if pool is not None else map(check_piece, work)
         # the workers are forked by now: a thread of this process may start
-        with _IndexAside(src, tail, beside=pool is not None) as aside:
-            joined = join_pieces(tasks, pieces, results)
+        with _IndexAside(src, tail, beside=pool is not None, hand_back=hand_back) as aside:
+            joined = _in_order(len(tasks), reused, join_pieces(todo, pieces, results))
             spans, data_end, stopped_by_error = _merge(src, tasks, joined, expected, report, problems, bar)
             all_spans, valid_end = spans, data_end
             if tail is not None and tail.messages and data_end == tail.start and not stopped_by_error:
@@ -152,6 +165,13 @@ def verify_source(src: StoreView, config: CodecConfig | None = None, progress: b
     report.problems = problems
     report.elapsed_s = time.perf_counter() - t0
     return report
+
+
+def _in_order(count: int, reused: Mapping[int, SegmentResult], checked: Iterator[SegmentResult]
+              ) -> Iterator[SegmentResult]:
+    """The results of tasks 0..count-1: the reused ones where they are, the others from ``checked``."""
+    for i in range(count):
+        yield reused[i] if i in reused else next(checked)
 
 
 def _check_past_commit(tail: PastCommit, spans: dict[tuple[str, int], QueueSpan], units: QueueUnits, expected: int,
@@ -186,14 +206,15 @@ class _IndexAside:
     runs again with that end. Not beside worker processes, or with no commit point, it runs once
     the pieces are done."""
 
-    def __init__(self, src: StoreView, tail: PastCommit | None, beside: bool) -> None:
+    def __init__(self, src: StoreView, tail: PastCommit | None, beside: bool, hand_back: bool = False) -> None:
         self._src = src
+        self._hand_back = hand_back
         self._assumed = tail.end if tail is not None and tail.messages else src.committed_offset
         self._thread: ThreadPoolExecutor | None = None
         self._early: Future[tuple[list[Problem], int]] | None = None
         if beside and self._assumed is not None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="verify-index")
-            self._early = self._thread.submit(index_problems, src, self._assumed)
+            self._early = self._thread.submit(index_problems, src, self._assumed, hand_back)
 
     def __enter__(self) -> _IndexAside:
         return self
@@ -208,7 +229,7 @@ class _IndexAside:
             if data_end == self._assumed:
                 return self._early.result()
             self._early.exception()        # done with before the check runs again
-        return index_problems(self._src, data_end)
+        return index_problems(self._src, data_end, self._hand_back)
 
 
 @contextmanager

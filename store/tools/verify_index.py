@@ -27,17 +27,19 @@ from store.index.settings import read_index_settings
 from store.read.view import SegmentFile, StoreView, mapped
 from store.tools.index_items import CheckedItems, file_items
 from store.tools.queues import Problem
+from store.tools.verify_behind import hand_back_pages
 
 MAX_REPORTED = 20          # bad items reported one by one per kind; the rest are counted
 _PAIR = 1 << 32            # (offset, key hash) pairs as one int64: offset * _PAIR + hash
 
 
-def index_problems(src: StoreView, data_end: int) -> tuple[list[Problem], int]:
+def index_problems(src: StoreView, data_end: int, hand_back: bool = False) -> tuple[list[Problem], int]:
     """(problems, items checked). ``data_end``: the end of the valid data, which may lie past the
     commit point (store.read.past_commit): items pointing at records up to it are checked against
     them, items past it are problems; keys are held to the items only up to the commit point (a
     broker indexes its records behind its appends). Items below the first segment (retention
-    keeps a file until all of it is old) are not checked."""
+    keeps a file until all of it is old) are not checked. ``hand_back``: each segment's pages go
+    back to the kernel once it is checked (store.tools.verify_behind, hand_back)."""
     if src.root is None:
         return [], 0
     out = _Problems()
@@ -67,6 +69,8 @@ def index_problems(src: StoreView, data_end: int) -> tuple[list[Problem], int]:
                     in_seg = np.flatnonzero((items.phy >= seg.base_offset) & (items.phy < seg.end_offset))
                     unindexed.append(_check_segment(arr, mv, seg, max(end, 0), items, in_seg, covers_all, out))
                 del arr
+            if hand_back:
+                hand_back_pages(seg.path, 0, seg.size)
     finally:
         items.release()         # views of the files' mappings: they go before the files are closed
         if service is not None:

@@ -62,13 +62,17 @@ class Piece:
     until: int | None               # pause at the first record start at or past this
 
 
-def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None) -> SegmentResult:
+def verify_segment(t: SegmentTask, start: int = 0, until: int | None = None,
+                   probe_only_range: bool = False) -> SegmentResult:
     """Check the records of ``t.seg`` from ``start`` (up to ``until`` for a piece), a window
     of WINDOW_BYTES at a time: the scan of a window, then the queue checks of its records
-    with the fields the scan read, while they are still in cache."""
+    with the fields the scan read, while they are still in cache. ``probe_only_range``: the
+    pages probed for read errors first are those of [start, t.end) only, for a caller that
+    checks a segment a stretch at a time (store.tools.verify_behind) and would otherwise read
+    the stretches before again."""
     seg, end = t.seg, t.end
     res = SegmentResult(data_end=seg.base_offset + start)
-    with open(seg.path, "rb") as f, mapped(seg) as mv:
+    with open(seg.path, "rb") as f, mapped(seg, (start, end) if probe_only_range else None) as mv:
         arr = np.frombuffer(mv, dtype=np.uint8) if len(mv) else np.zeros(0, np.uint8)
         with read_ahead(f.fileno(), start, end if until is None else until, seg.name):
             _scan_and_check(res, arr, mv, t, start, until)
@@ -215,12 +219,13 @@ def join_pieces(tasks: list[SegmentTask], pieces: list[Piece], results: Iterable
             continue                    # the segment's data ended in an earlier piece
         if current.paused_at != p.start:
             res = check_piece((tasks[p.task], Piece(p.task, current.paused_at, None)))
-        _append(current, res)
+        append_result(current, res)
     if current is not None:
         yield current
 
 
-def _append(into: SegmentResult, later: SegmentResult) -> None:
+def append_result(into: SegmentResult, later: SegmentResult) -> None:
+    """``into`` goes on with the result of the records that follow it in the same segment."""
     into.messages += later.messages
     into.message_bytes += later.message_bytes
     into.blanks += later.blanks

@@ -16,28 +16,9 @@ from ingest.cli import main
 from store.read.view import open_view
 from store.queue.units import read_units
 from store.tools.verify import verify_source
-from tests.helpers.synth_store import write_synthetic_store
+from tests.store.conftest import SEG
 
 pytestmark = pytest.mark.unit
-
-SEG = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("pristine") / "store"
-    write_synthetic_store(root, 1500, body_size=100, topics=("TopicA", "TopicB"), queues=2,
-                          segment_size=SEG, units_per_file=100)
-    return root
-
-
-@pytest.fixture
-def store(pristine: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    root = tmp_path / "store"
-    shutil.copytree(pristine, root)
-    return root
 
 
 def messages(root: Path) -> list[dict]:

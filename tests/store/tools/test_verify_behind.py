@@ -3,7 +3,6 @@ closing verify the verdict it reaches reading everything, and spare it the segme
 
 from __future__ import annotations
 
-import shutil
 import struct
 from pathlib import Path
 
@@ -12,26 +11,8 @@ import pytest
 from store.read.view import open_view
 from store.tools.verify import verify_source
 from store.tools.verify_behind import VerifyBehind
-from tests.helpers.synth_store import write_synthetic_store
 
 pytestmark = pytest.mark.unit
-
-SEG = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("behind") / "store"
-    write_synthetic_store(root, 1500, body_size=100, topics=("TopicA", "TopicB"), queues=2,
-                          segment_size=SEG, units_per_file=100)
-    return root
-
-
-@pytest.fixture
-def store(pristine: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "store"
-    shutil.copytree(pristine, root)
-    return root
 
 
 def record_starts(root: Path) -> list[tuple[Path, int, int]]:

@@ -46,11 +46,11 @@ from ingest.replay.plan import (
 from ingest.replay.progress import ReplayProgress
 from sink import BatchStats
 from store import DeadLetterReason, StoreError, describe_failure
+from store.tools import VerifyBehind
 
 if TYPE_CHECKING:
     from ingest.lifecycle import JobLifecycle
     from sink.handover.spool import Spool
-    from store.tools import VerifyBehind
 
 log = logging.getLogger("commitlog.replay")
 
@@ -230,8 +230,8 @@ class _ClosingVerify:
         self.store = store
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-verify")    # no thread before start
         self._verdict: Future[int] | None = None
-        self._behind_wanted = behind
-        self._behind: VerifyBehind | None = None
+        # its thread starts with the first commit
+        self._behind: VerifyBehind | None = VerifyBehind(store) if behind else None
 
     def __enter__(self) -> _ClosingVerify:
         return self
@@ -243,13 +243,8 @@ class _ClosingVerify:
 
     def committed(self, offset: int) -> None:
         """A batch was committed: the store's commit point is now ``offset``."""
-        if not self._behind_wanted:
-            return
-        if self._behind is None:
-            from store.tools import VerifyBehind
-
-            self._behind = VerifyBehind(self.store)
-        self._behind.committed(offset)
+        if self._behind is not None:
+            self._behind.committed(offset)
 
     def start(self) -> None:
         from store.tools import verify_store

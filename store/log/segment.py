@@ -52,6 +52,13 @@ _SYNC_FILE_RANGE_WRITE = 2
 _WRITEBACK_STEP = 8 << 20     # bytes handed to the disk per hold of the writeback gate
 
 
+def hand_back(fd: int, start: int, end: int) -> None:
+    """Ask the kernel to drop what the page cache holds of bytes ``[start, end)`` of ``fd``
+    (POSIX_FADV_DONTNEED; whole pages, none still mapped). Advice only: a refusal raises OSError."""
+    if hasattr(os, "posix_fadvise") and end > start:
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
 @contextmanager
 def read_ahead(fd: int, start: int, end: int, name: str = "") -> Iterator[None]:
     """While the body runs, a background thread asks the kernel to read bytes ``[start, end)``
@@ -300,11 +307,10 @@ class Segment:
         start = self.dropped
         # the mapping lets go of the pages first: the page cache keeps a page that is still mapped
         self._libc_call("madvise", start, end - start, _MADV_DONTNEED)
-        if hasattr(os, "posix_fadvise"):
-            try:
-                os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
-            except OSError as e:
-                log.debug("dropping the pages of %s behind the writer refused: %s", self.path, e)
+        try:
+            hand_back(self._fd, start, end)
+        except OSError as e:
+            log.debug("dropping the pages of %s behind the writer refused: %s", self.path, e)
         self.dropped = end
 
     def _start_writeback(self, start: int, end: int, gate: AbstractContextManager[Any]) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from store.errors import StoreError
 from store.format.codec import CodecConfig
 from store.format.constants import COMMITLOG_DIR
+from store.log.segment import hand_back
 from store.read.view import list_segments, store_segment_size
 from store.tools.queues import QueueUnits
 from store.tools.verify_segment import SegmentResult, SegmentTask, append_result, verify_segment
@@ -98,18 +99,11 @@ class VerifyBehind:
 
 
 def hand_back_pages(path: Path, start: int, end: int) -> None:
-    """The page-cache pages of [start, end) of ``path`` go back to the kernel (advice only): for a
-    reader of what a writer has just handed back its pages of, so that the next reads take those pages
-    again rather than memory not used yet (on a VM, several times the cost)."""
-    if not hasattr(os, "posix_fadvise"):
-        return
+    """The page-cache pages of [start, end) of ``path`` go back to the kernel (store.log.segment.hand_back):
+    for a reader of what a writer has just handed back its pages of, so that the next reads take those
+    pages again rather than memory not used yet (on a VM, several times the cost)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        with open(path, "rb") as f:
+            hand_back(f.fileno(), start, end)
+    except OSError as exc:       # advice only: the pages stay cached
+        log.debug("handing back the pages of %s refused: %s", path, exc)
